@@ -1,0 +1,35 @@
+//! client-go's `util/workqueue` in async Rust.
+//!
+//! The work queue sits between an informer's `ResourceEventHandler`s and the reconciler workers:
+//! handlers [`add`](Queue::add) the keys of changed objects, workers [`get`](Queue::get) keys,
+//! reconcile, and mark them [`done`](Queue::done). The queue merges repeated adds of a waiting
+//! key, never hands one key to two workers at once, and re-queues a key that changed while it was
+//! being reconciled. [`DelayingQueue`] adds items later, [`RateLimitingQueue`] adds them after a
+//! per-item backoff chosen by a [`RateLimiter`], and named queues export client-go's Prometheus
+//! metrics (see [`metrics`]).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! use workqueue::{default_controller_rate_limiter, RateLimitingQueue};
+//!
+//! let queue = RateLimitingQueue::new(default_controller_rate_limiter());
+//! queue.add("default/nginx".to_owned()); // from an event handler
+//!
+//! while let Some(key) = queue.get().await {
+//!     let reconciled: Result<(), ()> = Ok(()); // reconcile `key` here
+//!     match reconciled {
+//!         Ok(()) => queue.forget(&key),            // success: reset its backoff
+//!         Err(()) => queue.add_rate_limited(key.clone()), // failure: retry later
+//!     }
+//!     queue.done(&key);
+//!     # queue.shut_down();
+//! }
+//! # }
+//! ```
+
+pub mod metrics;
+mod queue;
+
+pub use metrics::{MetricsProvider, PrometheusMetricsProvider};
+pub use queue::{Queue, QueueConfig};

@@ -1,0 +1,1 @@
+//! Deployment-style controllers built on kinformer. Not built yet.

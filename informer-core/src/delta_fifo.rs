@@ -1,0 +1,478 @@
+//! DeltaFIFO: a queue of the changes to each object, by key (client-go `delta_fifo.go`).
+//!
+//! The reflector writes every event into it; the informer pops one key at a time and gets
+//! all of that key's changes since the last pop, oldest first ([`Deltas`]). Keeping
+//! per-key history instead of only the latest object is what lets the informer tell a delete
+//! from an update and deliver both even when they arrive back to back.
+//!
+//! Two mechanisms need the informer's cache (the *known objects*):
+//! - [`replace`](Store::replace) after a relist queues a `Deleted` delta carrying a
+//!   [`DeletedFinalStateUnknown`] tombstone for every key the cache has but the list lacks:
+//!   the watch missed that delete, and the last state we saw is all we have.
+//! - [`resync`](Store::resync) re-queues a `Sync` delta for every cached object, except keys
+//!   that already have queued deltas: those will be delivered anyway, and a `Sync` carrying
+//!   the cache's older copy queued after them would roll the object back.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures::future::BoxFuture;
+use kube::Resource;
+use tokio::sync::Notify;
+
+use crate::fifo::{PopError, ProcessError, ProcessFn, Queue};
+use crate::store::{KnownObjects, Store, StoreError, meta_namespace_key};
+
+/// What happened to an object (client-go `DeltaType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeltaType {
+    /// Created (a watch ADDED).
+    Added,
+    /// Modified (a watch MODIFIED).
+    Updated,
+    /// Deleted (a watch DELETED, or a tombstone from `replace`).
+    Deleted,
+    /// Listed again by `replace` (when `emit_delta_type_replaced` is on).
+    Replaced,
+    /// Re-delivered by a periodic resync, or listed by `replace` when `Replaced` is off.
+    Sync,
+}
+
+/// An object deleted while the watch was down: `obj` is the last state the cache had
+/// (client-go `DeletedFinalStateUnknown`). The real final state is unknown.
+#[derive(Debug)]
+pub struct DeletedFinalStateUnknown<K> {
+    /// The object's key.
+    pub key: String,
+    /// The last known state of the object.
+    pub obj: Arc<K>,
+}
+
+impl<K> Clone for DeletedFinalStateUnknown<K> {
+    fn clone(&self) -> Self {
+        DeletedFinalStateUnknown {
+            key: self.key.clone(),
+            obj: self.obj.clone(),
+        }
+    }
+}
+
+/// The object a [`Delta`] carries: the object itself or, for a delete the watch missed, a
+/// [`DeletedFinalStateUnknown`] tombstone.
+#[derive(Debug)]
+pub enum DeltaObject<K> {
+    /// The object as the server sent it.
+    Object(Arc<K>),
+    /// A tombstone: the object was gone from a relist.
+    DeletedFinalStateUnknown(DeletedFinalStateUnknown<K>),
+}
+
+/// What `on_delete` receives: the last state of the object, or a tombstone when the delete
+/// was inferred from a relist.
+pub type DeletedObject<K> = DeltaObject<K>;
+
+impl<K> Clone for DeltaObject<K> {
+    fn clone(&self) -> Self {
+        match self {
+            DeltaObject::Object(o) => DeltaObject::Object(o.clone()),
+            DeltaObject::DeletedFinalStateUnknown(t) => DeltaObject::DeletedFinalStateUnknown(t.clone()),
+        }
+    }
+}
+
+impl<K> DeltaObject<K> {
+    /// The object, or the tombstone's last known state.
+    pub fn object(&self) -> &Arc<K> {
+        match self {
+            DeltaObject::Object(o) => o,
+            DeltaObject::DeletedFinalStateUnknown(t) => &t.obj,
+        }
+    }
+
+    /// Whether this is a tombstone.
+    pub fn is_tombstone(&self) -> bool {
+        matches!(self, DeltaObject::DeletedFinalStateUnknown(_))
+    }
+}
+
+/// One change to one object (client-go `Delta`).
+#[derive(Debug)]
+pub struct Delta<K> {
+    /// What happened.
+    pub kind: DeltaType,
+    /// The object after the change (for `Deleted`, its last state).
+    pub object: DeltaObject<K>,
+}
+
+impl<K> Clone for Delta<K> {
+    fn clone(&self) -> Self {
+        Delta {
+            kind: self.kind,
+            object: self.object.clone(),
+        }
+    }
+}
+
+/// Every queued change to one key, oldest first (client-go `Deltas`). Never empty.
+#[derive(Debug)]
+pub struct Deltas<K> {
+    /// The key the changes belong to.
+    pub key: String,
+    /// The changes, oldest first.
+    pub deltas: Vec<Delta<K>>,
+}
+
+impl<K> Deltas<K> {
+    /// The oldest change.
+    pub fn oldest(&self) -> Option<&Delta<K>> {
+        self.deltas.first()
+    }
+
+    /// The newest change.
+    pub fn newest(&self) -> Option<&Delta<K>> {
+        self.deltas.last()
+    }
+}
+
+/// Options for a [`DeltaFifo`] (client-go `DeltaFIFOOptions`).
+pub struct DeltaFifoOptions<K> {
+    /// The informer's cache, used by `replace` to find deletions and by `resync`.
+    pub known_objects: Option<Arc<dyn KnownObjects<K>>>,
+    /// Queue `Replaced` instead of `Sync` for listed objects (informers turn this on).
+    pub emit_delta_type_replaced: bool,
+}
+
+impl<K> Default for DeltaFifoOptions<K> {
+    fn default() -> Self {
+        DeltaFifoOptions {
+            known_objects: None,
+            emit_delta_type_replaced: false,
+        }
+    }
+}
+
+/// The queue of per-key changes (client-go `DeltaFIFO`).
+pub struct DeltaFifo<K> {
+    inner: Mutex<Inner<K>>,
+    /// Wakes a waiting `pop` when an item is queued or the queue closes.
+    not_empty: Notify,
+    known_objects: Option<Arc<dyn KnownObjects<K>>>,
+    emit_delta_type_replaced: bool,
+}
+
+/// The state under the lock.
+///
+/// Invariants: every key in `items` is in `queue` exactly once and vice versa; every entry
+/// of `items` holds at least one delta; `initial_population_count` only decreases once
+/// `populated` is set.
+struct Inner<K> {
+    items: HashMap<String, Vec<Delta<K>>>,
+    queue: VecDeque<String>,
+    /// Set by the first `replace`, or by any add/update/delete before it.
+    populated: bool,
+    /// Items queued by the first `replace` not yet popped.
+    initial_population_count: usize,
+    closed: bool,
+}
+
+impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
+    /// An empty queue.
+    pub fn new(options: DeltaFifoOptions<K>) -> Self {
+        DeltaFifo {
+            inner: Mutex::new(Inner {
+                items: HashMap::new(),
+                queue: VecDeque::new(),
+                populated: false,
+                initial_population_count: 0,
+                closed: false,
+            }),
+            not_empty: Notify::new(),
+            known_objects: options.known_objects,
+            emit_delta_type_replaced: options.emit_delta_type_replaced,
+        }
+    }
+
+    // Every method restores the invariants before it can panic (key computation happens before
+    // any mutation), so a poisoned lock is taken over rather than propagated.
+    fn lock(&self) -> MutexGuard<'_, Inner<K>> {
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The number of keys queued.
+    pub fn len(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The queued keys, in pop order.
+    pub fn list_keys(&self) -> Vec<String> {
+        self.lock().queue.iter().cloned().collect()
+    }
+
+    /// A copy of the deltas queued for `key`.
+    pub fn get_by_key(&self, key: &str) -> Option<Deltas<K>> {
+        let inner = self.lock();
+        inner.items.get(key).map(|d| Deltas {
+            key: key.to_string(),
+            deltas: d.clone(),
+        })
+    }
+
+    /// Checks the invariants documented on the queue's state; for tests.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let inner = self.lock();
+        let queued: HashSet<&String> = inner.queue.iter().collect();
+        if queued.len() != inner.queue.len() {
+            return Err("a key is queued twice".into());
+        }
+        if queued.len() != inner.items.len() || inner.items.keys().any(|k| !queued.contains(k)) {
+            return Err("queue and items disagree".into());
+        }
+        if inner.items.values().any(Vec::is_empty) {
+            return Err("an item has no deltas".into());
+        }
+        Ok(())
+    }
+
+    fn ensure_open(inner: &Inner<K>) -> Result<(), StoreError> {
+        if inner.closed { Err(StoreError::Closed) } else { Ok(()) }
+    }
+}
+
+impl<K> Inner<K> {
+    /// Appends a delta to `key`, collapsing a repeated delete, and queues the key if new.
+    fn queue_action(&mut self, key: String, kind: DeltaType, object: DeltaObject<K>) {
+        match self.items.get_mut(&key) {
+            Some(deltas) => {
+                deltas.push(Delta { kind, object });
+                dedup_deltas(deltas);
+            }
+            None => {
+                self.items.insert(key.clone(), vec![Delta { kind, object }]);
+                self.queue.push_back(key);
+            }
+        }
+    }
+
+    fn has_synced(&self) -> bool {
+        self.populated && self.initial_population_count == 0
+    }
+}
+
+/// Collapses the two newest deltas when both are deletes (client-go `dedupDeltas`): the
+/// older one is kept unless it is a tombstone, since a real final state carries more
+/// information than a tombstone's last known state.
+fn dedup_deltas<K>(deltas: &mut Vec<Delta<K>>) {
+    let n = deltas.len();
+    if n < 2 {
+        return;
+    }
+    if deltas[n - 1].kind == DeltaType::Deleted && deltas[n - 2].kind == DeltaType::Deleted {
+        let newest = deltas.pop();
+        if let Some(newest) = newest
+            && deltas[n - 2].object.is_tombstone()
+        {
+            deltas[n - 2] = newest;
+        }
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
+    fn add(&self, obj: Arc<K>) -> Result<(), StoreError> {
+        let key = meta_namespace_key(obj.as_ref())?;
+        let mut inner = self.lock();
+        Self::ensure_open(&inner)?;
+        inner.populated = true;
+        inner.queue_action(key, DeltaType::Added, DeltaObject::Object(obj));
+        drop(inner);
+        self.not_empty.notify_waiters();
+        Ok(())
+    }
+
+    fn update(&self, obj: Arc<K>) -> Result<(), StoreError> {
+        let key = meta_namespace_key(obj.as_ref())?;
+        let mut inner = self.lock();
+        Self::ensure_open(&inner)?;
+        inner.populated = true;
+        inner.queue_action(key, DeltaType::Updated, DeltaObject::Object(obj));
+        drop(inner);
+        self.not_empty.notify_waiters();
+        Ok(())
+    }
+
+    /// Queues a delete. A delete of a key neither cached nor queued is dropped: there is
+    /// nothing downstream that could still hold it.
+    fn delete(&self, obj: Arc<K>) -> Result<(), StoreError> {
+        let key = meta_namespace_key(obj.as_ref())?;
+        let mut inner = self.lock();
+        Self::ensure_open(&inner)?;
+        inner.populated = true;
+        let queued = inner.items.contains_key(&key);
+        let known = match &self.known_objects {
+            Some(known) => known.get_by_key(&key).is_some(),
+            None => false,
+        };
+        if !queued && !known {
+            return Ok(());
+        }
+        inner.queue_action(key, DeltaType::Deleted, DeltaObject::Object(obj));
+        drop(inner);
+        self.not_empty.notify_waiters();
+        Ok(())
+    }
+
+    fn replace(&self, list: Vec<Arc<K>>, _resource_version: &str) -> Result<(), StoreError> {
+        // Keys first, so an object without a name fails the call before anything changes.
+        let mut keyed = Vec::with_capacity(list.len());
+        for obj in list {
+            keyed.push((meta_namespace_key(obj.as_ref())?, obj));
+        }
+        let kind = if self.emit_delta_type_replaced {
+            DeltaType::Replaced
+        } else {
+            DeltaType::Sync
+        };
+        let mut inner = self.lock();
+        Self::ensure_open(&inner)?;
+        let mut listed: HashSet<String> = HashSet::with_capacity(keyed.len());
+        for (key, obj) in keyed {
+            listed.insert(key.clone());
+            inner.queue_action(key, kind, DeltaObject::Object(obj));
+        }
+
+        // Deletions the watch missed: first keys still queued (their newest delta is the last
+        // state we saw), then keys only the cache holds.
+        let mut queued_deletions = 0;
+        let queued_missing: Vec<(String, Arc<K>)> = inner
+            .items
+            .iter()
+            .filter(|(key, _)| !listed.contains(*key))
+            .filter_map(|(key, deltas)| {
+                let newest = deltas.last()?;
+                if newest.kind == DeltaType::Deleted {
+                    return None; // already queued as deleted
+                }
+                Some((key.clone(), newest.object.object().clone()))
+            })
+            .collect();
+        for (key, obj) in queued_missing {
+            queued_deletions += 1;
+            let tombstone = DeletedFinalStateUnknown { key: key.clone(), obj };
+            inner.queue_action(
+                key,
+                DeltaType::Deleted,
+                DeltaObject::DeletedFinalStateUnknown(tombstone),
+            );
+        }
+        if let Some(known) = &self.known_objects {
+            for key in known.list_keys() {
+                if listed.contains(&key) || inner.items.contains_key(&key) {
+                    continue;
+                }
+                let Some(obj) = known.get_by_key(&key) else { continue };
+                queued_deletions += 1;
+                let tombstone = DeletedFinalStateUnknown { key: key.clone(), obj };
+                inner.queue_action(
+                    key,
+                    DeltaType::Deleted,
+                    DeltaObject::DeletedFinalStateUnknown(tombstone),
+                );
+            }
+        }
+
+        if !inner.populated {
+            inner.populated = true;
+            inner.initial_population_count = listed.len() + queued_deletions;
+        }
+        drop(inner);
+        self.not_empty.notify_waiters();
+        Ok(())
+    }
+
+    fn resync(&self) -> Result<(), StoreError> {
+        let Some(known) = &self.known_objects else {
+            return Ok(());
+        };
+        let mut inner = self.lock();
+        Self::ensure_open(&inner)?;
+        let mut queued_any = false;
+        for key in known.list_keys() {
+            // A key with queued deltas will be delivered anyway; a Sync carrying the cache's
+            // older copy behind them would deliver stale state last.
+            if inner.items.contains_key(&key) {
+                continue;
+            }
+            let Some(obj) = known.get_by_key(&key) else { continue };
+            inner.queue_action(key, DeltaType::Sync, DeltaObject::Object(obj));
+            queued_any = true;
+        }
+        drop(inner);
+        if queued_any {
+            self.not_empty.notify_waiters();
+        }
+        Ok(())
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> Queue<K> for DeltaFifo<K> {
+    fn pop<'a>(
+        &'a self,
+        process: &'a mut ProcessFn<'_, K>,
+    ) -> BoxFuture<'a, Result<Result<(), ProcessError>, PopError>> {
+        Box::pin(async move {
+            loop {
+                let notified = self.not_empty.notified();
+                tokio::pin!(notified);
+                // Register for wake-ups before looking, so an add between the look and the
+                // wait is not missed.
+                notified.as_mut().enable();
+                {
+                    let mut inner = self.lock();
+                    if let Some(key) = inner.queue.pop_front() {
+                        let is_in_initial_list = !inner.has_synced();
+                        let deltas = inner.items.remove(&key).unwrap_or_default();
+                        if inner.initial_population_count > 0 {
+                            inner.initial_population_count -= 1;
+                        }
+                        if deltas.is_empty() {
+                            continue; // unreachable by the invariants; skip rather than panic
+                        }
+                        // `process` runs under the lock, as in client-go: `has_synced` must not
+                        // report the initial list done while its last item is mid-processing.
+                        let deltas = Deltas { key, deltas };
+                        let result = process(&deltas, is_in_initial_list);
+                        if let Err(ProcessError::Requeue(_)) = &result
+                            && !inner.items.contains_key(&deltas.key)
+                        {
+                            inner.queue.push_back(deltas.key.clone());
+                            inner.items.insert(deltas.key, deltas.deltas);
+                        }
+                        return Ok(result);
+                    }
+                    if inner.closed {
+                        return Err(PopError::Closed);
+                    }
+                }
+                notified.await;
+            }
+        })
+    }
+
+    fn has_synced(&self) -> bool {
+        self.lock().has_synced()
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.not_empty.notify_waiters();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+}

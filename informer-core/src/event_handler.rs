@@ -1,0 +1,160 @@
+//! What informers notify: the [`ResourceEventHandler`] trait (client-go `controller.go`'s
+//! `ResourceEventHandler`, `ResourceEventHandlerFuncs`, `FilteringResourceEventHandler`).
+//!
+//! Handlers are called from their own listener thread, one notification at a time, in the
+//! order the informer saw the changes. They should be quick (enqueue a key into a work
+//! queue); a slow handler delays only itself.
+
+use std::sync::Arc;
+
+use crate::delta_fifo::DeletedObject;
+
+/// Receives notifications about changes to objects of type `K`.
+///
+/// Objects are shared `Arc<K>`s straight from the cache: handlers must not expect to own them.
+pub trait ResourceEventHandler<K>: Send + Sync + 'static {
+    /// An object appeared. `is_in_initial_list` is true for objects from the informer's first
+    /// list (and for the cache replayed to a handler added after start).
+    fn on_add(&self, obj: &Arc<K>, is_in_initial_list: bool) {
+        let _ = (obj, is_in_initial_list);
+    }
+
+    /// An object changed, or a periodic resync re-delivered it (then `old` and `new` have the
+    /// same resourceVersion).
+    fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
+        let _ = (old, new);
+    }
+
+    /// An object was deleted. If the watch missed the delete and a relist found the object
+    /// gone, `obj` is a [`DeletedFinalStateUnknown`](crate::DeletedFinalStateUnknown)
+    /// tombstone holding the last state the cache had.
+    fn on_delete(&self, obj: DeletedObject<K>) {
+        let _ = obj;
+    }
+}
+
+type AddFunc<K> = Box<dyn Fn(&Arc<K>, bool) + Send + Sync>;
+type UpdateFunc<K> = Box<dyn Fn(&Arc<K>, &Arc<K>) + Send + Sync>;
+type DeleteFunc<K> = Box<dyn Fn(DeletedObject<K>) + Send + Sync>;
+
+/// A handler made of closures; missing ones ignore their notification
+/// (client-go `ResourceEventHandlerFuncs`).
+///
+/// ```
+/// # use informer_core::ResourceEventHandlerFuncs;
+/// # use k8s_openapi::api::core::v1::ConfigMap;
+/// let handler = ResourceEventHandlerFuncs::<ConfigMap>::new()
+///     .on_add(|cm, _initial| println!("added {:?}", cm.metadata.name))
+///     .on_delete(|gone| println!("deleted {:?}", gone.object().metadata.name));
+/// ```
+pub struct ResourceEventHandlerFuncs<K> {
+    add: Option<AddFunc<K>>,
+    update: Option<UpdateFunc<K>>,
+    delete: Option<DeleteFunc<K>>,
+}
+
+impl<K> Default for ResourceEventHandlerFuncs<K> {
+    fn default() -> Self {
+        ResourceEventHandlerFuncs {
+            add: None,
+            update: None,
+            delete: None,
+        }
+    }
+}
+
+impl<K> ResourceEventHandlerFuncs<K> {
+    /// A handler that ignores everything until closures are set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the add closure.
+    #[must_use]
+    pub fn on_add(mut self, f: impl Fn(&Arc<K>, bool) + Send + Sync + 'static) -> Self {
+        self.add = Some(Box::new(f));
+        self
+    }
+
+    /// Sets the update closure.
+    #[must_use]
+    pub fn on_update(mut self, f: impl Fn(&Arc<K>, &Arc<K>) + Send + Sync + 'static) -> Self {
+        self.update = Some(Box::new(f));
+        self
+    }
+
+    /// Sets the delete closure.
+    #[must_use]
+    pub fn on_delete(mut self, f: impl Fn(DeletedObject<K>) + Send + Sync + 'static) -> Self {
+        self.delete = Some(Box::new(f));
+        self
+    }
+}
+
+impl<K: Send + Sync + 'static> ResourceEventHandler<K> for ResourceEventHandlerFuncs<K> {
+    fn on_add(&self, obj: &Arc<K>, is_in_initial_list: bool) {
+        if let Some(f) = &self.add {
+            f(obj, is_in_initial_list);
+        }
+    }
+
+    fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
+        if let Some(f) = &self.update {
+            f(old, new);
+        }
+    }
+
+    fn on_delete(&self, obj: DeletedObject<K>) {
+        if let Some(f) = &self.delete {
+            f(obj);
+        }
+    }
+}
+
+/// Passes on only notifications about objects that match a filter
+/// (client-go `FilteringResourceEventHandler`).
+///
+/// An update that moves an object out of the filter becomes a delete (of the old object);
+/// one that moves it in becomes an add (not in the initial list). A delete is passed on if
+/// the last known state matched.
+pub struct FilteringResourceEventHandler<K, H> {
+    filter: Box<dyn Fn(&K) -> bool + Send + Sync>,
+    handler: H,
+}
+
+impl<K, H> FilteringResourceEventHandler<K, H> {
+    /// Wraps `handler` so it sees only objects for which `filter` is true.
+    pub fn new(filter: impl Fn(&K) -> bool + Send + Sync + 'static, handler: H) -> Self {
+        FilteringResourceEventHandler {
+            filter: Box::new(filter),
+            handler,
+        }
+    }
+}
+
+impl<K, H> ResourceEventHandler<K> for FilteringResourceEventHandler<K, H>
+where
+    K: Send + Sync + 'static,
+    H: ResourceEventHandler<K>,
+{
+    fn on_add(&self, obj: &Arc<K>, is_in_initial_list: bool) {
+        if (self.filter)(obj) {
+            self.handler.on_add(obj, is_in_initial_list);
+        }
+    }
+
+    fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
+        match ((self.filter)(old), (self.filter)(new)) {
+            (true, true) => self.handler.on_update(old, new),
+            (true, false) => self.handler.on_delete(DeletedObject::Object(old.clone())),
+            (false, true) => self.handler.on_add(new, false),
+            (false, false) => {}
+        }
+    }
+
+    fn on_delete(&self, obj: DeletedObject<K>) {
+        if (self.filter)(obj.object()) {
+            self.handler.on_delete(obj);
+        }
+    }
+}

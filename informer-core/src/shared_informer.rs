@@ -1,0 +1,491 @@
+//! The shared informer: one list/watch, one cache, many handlers (client-go
+//! `shared_informer.go`).
+//!
+//! `run` wires the data path: [`Reflector`] → [`DeltaFifo`] → `handle_deltas` → the
+//! [`Indexer`] and the shared processor → one listener per handler. Handlers may be added
+//! before or after `run`; one added after start is first replayed the whole cache as adds
+//! (with `is_in_initial_list`), and its registration reports synced once those were handled.
+//!
+//! Resync periods follow client-go: each handler asks for a period (at least 1 s); the
+//! informer checks for due resyncs every *resync check period*. A handler added before start
+//! with a shorter period lowers the check period; one added after start gets at least the
+//! check period. A check period of zero means no resync at all.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use kube::Resource;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::delta_fifo::{DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas};
+use crate::event_handler::ResourceEventHandler;
+use crate::fifo::{PopError, ProcessError, Queue};
+use crate::index::Indexers;
+use crate::indexer::Indexer;
+use crate::listener::{Notification, ProcessorListener};
+use crate::listwatch::ListerWatcher;
+use crate::processor::{SharedProcessor, determine_resync_period};
+use crate::reflector::{
+    LastSyncResourceVersion, Reflector, ReflectorConfig, ReflectorMetrics, TransformFunc, WatchErrorHandler,
+};
+use crate::store::Store;
+use crate::thread_safe_store::IndexError;
+
+/// The shortest resync period a handler can ask for (client-go `minimumResyncPeriod`).
+pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
+
+/// Errors from configuring an informer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InformerError {
+    /// The informer has stopped; it takes no more handlers.
+    #[error("the informer has stopped")]
+    Stopped,
+    /// This can only be changed before the informer starts.
+    #[error("the informer has already started")]
+    AlreadyStarted,
+    /// The registration does not belong to this informer, or was removed already.
+    #[error("no such event handler registration")]
+    UnknownRegistration,
+    /// An index could not be added.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// How an informer is set up.
+#[derive(Clone)]
+pub struct InformerConfig<K> {
+    /// The default handler resync period, and the initial resync check period (zero: none).
+    pub resync_period: Duration,
+    /// Index functions besides the built-in namespace index.
+    pub indexers: Indexers<K>,
+    /// How the reflector lists and watches (its `resync_period` is set by the informer).
+    pub reflector: ReflectorConfig,
+}
+
+impl<K> Default for InformerConfig<K> {
+    fn default() -> Self {
+        InformerConfig {
+            resync_period: Duration::ZERO,
+            indexers: Indexers::new(),
+            reflector: ReflectorConfig::default(),
+        }
+    }
+}
+
+impl<K> InformerConfig<K> {
+    /// Sets the default resync period.
+    #[must_use]
+    pub fn resync_period(mut self, period: Duration) -> Self {
+        self.resync_period = period;
+        self
+    }
+
+    /// Adds an index function.
+    #[must_use]
+    pub fn indexer(mut self, name: impl Into<String>, f: impl Fn(&K) -> Vec<String> + Send + Sync + 'static) -> Self {
+        self.indexers.insert(name.into(), Arc::new(f));
+        self
+    }
+
+    /// Sets the reflector's configuration.
+    #[must_use]
+    pub fn reflector(mut self, reflector: ReflectorConfig) -> Self {
+        self.reflector = reflector;
+        self
+    }
+}
+
+struct Settings<K> {
+    started: bool,
+    stopped: bool,
+    resync_check_period: Duration,
+    default_handler_resync_period: Duration,
+    transform: Option<TransformFunc<K>>,
+    watch_error_handler: Option<WatchErrorHandler>,
+}
+
+struct Inner<K> {
+    lister_watcher: Arc<dyn ListerWatcher<K>>,
+    reflector_config: ReflectorConfig,
+    indexer: Indexer<K>,
+    processor: SharedProcessor<K>,
+    settings: Mutex<Settings<K>>,
+    /// Serializes `handle_deltas` with late handler registration, so a late handler's cache
+    /// replay and the live notifications after it neither overlap nor leave a gap.
+    block_deltas: Mutex<()>,
+    fifo: OnceLock<Arc<DeltaFifo<K>>>,
+    last_sync_resource_version: LastSyncResourceVersion,
+    reflector_metrics: Arc<ReflectorMetrics>,
+    next_listener_id: AtomicU64,
+}
+
+/// A shared informer with an indexed cache (client-go `SharedIndexInformer`).
+///
+/// Cloning is cheap and yields a handle to the same informer.
+pub struct SharedIndexInformer<K> {
+    inner: Arc<Inner<K>>,
+}
+
+impl<K> Clone for SharedIndexInformer<K> {
+    fn clone(&self) -> Self {
+        SharedIndexInformer {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// The handle of an added handler (client-go `ResourceEventHandlerRegistration`).
+pub struct ResourceEventHandlerRegistration<K> {
+    listener: Arc<ProcessorListener<K>>,
+    informer: SharedIndexInformer<K>,
+}
+
+impl<K: Resource + Send + Sync + 'static> ResourceEventHandlerRegistration<K> {
+    /// True once the informer has synced and this handler has been handed every object of the
+    /// initial list (or, for a handler added after start, of the cache replay).
+    pub fn has_synced(&self) -> bool {
+        self.informer.has_synced() && self.listener.initial_delivered()
+    }
+
+    /// Notifications queued for this handler and not yet delivered.
+    pub fn pending(&self) -> usize {
+        self.listener.pending()
+    }
+
+    /// Notifications delivered so far.
+    pub fn delivered(&self) -> u64 {
+        self.listener.metrics.delivered.load(Ordering::Relaxed)
+    }
+
+    /// Notifications lost because the handler panicked.
+    pub fn handler_panics(&self) -> u64 {
+        self.listener.metrics.handler_panics.load(Ordering::Relaxed)
+    }
+
+    /// The resync period in effect for this handler (zero: none).
+    pub fn resync_period(&self) -> Duration {
+        self.listener.resync_period()
+    }
+}
+
+impl<K> SharedIndexInformer<K>
+where
+    K: Resource + Send + Sync + 'static,
+{
+    /// An informer over `lister_watcher`.
+    pub fn new(lister_watcher: impl ListerWatcher<K>, config: InformerConfig<K>) -> Self {
+        Self::from_arc(Arc::new(lister_watcher), config)
+    }
+
+    /// An informer over a shared `lister_watcher`.
+    pub fn from_arc(lister_watcher: Arc<dyn ListerWatcher<K>>, config: InformerConfig<K>) -> Self {
+        SharedIndexInformer {
+            inner: Arc::new(Inner {
+                lister_watcher,
+                reflector_config: config.reflector,
+                indexer: Indexer::new(config.indexers),
+                processor: SharedProcessor::new(),
+                settings: Mutex::new(Settings {
+                    started: false,
+                    stopped: false,
+                    resync_check_period: config.resync_period,
+                    default_handler_resync_period: config.resync_period,
+                    transform: None,
+                    watch_error_handler: None,
+                }),
+                block_deltas: Mutex::new(()),
+                fifo: OnceLock::new(),
+                last_sync_resource_version: LastSyncResourceVersion::default(),
+                reflector_metrics: Arc::new(ReflectorMetrics::default()),
+                next_listener_id: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    // No code panics while holding these locks; take over a poisoned one.
+    fn settings(&self) -> MutexGuard<'_, Settings<K>> {
+        self.inner.settings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn block_deltas(&self) -> MutexGuard<'_, ()> {
+        self.inner.block_deltas.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a handler with the informer's default resync period.
+    pub fn add_event_handler(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+    ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
+        let period = self.settings().default_handler_resync_period;
+        self.add_event_handler_with_resync_period(handler, period)
+    }
+
+    /// Adds a handler that also wants every object re-delivered every `resync_period`
+    /// (zero: never), under client-go's rules (see the module docs).
+    pub fn add_event_handler_with_resync_period(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+        resync_period: Duration,
+    ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
+        let mut settings = self.settings();
+        if settings.stopped {
+            return Err(InformerError::Stopped);
+        }
+        let mut resync_period = resync_period;
+        if !resync_period.is_zero() {
+            if resync_period < MINIMUM_RESYNC_PERIOD {
+                warn!(requested = ?resync_period, "resync period too small, using the minimum of 1s");
+                resync_period = MINIMUM_RESYNC_PERIOD;
+            }
+            if resync_period < settings.resync_check_period {
+                if settings.started {
+                    warn!(requested = ?resync_period, check = ?settings.resync_check_period,
+                        "informer already started: resync period raised to the resync check period");
+                    resync_period = settings.resync_check_period;
+                } else {
+                    // Before start the check period can still come down to this handler's.
+                    settings.resync_check_period = resync_period;
+                    self.inner.processor.resync_check_period_changed(resync_period);
+                }
+            }
+        }
+        let id = self.inner.next_listener_id.fetch_add(1, Ordering::Relaxed);
+        let effective = determine_resync_period(resync_period, settings.resync_check_period);
+        let listener = ProcessorListener::new(
+            format!("{}-{id}", self.inner.reflector_config.name),
+            Arc::new(handler),
+            resync_period,
+            effective,
+        );
+        let registration = ResourceEventHandlerRegistration {
+            listener: listener.clone(),
+            informer: self.clone(),
+        };
+        if !settings.started {
+            self.inner.processor.add_listener(listener);
+            return Ok(registration);
+        }
+        // Started: replay the cache to the new handler with no delta processed in between.
+        drop(settings);
+        let _block = self.block_deltas();
+        self.inner.processor.add_listener(listener.clone());
+        for obj in self.inner.indexer.list() {
+            listener.add(Notification::Add {
+                obj,
+                is_in_initial_list: true,
+            });
+        }
+        Ok(registration)
+    }
+
+    /// Removes a handler; it gets no further notifications.
+    pub fn remove_event_handler(
+        &self,
+        registration: &ResourceEventHandlerRegistration<K>,
+    ) -> Result<(), InformerError> {
+        if !Arc::ptr_eq(&registration.informer.inner, &self.inner) {
+            return Err(InformerError::UnknownRegistration);
+        }
+        if self.inner.processor.remove_listener(&registration.listener) {
+            Ok(())
+        } else {
+            Err(InformerError::UnknownRegistration)
+        }
+    }
+
+    /// Sets a transform applied to every object before it enters the queue. Before start only.
+    pub fn set_transform(&self, transform: impl Fn(K) -> K + Send + Sync + 'static) -> Result<(), InformerError> {
+        let mut settings = self.settings();
+        if settings.started {
+            return Err(InformerError::AlreadyStarted);
+        }
+        settings.transform = Some(Arc::new(transform));
+        Ok(())
+    }
+
+    /// Sets a handler called with every list/watch error. Before start only.
+    pub fn set_watch_error_handler(
+        &self,
+        handler: impl Fn(&crate::ListWatchError) + Send + Sync + 'static,
+    ) -> Result<(), InformerError> {
+        let mut settings = self.settings();
+        if settings.started {
+            return Err(InformerError::AlreadyStarted);
+        }
+        settings.watch_error_handler = Some(Arc::new(handler));
+        Ok(())
+    }
+
+    /// Adds index functions; objects already cached are indexed at once.
+    pub fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), InformerError> {
+        Ok(self.inner.indexer.add_indexers(indexers)?)
+    }
+
+    /// The informer's cache.
+    pub fn indexer(&self) -> &Indexer<K> {
+        &self.inner.indexer
+    }
+
+    /// The informer's cache (client-go `GetStore`; the same object as [`indexer`](Self::indexer)).
+    pub fn store(&self) -> &Indexer<K> {
+        &self.inner.indexer
+    }
+
+    /// True once the initial list has been fully processed into the cache.
+    pub fn has_synced(&self) -> bool {
+        self.inner.fifo.get().is_some_and(|fifo| fifo.has_synced())
+    }
+
+    /// Waits until [`has_synced`](Self::has_synced), or returns false if `shutdown` fires first
+    /// (client-go `WaitForCacheSync`, polling every 10 ms).
+    pub async fn wait_for_cache_sync(&self, shutdown: &CancellationToken) -> bool {
+        loop {
+            if self.has_synced() {
+                return true;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return false,
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+    }
+
+    /// The resourceVersion the cache last synced to.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.inner.last_sync_resource_version.get()
+    }
+
+    /// Whether `run` has been called.
+    pub fn has_started(&self) -> bool {
+        self.settings().started
+    }
+
+    /// Whether `run` has returned.
+    pub fn is_stopped(&self) -> bool {
+        self.settings().stopped
+    }
+
+    /// The reflector's counters (lists, watches, errors, malformed objects, ...).
+    pub fn reflector_metrics(&self) -> &Arc<ReflectorMetrics> {
+        &self.inner.reflector_metrics
+    }
+
+    /// The resync check period in effect.
+    pub fn resync_check_period(&self) -> Duration {
+        self.settings().resync_check_period
+    }
+
+    /// Runs the informer until `shutdown` is cancelled. Returns after the reflector stopped
+    /// and every handler's listener finished its notification in progress. A second call
+    /// returns at once.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let (reflector, fifo) = {
+            let mut settings = self.settings();
+            if settings.started {
+                warn!(informer = %self.inner.reflector_config.name, "informer already started; run ignored");
+                return;
+            }
+            settings.started = true;
+            let fifo = Arc::new(DeltaFifo::new(DeltaFifoOptions {
+                known_objects: Some(Arc::new(self.inner.indexer.clone())),
+                emit_delta_type_replaced: true,
+            }));
+            let _ = self.inner.fifo.set(fifo.clone());
+            let processor = self.clone();
+            let mut reflector = Reflector::new(
+                self.inner.lister_watcher.clone(),
+                fifo.clone(),
+                self.inner
+                    .reflector_config
+                    .clone()
+                    .resync_period(settings.resync_check_period),
+            )
+            .with_should_resync(Arc::new(move || processor.inner.processor.should_resync()))
+            .with_last_sync_resource_version(self.inner.last_sync_resource_version.clone())
+            .with_metrics(self.inner.reflector_metrics.clone());
+            if let Some(transform) = settings.transform.clone() {
+                reflector = reflector.with_transform(transform);
+            }
+            if let Some(handler) = settings.watch_error_handler.clone() {
+                reflector = reflector.with_watch_error_handler(handler);
+            }
+            (reflector, fifo)
+        };
+        info!(informer = %self.inner.reflector_config.name, "starting informer");
+        self.inner.processor.run();
+
+        let reflector_run = async {
+            reflector.run(shutdown.clone()).await;
+            fifo.close();
+        };
+        let process_loop = async {
+            let mut process = |deltas: &Deltas<K>, is_in_initial_list: bool| {
+                self.handle_deltas(deltas, is_in_initial_list);
+                Ok::<(), ProcessError>(())
+            };
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    popped = fifo.pop(&mut process) => match popped {
+                        Ok(_) => {}
+                        Err(PopError::Closed) => return,
+                    },
+                }
+            }
+        };
+        tokio::join!(reflector_run, process_loop);
+
+        self.settings().stopped = true;
+        self.inner.processor.stop().await;
+        debug!(informer = %self.inner.reflector_config.name, "informer stopped");
+    }
+
+    /// Applies one key's deltas to the cache and notifies handlers (client-go `processDeltas`).
+    fn handle_deltas(&self, deltas: &Deltas<K>, is_in_initial_list: bool) {
+        let _block = self.block_deltas();
+        let indexer = &self.inner.indexer;
+        let processor = &self.inner.processor;
+        for delta in &deltas.deltas {
+            match (delta.kind, &delta.object) {
+                (DeltaType::Deleted, object) => {
+                    indexer.delete_key(&deltas.key);
+                    processor.distribute(Notification::Delete(object.clone()), false);
+                }
+                (_, DeltaObject::Object(obj)) => match indexer.get_by_key(&deltas.key) {
+                    Some(old) => {
+                        indexer.insert_key(deltas.key.clone(), obj.clone());
+                        // An update that did not change the resourceVersion is a resync (a
+                        // Sync delta, or a Replaced one for an unchanged object): only
+                        // handlers due a resync get it.
+                        let is_sync = old.meta().resource_version == obj.meta().resource_version;
+                        processor.distribute(Notification::Update { old, new: obj.clone() }, is_sync);
+                    }
+                    None => {
+                        indexer.insert_key(deltas.key.clone(), obj.clone());
+                        processor.distribute(
+                            Notification::Add {
+                                obj: obj.clone(),
+                                is_in_initial_list,
+                            },
+                            false,
+                        );
+                    }
+                },
+                (kind, DeltaObject::DeletedFinalStateUnknown(t)) => {
+                    // Only Deleted deltas carry tombstones; anything else is a bug upstream.
+                    warn!(key = %t.key, ?kind, "tombstone on a non-delete delta ignored");
+                }
+            }
+        }
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> SharedIndexInformer<K> {
+    /// The store interface the reflector would write to (for tests that feed it directly).
+    #[doc(hidden)]
+    pub fn fifo(&self) -> Option<Arc<dyn Store<K>>> {
+        self.inner.fifo.get().map(|f| f.clone() as Arc<dyn Store<K>>)
+    }
+}

@@ -1,0 +1,73 @@
+//! The store interface and object keys (client-go `store.go`).
+//!
+//! [`Store`] is the write side shared by everything the reflector can feed: the
+//! [`DeltaFifo`](crate::DeltaFifo) inside an informer, or an [`Indexer`](crate::Indexer)
+//! directly. Objects are keyed by [`meta_namespace_key`]: `namespace/name`, or `name` for
+//! cluster-scoped objects.
+
+use std::sync::Arc;
+
+use kube::Resource;
+
+/// Why an object has no key: the server sent an object without `metadata.name`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("object has no metadata.name, so it has no key")]
+pub struct KeyError;
+
+/// Errors from writing to a [`Store`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The object has no key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// The store is a closed queue and takes no more objects.
+    #[error("the queue is closed")]
+    Closed,
+}
+
+/// The key of an object: `namespace/name`, or `name` when it has no namespace
+/// (client-go `MetaNamespaceKeyFunc`).
+pub fn meta_namespace_key<K: Resource>(obj: &K) -> Result<String, KeyError> {
+    let meta = obj.meta();
+    let name = meta.name.as_deref().filter(|n| !n.is_empty()).ok_or(KeyError)?;
+    Ok(match meta.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_string(),
+    })
+}
+
+/// Splits a key made by [`meta_namespace_key`] into `(namespace, name)`
+/// (client-go `SplitMetaNamespaceKey`). Returns `None` for a key with more than one `/`.
+pub fn split_meta_namespace_key(key: &str) -> Option<(Option<&str>, &str)> {
+    let mut parts = key.split('/');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(name), None, None) => Some((None, name)),
+        (Some(ns), Some(name), None) => Some((Some(ns), name)),
+        _ => None,
+    }
+}
+
+/// What a reflector writes into: a cache or a queue of changes (client-go `Store`, write side).
+///
+/// Objects arrive as `Arc<K>` so a store never clones an object.
+pub trait Store<K>: Send + Sync {
+    /// An object was created.
+    fn add(&self, obj: Arc<K>) -> Result<(), StoreError>;
+    /// An object was modified.
+    fn update(&self, obj: Arc<K>) -> Result<(), StoreError>;
+    /// An object was deleted; `obj` is its last state.
+    fn delete(&self, obj: Arc<K>) -> Result<(), StoreError>;
+    /// The whole content is `list`, as of `resource_version` (after a list or relist).
+    fn replace(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError>;
+    /// Periodic resync: a queue re-delivers what it knows; a plain cache does nothing.
+    fn resync(&self) -> Result<(), StoreError>;
+}
+
+/// Read access the [`DeltaFifo`](crate::DeltaFifo) needs to the informer's cache, to compute
+/// deletions on `replace` and what to re-deliver on `resync` (client-go `KeyListerGetter`).
+pub trait KnownObjects<K>: Send + Sync {
+    /// Every key in the cache.
+    fn list_keys(&self) -> Vec<String>;
+    /// The cached object under `key`.
+    fn get_by_key(&self, key: &str) -> Option<Arc<K>>;
+}

@@ -1,0 +1,255 @@
+//! The thread-safe map behind every informer cache (client-go `thread_safe_store.go`).
+//!
+//! One `RwLock` guards the objects and their indexes together, so a reader never sees an
+//! object without its index entries or the other way round. Index maintenance happens only
+//! through [`Inner`]'s methods, which can only be reached through the lock.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::index::{IndexFunc, Indexers};
+
+/// Errors from index queries and index registration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexError {
+    /// No index function is registered under this name.
+    #[error("index {0:?} does not exist")]
+    NoSuchIndex(String),
+    /// `add_indexers` was given a name that is already registered.
+    #[error("indexer conflict: {0:?} is already registered")]
+    Conflict(String),
+}
+
+/// A set of keys of objects that share an index value.
+type KeySet = HashSet<String>;
+/// Index value → keys, for one index.
+type Index = HashMap<String, KeySet>;
+
+/// A thread-safe map from keys to `Arc<K>`, with named indexes kept in step with it.
+pub struct ThreadSafeStore<K> {
+    inner: RwLock<Inner<K>>,
+}
+
+/// The state under the lock.
+///
+/// Invariants: for every index name in `indexers` there is an entry in `indices`; a key is in
+/// `indices[name][value]` exactly when `items[key]` exists and `indexers[name](items[key])`
+/// contains `value`; no value maps to an empty set.
+struct Inner<K> {
+    items: HashMap<String, Arc<K>>,
+    indexers: Indexers<K>,
+    indices: HashMap<String, Index>,
+}
+
+impl<K> ThreadSafeStore<K> {
+    /// An empty store with the given index functions.
+    pub fn new(indexers: Indexers<K>) -> Self {
+        let indices = indexers.keys().map(|name| (name.clone(), Index::new())).collect();
+        ThreadSafeStore {
+            inner: RwLock::new(Inner {
+                items: HashMap::new(),
+                indexers,
+                indices,
+            }),
+        }
+    }
+
+    // A panic while holding the lock cannot leave `Inner` half-updated in a way later readers
+    // could not cope with (every method restores the invariants before returning or panics in
+    // user index code before touching state), so a poisoned lock is taken over, not propagated.
+    fn read(&self) -> RwLockReadGuard<'_, Inner<K>> {
+        self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner<K>> {
+        self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Inserts or replaces the object under `key`, updating every index.
+    pub fn insert(&self, key: String, obj: Arc<K>) {
+        self.write().insert(key, obj);
+    }
+
+    /// Removes the object under `key`, if any, with its index entries.
+    pub fn remove(&self, key: &str) -> Option<Arc<K>> {
+        self.write().remove(key)
+    }
+
+    /// The object under `key`.
+    pub fn get(&self, key: &str) -> Option<Arc<K>> {
+        self.read().items.get(key).cloned()
+    }
+
+    /// Every object, in no particular order.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        self.read().items.values().cloned().collect()
+    }
+
+    /// Every key, in no particular order.
+    pub fn list_keys(&self) -> Vec<String> {
+        self.read().items.keys().cloned().collect()
+    }
+
+    /// The number of objects.
+    pub fn len(&self) -> usize {
+        self.read().items.len()
+    }
+
+    /// Whether the store holds no objects.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Swaps the whole content for `items` atomically and rebuilds every index.
+    pub fn replace(&self, items: HashMap<String, Arc<K>>) {
+        let mut inner = self.write();
+        inner.items = items;
+        inner.rebuild_indices();
+    }
+
+    /// Objects that share an index value with `obj` under index `index_name`
+    /// (client-go `Index`): the union over every value `obj` produces.
+    pub fn index(&self, index_name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
+        let inner = self.read();
+        let func = inner.index_func(index_name)?;
+        let index = inner.index(index_name)?;
+        let mut keys: KeySet = HashSet::new();
+        for value in func(obj) {
+            if let Some(set) = index.get(&value) {
+                keys.extend(set.iter().cloned());
+            }
+        }
+        Ok(keys.iter().filter_map(|k| inner.items.get(k).cloned()).collect())
+    }
+
+    /// Objects whose index function `index_name` produces `value` (client-go `ByIndex`).
+    pub fn by_index(&self, index_name: &str, value: &str) -> Result<Vec<Arc<K>>, IndexError> {
+        let inner = self.read();
+        let index = inner.index(index_name)?;
+        Ok(index
+            .get(value)
+            .map(|set| set.iter().filter_map(|k| inner.items.get(k).cloned()).collect())
+            .unwrap_or_default())
+    }
+
+    /// Keys of objects whose index function `index_name` produces `value` (client-go `IndexKeys`).
+    pub fn index_keys(&self, index_name: &str, value: &str) -> Result<Vec<String>, IndexError> {
+        let inner = self.read();
+        let index = inner.index(index_name)?;
+        Ok(index
+            .get(value)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    /// Every value index `index_name` currently holds (client-go `ListIndexFuncValues`).
+    pub fn list_index_func_values(&self, index_name: &str) -> Vec<String> {
+        self.read()
+            .indices
+            .get(index_name)
+            .map(|index| index.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The names of the registered indexes.
+    pub fn index_names(&self) -> Vec<String> {
+        self.read().indexers.keys().cloned().collect()
+    }
+
+    /// Registers more index functions and indexes the objects already stored under them
+    /// (client-go `AddIndexers`). Fails without changing anything if a name is taken.
+    pub fn add_indexers(&self, new_indexers: Indexers<K>) -> Result<(), IndexError> {
+        let mut inner = self.write();
+        if let Some(name) = new_indexers.keys().find(|n| inner.indexers.contains_key(*n)) {
+            return Err(IndexError::Conflict(name.clone()));
+        }
+        for (name, func) in new_indexers {
+            let index = build_index(&inner.items, &func);
+            inner.indices.insert(name.clone(), index);
+            inner.indexers.insert(name, func);
+        }
+        Ok(())
+    }
+
+    /// Checks the invariants documented on the store's state; for tests.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let inner = self.read();
+        for (name, func) in &inner.indexers {
+            let expected = build_index(&inner.items, func);
+            let actual = inner.indices.get(name).ok_or_else(|| format!("index {name} missing"))?;
+            if &expected != actual {
+                return Err(format!("index {name} is {actual:?}, expected {expected:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn build_index<K>(items: &HashMap<String, Arc<K>>, func: &IndexFunc<K>) -> Index {
+    let mut index = Index::new();
+    for (key, obj) in items {
+        for value in func(obj) {
+            index.entry(value).or_default().insert(key.clone());
+        }
+    }
+    index
+}
+
+impl<K> Inner<K> {
+    fn index_func(&self, name: &str) -> Result<&IndexFunc<K>, IndexError> {
+        self.indexers
+            .get(name)
+            .ok_or_else(|| IndexError::NoSuchIndex(name.to_string()))
+    }
+
+    fn index(&self, name: &str) -> Result<&Index, IndexError> {
+        self.indices
+            .get(name)
+            .ok_or_else(|| IndexError::NoSuchIndex(name.to_string()))
+    }
+
+    fn insert(&mut self, key: String, obj: Arc<K>) {
+        let old = self.items.insert(key.clone(), obj.clone());
+        self.update_indices(old.as_deref(), Some(&obj), &key);
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Arc<K>> {
+        let old = self.items.remove(key)?;
+        self.update_indices(Some(&old), None, key);
+        Some(old)
+    }
+
+    fn rebuild_indices(&mut self) {
+        for (name, func) in &self.indexers {
+            self.indices.insert(name.clone(), build_index(&self.items, func));
+        }
+    }
+
+    /// Moves `key` from the index values of `old` to those of `new`. Values both produce are
+    /// left alone; sets that become empty are removed so no stale value lingers.
+    fn update_indices(&mut self, old: Option<&K>, new: Option<&K>, key: &str) {
+        for (name, func) in &self.indexers {
+            let old_values = old.map(|o| func(o)).unwrap_or_default();
+            let new_values = new.map(|n| func(n)).unwrap_or_default();
+            if old_values == new_values {
+                continue;
+            }
+            let index = self.indices.entry(name.clone()).or_default();
+            for value in &old_values {
+                if new_values.contains(value) {
+                    continue;
+                }
+                if let Some(set) = index.get_mut(value) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        index.remove(value);
+                    }
+                }
+            }
+            for value in new_values {
+                index.entry(value).or_default().insert(key.to_string());
+            }
+        }
+    }
+}

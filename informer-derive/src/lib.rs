@@ -1,0 +1,1 @@
+//! `#[derive(Informer)]`: a thin proc-macro shell over `informer-codegen`. Not built yet (issue 6).

@@ -28,8 +28,17 @@
 //! # }
 //! ```
 
+pub mod default_rate_limiters;
+pub mod delaying_queue;
 pub mod metrics;
-mod queue;
+pub mod queue;
+pub mod rate_limiting_queue;
 
+pub use default_rate_limiters::{
+    BucketRateLimiter, ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter, MaxOfRateLimiter, RateLimiter,
+    WithMaxWaitRateLimiter, default_controller_rate_limiter, with_max_wait,
+};
+pub use delaying_queue::DelayingQueue;
 pub use metrics::{MetricsProvider, PrometheusMetricsProvider};
 pub use queue::{Queue, QueueConfig};
+pub use rate_limiting_queue::RateLimitingQueue;

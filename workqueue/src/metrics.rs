@@ -43,8 +43,8 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use prometheus::{
-    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry,
+    Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 use tokio::time::Instant;
 
@@ -93,10 +93,7 @@ pub trait MetricsProvider: Send + Sync {
     /// Sum of the ages of all items being processed (`workqueue_unfinished_work_seconds`).
     fn new_unfinished_work_seconds_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric>;
     /// Age of the oldest item being processed (`workqueue_longest_running_processor_seconds`).
-    fn new_longest_running_processor_seconds_metric(
-        &self,
-        name: &str,
-    ) -> Box<dyn SettableGaugeMetric>;
+    fn new_longest_running_processor_seconds_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric>;
     /// Number of delayed or rate-limited adds (`workqueue_retries_total`).
     fn new_retries_metric(&self, name: &str) -> Box<dyn CounterMetric>;
 }
@@ -162,15 +159,11 @@ impl PrometheusMetricsProvider {
         let opts = |name: &str, help: &str| Opts::new(name, help).subsystem(SUBSYSTEM);
         // client-go: prometheus.ExponentialBuckets(10e-9, 10, 12), 10 ns up to 1000 s.
         let buckets = prometheus::exponential_buckets(10e-9, 10.0, 12)?;
-        let histogram =
-            |name: &str, help: &str| HistogramOpts::from(opts(name, help)).buckets(buckets.clone());
+        let histogram = |name: &str, help: &str| HistogramOpts::from(opts(name, help)).buckets(buckets.clone());
 
         let provider = Self {
             depth: IntGaugeVec::new(opts("depth", "Current depth of workqueue"), LABELS)?,
-            adds: IntCounterVec::new(
-                opts("adds_total", "Total number of adds handled by workqueue"),
-                LABELS,
-            )?,
+            adds: IntCounterVec::new(opts("adds_total", "Total number of adds handled by workqueue"), LABELS)?,
             latency: HistogramVec::new(
                 histogram(
                     "queue_duration_seconds",
@@ -204,10 +197,7 @@ impl PrometheusMetricsProvider {
                 LABELS,
             )?,
             retries: IntCounterVec::new(
-                opts(
-                    "retries_total",
-                    "Total number of retries handled by workqueue",
-                ),
+                opts("retries_total", "Total number of retries handled by workqueue"),
                 LABELS,
             )?,
         };
@@ -238,10 +228,7 @@ impl MetricsProvider for PrometheusMetricsProvider {
     fn new_unfinished_work_seconds_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
         Box::new(self.unfinished_work_seconds.with_label_values(&[name]))
     }
-    fn new_longest_running_processor_seconds_metric(
-        &self,
-        name: &str,
-    ) -> Box<dyn SettableGaugeMetric> {
+    fn new_longest_running_processor_seconds_metric(&self, name: &str) -> Box<dyn SettableGaugeMetric> {
         Box::new(self.longest_running_processor.with_label_values(&[name]))
     }
     fn new_retries_metric(&self, name: &str) -> Box<dyn CounterMetric> {
@@ -285,9 +272,7 @@ impl<T: Clone + Eq + Hash> QueueMetrics<T> {
     pub(crate) fn add(&mut self, item: &T) {
         self.adds.inc();
         self.depth.inc();
-        self.add_times
-            .entry(item.clone())
-            .or_insert_with(Instant::now);
+        self.add_times.entry(item.clone()).or_insert_with(Instant::now);
     }
 
     /// An item was handed to a worker.
@@ -319,9 +304,7 @@ impl<T: Clone + Eq + Hash> QueueMetrics<T> {
             .processing_start_times
             .values()
             .map(|started| (now - *started).as_secs_f64())
-            .fold((0.0, 0.0_f64), |(total, oldest), age| {
-                (total + age, oldest.max(age))
-            });
+            .fold((0.0, 0.0_f64), |(total, oldest), age| (total + age, oldest.max(age)));
         self.unfinished_work_seconds.set(total);
         self.longest_running_processor.set(oldest);
     }

@@ -201,16 +201,10 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
         loop {
             let mut notified = pin!(self.shared.item_available.notified());
             notified.as_mut().enable();
-            {
-                let mut state = self.shared.lock();
-                if !state.shutting_down || state.drain {
-                    if let Some(item) = state.pop() {
-                        return Some(item);
-                    }
-                }
-                if state.shutting_down {
-                    return None;
-                }
+            match self.shared.lock().next() {
+                Next::Item(item) => return Some(item),
+                Next::ShutDown => return None,
+                Next::Wait => {}
             }
             notified.await;
         }
@@ -361,10 +355,18 @@ impl<T> Shared<T> {
         // A panic under the lock can only come from `T`'s `Hash`/`Eq`/`Clone` or from a metrics
         // implementation. It may leave that one item half-moved, but the queue stays memory-safe
         // and usable for every other item, which beats making every worker panic in turn.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// What `get` should do, decided by `State::next`.
+enum Next<T> {
+    /// Hand out this item.
+    Item(T),
+    /// Return `None`: shut down (and, when draining, nothing left queued).
+    ShutDown,
+    /// Wait for an add.
+    Wait,
 }
 
 /// What `State::done` did.
@@ -393,6 +395,19 @@ impl<T: Clone + Eq + Hash> State<T> {
         self.dirty.insert(item.clone());
         self.queue.push_back(item);
         true
+    }
+
+    /// Hands out the next item if there is one to hand out.
+    fn next(&mut self) -> Next<T> {
+        // Shut down without drain: stop at once, leaving queued items queued.
+        if self.shutting_down && !self.drain {
+            return Next::ShutDown;
+        }
+        match self.pop() {
+            Some(item) => Next::Item(item),
+            None if self.shutting_down => Next::ShutDown,
+            None => Next::Wait,
+        }
     }
 
     fn pop(&mut self) -> Option<T> {
@@ -430,10 +445,7 @@ impl<T: Clone + Eq + Hash> State<T> {
         let queued: HashSet<&T> = self.queue.iter().collect();
         assert_eq!(queued.len(), self.queue.len(), "an item is queued twice");
         let waiting: HashSet<&T> = self.dirty.difference(&self.processing).collect();
-        assert!(
-            queued == waiting,
-            "queued items differ from dirty ∖ processing"
-        );
+        assert!(queued == waiting, "queued items differ from dirty ∖ processing");
     }
 }
 

@@ -244,18 +244,11 @@ async fn drain_hands_out_queued_and_dirty_items() {
         async move { queue.shut_down_with_drain().await }
     });
     settle().await;
-    assert_eq!(
-        queue.get().await,
-        Some(2),
-        "queued items are still handed out"
-    );
+    assert_eq!(queue.get().await, Some(2), "queued items are still handed out");
     queue.done(&2);
     queue.done(&one);
     settle().await;
-    assert!(
-        !drain.is_finished(),
-        "the dirty item was requeued and is unfinished"
-    );
+    assert!(!drain.is_finished(), "the dirty item was requeued and is unfinished");
     assert_eq!(queue.get().await, Some(1));
     queue.done(&1);
     drain.await.unwrap();
@@ -296,11 +289,7 @@ async fn drain_stress_never_hangs_and_returns_after_all_done() {
     }
     let workers: Vec<_> = (0..WORKERS)
         .map(|worker| {
-            let (queue, in_flight, processed) = (
-                queue.clone(),
-                Arc::clone(&in_flight),
-                Arc::clone(&processed),
-            );
+            let (queue, in_flight, processed) = (queue.clone(), Arc::clone(&in_flight), Arc::clone(&processed));
             tokio::spawn(async move {
                 while let Some(item) = queue.get().await {
                     in_flight.fetch_add(1, Ordering::SeqCst);
@@ -425,11 +414,8 @@ fn concurrent_readds_never_overlap_and_are_all_processed() {
         let readds_finished = Arc::new(Notify::new());
         let workers: Vec<_> = (0..WORKERS)
             .map(|_| {
-                let (queue, tracker, readds_finished) = (
-                    queue.clone(),
-                    Arc::clone(&tracker),
-                    Arc::clone(&readds_finished),
-                );
+                let (queue, tracker, readds_finished) =
+                    (queue.clone(), Arc::clone(&tracker), Arc::clone(&readds_finished));
                 tokio::spawn(async move {
                     while let Some(key) = queue.get().await {
                         let key: usize = key;

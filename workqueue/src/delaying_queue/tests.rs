@@ -1,0 +1,189 @@
+//! Scenarios of client-go's `delaying_queue_test.go`, on paused Tokio time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+
+use super::*;
+
+/// Lets the timer task run until it blocks.
+async fn settle() {
+    for _ in 0..16 {
+        tokio::task::yield_now().await;
+    }
+}
+
+async fn advance(millis: u64) {
+    tokio::time::advance(Duration::from_millis(millis)).await;
+    settle().await;
+}
+
+fn drain_ready<T: Clone + Eq + Hash + Send + Sync + 'static>(queue: &DelayingQueue<T>) -> Vec<T> {
+    let mut items = Vec::new();
+    while let Some(item) = queue.get().now_or_never().flatten() {
+        queue.done(&item);
+        items.push(item);
+    }
+    items
+}
+
+#[tokio::test(start_paused = true)]
+async fn item_is_added_after_its_delay() {
+    let queue = DelayingQueue::new();
+    queue.add_after("foo", Duration::from_millis(50));
+    settle().await;
+    assert_eq!(queue.len(), 0);
+    assert_eq!(queue.waiting_len(), 1);
+    advance(49).await;
+    assert_eq!(queue.len(), 0);
+    advance(1).await;
+    assert_eq!(queue.len(), 1);
+    assert_eq!(queue.waiting_len(), 0);
+    assert_eq!(queue.get().await, Some("foo"));
+    queue.done(&"foo");
+    advance(100).await;
+    assert!(queue.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn zero_delay_adds_now() {
+    let queue = DelayingQueue::new();
+    queue.add_after("foo", Duration::ZERO);
+    assert_eq!(queue.len(), 1);
+    assert_eq!(queue.waiting_len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn readding_keeps_the_earliest_ready_time() {
+    let queue = DelayingQueue::new();
+    // A later time does not postpone the item...
+    queue.add_after("foo", Duration::from_millis(50));
+    queue.add_after("foo", Duration::from_millis(70));
+    advance(60).await;
+    assert_eq!(drain_ready(&queue), ["foo"]);
+    advance(20).await;
+    assert!(queue.is_empty(), "the later schedule was merged, not kept");
+
+    // ...and an earlier time brings it forward.
+    queue.add_after("foo", Duration::from_millis(70));
+    queue.add_after("foo", Duration::from_millis(50));
+    assert_eq!(queue.waiting_len(), 1);
+    advance(60).await;
+    assert_eq!(drain_ready(&queue), ["foo"]);
+    advance(20).await;
+    assert!(queue.is_empty(), "the stale entry must not fire");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_earlier_item_rearms_the_timer() {
+    let queue = DelayingQueue::new();
+    queue.add_after("foo", Duration::from_secs(1));
+    queue.add_after("bar", Duration::from_millis(50));
+    advance(60).await;
+    assert_eq!(drain_ready(&queue), ["bar"]);
+    queue.add_after("foo", Duration::from_millis(50));
+    advance(60).await;
+    assert_eq!(drain_ready(&queue), ["foo"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn items_leave_in_ready_time_order() {
+    let queue = DelayingQueue::new();
+    queue.add_after("foo", Duration::from_millis(3));
+    queue.add_after("bar", Duration::from_millis(2));
+    queue.add_after("baz", Duration::from_millis(1));
+    queue.add_after("qux", Duration::from_millis(2));
+    advance(5).await;
+    assert_eq!(drain_ready(&queue), ["baz", "bar", "qux", "foo"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn get_waits_for_a_delayed_item() {
+    let queue = DelayingQueue::new();
+    queue.add_after(1, Duration::from_secs(5));
+    let start = Instant::now();
+    assert_eq!(queue.get().await, Some(1));
+    assert_eq!(start.elapsed(), Duration::from_secs(5));
+}
+
+#[tokio::test(start_paused = true)]
+async fn huge_delay_does_not_overflow() {
+    let queue = DelayingQueue::new();
+    queue.add_after(1, Duration::MAX);
+    advance(1_000_000).await;
+    assert_eq!(queue.len(), 0);
+    assert_eq!(queue.waiting_len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn delayed_item_already_queued_merges() {
+    let queue = DelayingQueue::new();
+    queue.add(1);
+    queue.add_after(1, Duration::from_millis(10));
+    advance(20).await;
+    assert_eq!(drain_ready(&queue), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shut_down_stops_the_timer_task() {
+    let queue = DelayingQueue::new();
+    queue.add_after("foo", Duration::from_millis(50));
+    settle().await;
+    assert_eq!(Arc::strong_count(&queue.shared), 2, "the timer task holds the heap");
+    queue.shut_down();
+    settle().await;
+    assert_eq!(Arc::strong_count(&queue.shared), 1, "the timer task did not stop");
+    queue.add_after("bar", Duration::ZERO);
+    advance(100).await;
+    assert_eq!(queue.len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_last_handle_stops_the_timer_task() {
+    let queue = DelayingQueue::new();
+    queue.add_after("foo", Duration::from_secs(50));
+    let shared = Arc::downgrade(&queue.shared);
+    let clone = queue.clone();
+    drop(queue);
+    settle().await;
+    assert!(shared.upgrade().is_some(), "a handle is still alive");
+    drop(clone);
+    settle().await;
+    assert!(shared.upgrade().is_none(), "the timer task outlived every handle");
+}
+
+#[tokio::test(start_paused = true)]
+async fn drain_stops_the_timer_and_finishes_work() {
+    let queue = DelayingQueue::new();
+    queue.add(1);
+    queue.add_after(2, Duration::from_secs(1));
+    let item = queue.get().await.unwrap();
+    let drain = tokio::spawn({
+        let queue = queue.clone();
+        async move { queue.shut_down_with_drain().await }
+    });
+    settle().await;
+    assert!(!drain.is_finished());
+    queue.done(&item);
+    drain.await.unwrap();
+    advance(2_000).await;
+    assert_eq!(queue.get().await, None);
+}
+
+#[test]
+fn ready_heap_skips_stale_entries() {
+    let start = Instant::now();
+    let at = |millis| start + Duration::from_millis(millis);
+    let mut heap = ReadyHeap::default();
+    assert!(heap.insert("a", at(30)));
+    assert!(!heap.insert("b", at(40)));
+    assert!(!heap.insert("a", at(50)), "later time is ignored");
+    assert!(heap.insert("a", at(10)), "earlier time re-arms");
+    assert_eq!(heap.len(), 2);
+    assert_eq!(heap.next_ready_at(), Some(at(10)));
+    assert_eq!(heap.pop_ready(at(35)), ["a"]);
+    assert_eq!(heap.len(), 1);
+    assert_eq!(heap.pop_ready(at(100)), ["b"]);
+    assert_eq!(heap.next_ready_at(), None);
+}

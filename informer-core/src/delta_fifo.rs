@@ -476,3 +476,222 @@ impl<K: Resource + Send + Sync + 'static> Queue<K> for DeltaFifo<K> {
         self.lock().closed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::indexer::Indexer;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(name: &str, rv: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        })
+    }
+
+    fn fifo_with(known: &Indexer<ConfigMap>) -> DeltaFifo<ConfigMap> {
+        DeltaFifo::new(DeltaFifoOptions {
+            known_objects: Some(Arc::new(known.clone())),
+            emit_delta_type_replaced: true,
+        })
+    }
+
+    /// Pops one item, returning its key, delta kinds and whether it was in the initial list.
+    async fn pop(fifo: &DeltaFifo<ConfigMap>) -> (String, Vec<DeltaType>, bool) {
+        let mut out = None;
+        let mut process = |d: &Deltas<ConfigMap>, initial: bool| {
+            out = Some((d.key.clone(), d.deltas.iter().map(|d| d.kind).collect(), initial));
+            Ok(())
+        };
+        fifo.pop(&mut process).await.expect("open").expect("processed");
+        out.expect("popped")
+    }
+
+    #[tokio::test]
+    async fn deltas_accumulate_per_key_oldest_first_and_keys_stay_fifo() {
+        let fifo = fifo_with(&Indexer::default());
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.add(cm("b", "2")).unwrap();
+        fifo.update(cm("a", "3")).unwrap();
+        fifo.delete(cm("a", "3")).unwrap();
+        fifo.check_invariants().unwrap();
+        assert_eq!(fifo.list_keys(), ["ns/a", "ns/b"]);
+        let (key, kinds, _) = pop(&fifo).await;
+        assert_eq!(key, "ns/a");
+        assert_eq!(kinds, [DeltaType::Added, DeltaType::Updated, DeltaType::Deleted]);
+        assert_eq!(pop(&fifo).await.0, "ns/b");
+        assert!(fifo.is_empty());
+    }
+
+    #[tokio::test]
+    async fn two_deletes_collapse_keeping_the_real_object_over_a_tombstone() {
+        let known = Indexer::default();
+        known.add(cm("a", "1")).unwrap();
+        let fifo = fifo_with(&known);
+        fifo.delete(cm("a", "5")).unwrap();
+        // A relist that lacks "a" queues a tombstone behind the real delete: it is dropped.
+        fifo.replace(vec![], "6").unwrap();
+        let deltas = fifo.get_by_key("ns/a").unwrap();
+        assert_eq!(deltas.deltas.len(), 1);
+        assert!(!deltas.deltas[0].object.is_tombstone());
+        assert_eq!(
+            deltas.deltas[0].object.object().metadata.resource_version.as_deref(),
+            Some("5")
+        );
+
+        // Tombstone first, then a real delete: the real one replaces it.
+        let fifo = fifo_with(&known);
+        fifo.replace(vec![], "6").unwrap();
+        fifo.delete(cm("a", "7")).unwrap();
+        let deltas = fifo.get_by_key("ns/a").unwrap();
+        assert_eq!(deltas.deltas.len(), 1);
+        assert!(!deltas.deltas[0].object.is_tombstone());
+    }
+
+    #[tokio::test]
+    async fn delete_of_an_unknown_unqueued_key_is_dropped() {
+        let fifo = fifo_with(&Indexer::default());
+        fifo.delete(cm("ghost", "1")).unwrap();
+        assert!(fifo.is_empty());
+    }
+
+    #[tokio::test]
+    async fn replace_queues_tombstones_for_known_objects_missing_from_the_list() {
+        let known = Indexer::default();
+        known.add(cm("kept", "1")).unwrap();
+        known.add(cm("gone", "2")).unwrap();
+        let fifo = fifo_with(&known);
+        fifo.replace(vec![cm("kept", "3"), cm("new", "4")], "4").unwrap();
+        fifo.check_invariants().unwrap();
+
+        let gone = fifo.get_by_key("ns/gone").unwrap();
+        assert_eq!(gone.deltas.len(), 1);
+        assert_eq!(gone.deltas[0].kind, DeltaType::Deleted);
+        match &gone.deltas[0].object {
+            DeltaObject::DeletedFinalStateUnknown(t) => {
+                assert_eq!(t.key, "ns/gone");
+                assert_eq!(t.obj.metadata.resource_version.as_deref(), Some("2"));
+            }
+            other => panic!("expected a tombstone, got {other:?}"),
+        }
+        assert_eq!(fifo.get_by_key("ns/kept").unwrap().deltas[0].kind, DeltaType::Replaced);
+        assert_eq!(fifo.get_by_key("ns/new").unwrap().deltas[0].kind, DeltaType::Replaced);
+    }
+
+    #[tokio::test]
+    async fn replace_tombstones_queued_keys_missing_from_the_list() {
+        let fifo = fifo_with(&Indexer::default());
+        fifo.add(cm("queued", "1")).unwrap();
+        fifo.replace(vec![], "2").unwrap();
+        let kinds: Vec<_> = fifo
+            .get_by_key("ns/queued")
+            .unwrap()
+            .deltas
+            .iter()
+            .map(|d| d.kind)
+            .collect();
+        assert_eq!(kinds, [DeltaType::Added, DeltaType::Deleted]);
+    }
+
+    #[tokio::test]
+    async fn replace_without_replaced_type_emits_sync() {
+        let fifo: DeltaFifo<ConfigMap> = DeltaFifo::new(DeltaFifoOptions::default());
+        fifo.replace(vec![cm("a", "1")], "1").unwrap();
+        assert_eq!(fifo.get_by_key("ns/a").unwrap().deltas[0].kind, DeltaType::Sync);
+    }
+
+    #[tokio::test]
+    async fn has_synced_only_after_the_initial_population_is_popped() {
+        let known = Indexer::default();
+        known.add(cm("stale", "1")).unwrap();
+        let fifo = fifo_with(&known);
+        assert!(!fifo.has_synced(), "not populated yet");
+        fifo.replace(vec![cm("a", "2"), cm("b", "3")], "3").unwrap();
+        // Two listed objects plus one queued deletion.
+        assert!(!fifo.has_synced());
+        assert!(pop(&fifo).await.2, "first item is in the initial list");
+        assert!(pop(&fifo).await.2);
+        assert!(!fifo.has_synced());
+        assert!(pop(&fifo).await.2);
+        assert!(fifo.has_synced());
+        // A second replace does not reset the initial population.
+        fifo.replace(vec![cm("a", "4")], "4").unwrap();
+        assert!(fifo.has_synced());
+        assert!(!pop(&fifo).await.2, "later items are not in the initial list");
+    }
+
+    #[tokio::test]
+    async fn resync_skips_keys_with_pending_deltas() {
+        let known = Indexer::default();
+        known.add(cm("a", "1")).unwrap();
+        known.add(cm("b", "1")).unwrap();
+        let fifo = fifo_with(&known);
+        fifo.update(cm("a", "2")).unwrap();
+        fifo.resync().unwrap();
+        let a: Vec<_> = fifo.get_by_key("ns/a").unwrap().deltas.iter().map(|d| d.kind).collect();
+        assert_eq!(a, [DeltaType::Updated], "no Sync queued behind a pending update");
+        let b = fifo.get_by_key("ns/b").unwrap();
+        assert_eq!(b.deltas[0].kind, DeltaType::Sync);
+        assert_eq!(
+            b.deltas[0].object.object().metadata.resource_version.as_deref(),
+            Some("1")
+        );
+    }
+
+    #[tokio::test]
+    async fn requeue_puts_the_item_back_unless_newer_deltas_arrived() {
+        let fifo = fifo_with(&Indexer::default());
+        fifo.add(cm("a", "1")).unwrap();
+        let mut process = |_: &Deltas<ConfigMap>, _| Err(ProcessError::Requeue("later".into()));
+        let result = fifo.pop(&mut process).await.unwrap();
+        assert!(matches!(result, Err(ProcessError::Requeue(_))));
+        assert_eq!(fifo.list_keys(), ["ns/a"]);
+        fifo.check_invariants().unwrap();
+    }
+
+    #[tokio::test]
+    async fn pop_waits_for_an_item_and_close_wakes_it() {
+        let fifo = Arc::new(fifo_with(&Indexer::default()));
+        let waiter = {
+            let fifo = fifo.clone();
+            tokio::spawn(async move {
+                let mut process = |_: &Deltas<ConfigMap>, _| Ok(());
+                fifo.pop(&mut process).await.map(|_| ())
+            })
+        };
+        tokio::task::yield_now().await;
+        fifo.add(cm("a", "1")).unwrap();
+        assert_eq!(waiter.await.unwrap(), Ok(()));
+
+        let waiter = {
+            let fifo = fifo.clone();
+            tokio::spawn(async move {
+                let mut process = |_: &Deltas<ConfigMap>, _| Ok(());
+                fifo.pop(&mut process).await.map(|_| ())
+            })
+        };
+        tokio::task::yield_now().await;
+        fifo.close();
+        assert_eq!(waiter.await.unwrap(), Err(PopError::Closed));
+        assert_eq!(fifo.add(cm("b", "2")), Err(StoreError::Closed));
+    }
+
+    #[tokio::test]
+    async fn an_object_without_a_name_is_a_typed_error() {
+        let fifo = fifo_with(&Indexer::default());
+        let nameless = Arc::new(ConfigMap::default());
+        assert!(matches!(fifo.add(nameless.clone()), Err(StoreError::Key(_))));
+        assert!(matches!(
+            fifo.replace(vec![cm("a", "1"), nameless], "1"),
+            Err(StoreError::Key(_))
+        ));
+        assert!(fifo.is_empty(), "a failed replace changes nothing");
+    }
+}

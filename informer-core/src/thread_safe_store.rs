@@ -253,3 +253,130 @@ impl<K> Inner<K> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::indexer::Indexer;
+    use crate::store::Store;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    fn cm(ns: &str, name: &str, tier: &[&str]) -> Arc<ConfigMap> {
+        let labels = tier
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("tier{i}"), t.to_string()))
+            .collect();
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                labels: Some(labels),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        })
+    }
+
+    fn by_tier() -> Indexers<ConfigMap> {
+        let mut indexers: Indexers<ConfigMap> = HashMap::new();
+        indexers.insert(
+            "tier".into(),
+            Arc::new(|cm: &ConfigMap| cm.metadata.labels.iter().flatten().map(|(_, v)| v.clone()).collect()),
+        );
+        indexers
+    }
+
+    fn names(mut objs: Vec<Arc<ConfigMap>>) -> Vec<String> {
+        objs.sort_by_key(|o| o.metadata.name.clone());
+        objs.iter().filter_map(|o| o.metadata.name.clone()).collect()
+    }
+
+    #[test]
+    fn namespace_index_is_built_in_and_by_index_finds_objects() {
+        let indexer = Indexer::new(by_tier());
+        indexer.add(cm("a", "x", &["web"])).unwrap();
+        indexer.add(cm("a", "y", &["db"])).unwrap();
+        indexer.add(cm("b", "z", &["web"])).unwrap();
+        assert_eq!(
+            names(indexer.by_index(crate::NAMESPACE_INDEX, "a").unwrap()),
+            ["x", "y"]
+        );
+        assert_eq!(names(indexer.by_index("tier", "web").unwrap()), ["x", "z"]);
+        let mut keys = indexer.index_keys("tier", "web").unwrap();
+        keys.sort();
+        assert_eq!(keys, ["a/x", "b/z"]);
+        let mut values = indexer.list_index_func_values("tier");
+        values.sort();
+        assert_eq!(values, ["db", "web"]);
+        assert_eq!(
+            names(indexer.index("tier", &cm("q", "q", &["db", "web"])).unwrap()),
+            ["x", "y", "z"]
+        );
+        assert_eq!(
+            indexer.by_index("nope", "x"),
+            Err(IndexError::NoSuchIndex("nope".into()))
+        );
+        indexer.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn update_moves_index_entries_and_leaves_no_empty_sets() {
+        let indexer = Indexer::new(by_tier());
+        indexer.add(cm("a", "x", &["web"])).unwrap();
+        indexer.update(cm("a", "x", &["db"])).unwrap();
+        assert!(indexer.by_index("tier", "web").unwrap().is_empty());
+        assert_eq!(
+            indexer.list_index_func_values("tier"),
+            ["db"],
+            "no stale value left behind"
+        );
+        indexer.delete(cm("a", "x", &["db"])).unwrap();
+        assert!(indexer.list_index_func_values("tier").is_empty());
+        assert!(indexer.list_index_func_values(crate::NAMESPACE_INDEX).is_empty());
+        indexer.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn add_indexers_indexes_existing_objects_and_rejects_conflicts() {
+        let indexer: Indexer<ConfigMap> = Indexer::default();
+        indexer.add(cm("a", "x", &["web"])).unwrap();
+        indexer.add_indexers(by_tier()).unwrap();
+        assert_eq!(names(indexer.by_index("tier", "web").unwrap()), ["x"]);
+        assert_eq!(
+            indexer.add_indexers(by_tier()),
+            Err(IndexError::Conflict("tier".into()))
+        );
+        indexer.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn replace_swaps_content_and_rebuilds_indexes() {
+        let indexer = Indexer::new(by_tier());
+        indexer.add(cm("a", "old", &["web"])).unwrap();
+        indexer.replace(vec![cm("b", "new", &["db"])], "9").unwrap();
+        assert_eq!(indexer.list_keys(), ["b/new"]);
+        assert!(indexer.by_index("tier", "web").unwrap().is_empty());
+        assert_eq!(names(indexer.by_index("tier", "db").unwrap()), ["new"]);
+        indexer.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn keys_are_namespace_slash_name_or_name() {
+        let ns = cm("a", "x", &[]);
+        assert_eq!(crate::meta_namespace_key(ns.as_ref()).unwrap(), "a/x");
+        let cluster = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("n".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(crate::meta_namespace_key(&cluster).unwrap(), "n");
+        assert_eq!(crate::split_meta_namespace_key("a/x"), Some((Some("a"), "x")));
+        assert_eq!(crate::split_meta_namespace_key("n"), Some((None, "n")));
+        assert_eq!(crate::split_meta_namespace_key("a/b/c"), None);
+        assert!(crate::meta_namespace_key(&ConfigMap::default()).is_err());
+    }
+}

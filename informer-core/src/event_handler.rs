@@ -158,3 +158,72 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::delta_fifo::DeletedFinalStateUnknown;
+
+    fn cm(name: &str, team: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some([("team".to_string(), team.to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        })
+    }
+
+    fn team(cm: &ConfigMap) -> &str {
+        cm.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("team"))
+            .map(String::as_str)
+            .unwrap_or("")
+    }
+
+    #[test]
+    fn filtering_turns_moves_across_the_filter_into_adds_and_deletes() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let funcs = {
+            let (a, u, d) = (log.clone(), log.clone(), log.clone());
+            ResourceEventHandlerFuncs::new()
+                .on_add(move |o: &Arc<ConfigMap>, initial| a.lock().unwrap().push(format!("add {} {initial}", team(o))))
+                .on_update(move |o, n| u.lock().unwrap().push(format!("update {}->{}", team(o), team(n))))
+                .on_delete(move |o: DeletedObject<ConfigMap>| {
+                    d.lock()
+                        .unwrap()
+                        .push(format!("delete {} tombstone={}", team(o.object()), o.is_tombstone()))
+                })
+        };
+        let handler = FilteringResourceEventHandler::new(|cm: &ConfigMap| team(cm) == "ours", funcs);
+        handler.on_add(&cm("a", "theirs"), true);
+        handler.on_add(&cm("a", "ours"), true);
+        handler.on_update(&cm("a", "ours"), &cm("a", "ours"));
+        handler.on_update(&cm("a", "ours"), &cm("a", "theirs"));
+        handler.on_update(&cm("a", "theirs"), &cm("a", "ours"));
+        handler.on_update(&cm("a", "theirs"), &cm("a", "theirs"));
+        handler.on_delete(DeletedObject::Object(cm("a", "theirs")));
+        handler.on_delete(DeletedObject::DeletedFinalStateUnknown(DeletedFinalStateUnknown {
+            key: "a".into(),
+            obj: cm("a", "ours"),
+        }));
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "add ours true",
+                "update ours->ours",
+                "delete ours tombstone=false",
+                "add ours false",
+                "delete ours tombstone=true",
+            ]
+        );
+    }
+}

@@ -286,3 +286,68 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[test]
+    fn a_list_with_one_bad_item_keeps_the_good_ones_and_names_the_bad_one() {
+        let text = r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"42","continue":"tok"},
+            "items":[{"metadata":{"name":"good","namespace":"ns"}},
+                     {"metadata":{"name":"bad","namespace":"ns"},"data":"not a map"}]}"#;
+        let page = decode_list::<ConfigMap>(text).unwrap();
+        assert_eq!(page.resource_version, "42");
+        assert_eq!(page.continue_token.as_deref(), Some("tok"));
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.items[0].metadata.name.as_deref(), Some("good"));
+        assert_eq!(page.malformed.len(), 1);
+        assert_eq!(page.malformed[0].key.as_deref(), Some("ns/bad"));
+    }
+
+    #[test]
+    fn a_list_that_is_not_a_list_is_a_decode_error() {
+        assert!(matches!(
+            decode_list::<ConfigMap>("<html>"),
+            Err(ListWatchError::Decode(_))
+        ));
+        assert!(matches!(
+            decode_list::<ConfigMap>(r#"{"items":7}"#),
+            Err(ListWatchError::Decode(_))
+        ));
+    }
+
+    #[test]
+    fn watch_lines_decode_to_events_errors_and_named_malformed_objects() {
+        let added = r#"{"type":"ADDED","object":{"metadata":{"name":"a","namespace":"ns","resourceVersion":"5"}}}"#;
+        assert!(matches!(
+            decode_watch_line::<ConfigMap>(added),
+            Some(Ok(WatchEvent::Added(_)))
+        ));
+
+        let bookmark =
+            r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#;
+        assert!(
+            matches!(decode_watch_line::<ConfigMap>(bookmark), Some(Ok(WatchEvent::Bookmark(b))) if b.metadata.resource_version == "9")
+        );
+
+        let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old","reason":"Expired","code":410}}"#;
+        match decode_watch_line::<ConfigMap>(expired) {
+            Some(Err(e)) => assert!(e.is_gone(), "{e}"),
+            other => panic!("expected a 410, got {other:?}"),
+        }
+
+        let malformed = r#"{"type":"MODIFIED","object":{"metadata":{"name":"b","namespace":"ns"},"data":[1,2]}}"#;
+        match decode_watch_line::<ConfigMap>(malformed) {
+            Some(Err(ListWatchError::Malformed(m))) => assert_eq!(m.key.as_deref(), Some("ns/b")),
+            other => panic!("expected a malformed object, got {other:?}"),
+        }
+
+        let garbage = "{not json";
+        assert!(
+            matches!(decode_watch_line::<ConfigMap>(garbage), Some(Err(ListWatchError::Malformed(m))) if m.key.is_none())
+        );
+        assert!(decode_watch_line::<ConfigMap>("   ").is_none());
+    }
+}

@@ -489,3 +489,186 @@ impl<K: Resource + Send + Sync + 'static> SharedIndexInformer<K> {
         self.inner.fifo.get().map(|f| f.clone() as Arc<dyn Store<K>>)
     }
 }
+
+#[cfg(test)]
+mod model_tests {
+    //! Property test: any sequence of reflector writes (add/update/delete/replace/resync),
+    //! interleaved with pops through the real `handle_deltas`, leaves the cache equal to the
+    //! server's state, every index consistent, and a handler's view (built only from the
+    //! notifications it received) equal to the cache: no delete is lost, no object resurrected.
+
+    use std::collections::{BTreeMap, HashMap};
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::delta_fifo::DeletedObject;
+    use crate::event_handler::ResourceEventHandlerFuncs;
+    use crate::listwatch::{ListPage, ListWatchError, WatchStream};
+
+    /// The informer is driven by hand here; its lister-watcher is never called.
+    struct Unused;
+
+    impl ListerWatcher<ConfigMap> for Unused {
+        fn list(
+            &self,
+            _: &kube::api::ListParams,
+        ) -> futures::future::BoxFuture<'_, Result<ListPage<ConfigMap>, ListWatchError>> {
+            Box::pin(futures::future::pending())
+        }
+
+        fn watch(
+            &self,
+            _: &kube::api::WatchParams,
+            _: &str,
+        ) -> futures::future::BoxFuture<'_, Result<WatchStream<ConfigMap>, ListWatchError>> {
+            Box::pin(futures::future::pending())
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// The server creates or modifies object `i` (watch ADDED/MODIFIED).
+        Apply(u8, u8),
+        /// The server deletes object `i` if it exists (watch DELETED).
+        Delete(u8),
+        /// The server's state changes unseen, then a relist replaces the store.
+        Relist(Vec<(u8, u8)>),
+        Resync,
+        /// The informer pops up to n items.
+        Pop(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..8, 0u8..4).prop_map(|(i, v)| Op::Apply(i, v)),
+            2 => (0u8..8).prop_map(Op::Delete),
+            1 => proptest::collection::vec((0u8..8, 0u8..4), 0..6).prop_map(Op::Relist),
+            1 => Just(Op::Resync),
+            3 => (1u8..5).prop_map(Op::Pop),
+        ]
+    }
+
+    fn object(i: u8, value: u8, rv: u64) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(format!("o{i}")),
+                namespace: Some(format!("ns{}", i % 3)),
+                resource_version: Some(rv.to_string()),
+                labels: Some(BTreeMap::from([("v".to_string(), value.to_string())])),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        })
+    }
+
+    fn key(i: u8) -> String {
+        format!("ns{}/o{i}", i % 3)
+    }
+
+    fn label(cm: &ConfigMap) -> String {
+        cm.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("v"))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+        #[test]
+        fn cache_and_handler_view_converge_to_the_server_state(ops in proptest::collection::vec(op(), 1..60)) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let informer: SharedIndexInformer<ConfigMap> = SharedIndexInformer::from_arc(
+                    Arc::new(Unused),
+                    InformerConfig::default().indexer("v", |cm: &ConfigMap| vec![label(cm)]),
+                );
+                let view: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+                let handler = {
+                    let (add_view, update_view, delete_view) = (view.clone(), view.clone(), view.clone());
+                    ResourceEventHandlerFuncs::new()
+                        .on_add(move |o: &Arc<ConfigMap>, _| {
+                            add_view.lock().unwrap().insert(meta_key(o), label(o));
+                        })
+                        .on_update(move |_, n: &Arc<ConfigMap>| {
+                            update_view.lock().unwrap().insert(meta_key(n), label(n));
+                        })
+                        .on_delete(move |d: DeletedObject<ConfigMap>| {
+                            let removed = delete_view.lock().unwrap().remove(&meta_key(d.object()));
+                            assert!(removed.is_some(), "delete of an object the handler never had");
+                        })
+                };
+                let registration = informer.add_event_handler(handler).unwrap();
+                informer.inner.processor.run();
+                let fifo = DeltaFifo::new(DeltaFifoOptions {
+                    known_objects: Some(Arc::new(informer.indexer().clone())),
+                    emit_delta_type_replaced: true,
+                });
+                let mut process = |d: &Deltas<ConfigMap>, initial: bool| {
+                    informer.handle_deltas(d, initial);
+                    Ok(())
+                };
+
+                let mut server: HashMap<String, String> = HashMap::new();
+                let mut rv = 0u64;
+                for op in ops {
+                    match op {
+                        Op::Apply(i, v) => {
+                            rv += 1;
+                            let existed = server.insert(key(i), v.to_string()).is_some();
+                            let obj = object(i, v, rv);
+                            if existed { fifo.update(obj).unwrap() } else { fifo.add(obj).unwrap() }
+                        }
+                        Op::Delete(i) => {
+                            if server.remove(&key(i)).is_some() {
+                                rv += 1;
+                                fifo.delete(object(i, 0, rv)).unwrap();
+                            }
+                        }
+                        Op::Relist(list) => {
+                            rv += 1;
+                            server.clear();
+                            let mut objects = BTreeMap::new();
+                            for (i, v) in list {
+                                server.insert(key(i), v.to_string());
+                                objects.insert(key(i), object(i, v, rv));
+                            }
+                            fifo.replace(objects.into_values().collect(), &rv.to_string()).unwrap();
+                        }
+                        Op::Resync => fifo.resync().unwrap(),
+                        Op::Pop(n) => {
+                            for _ in 0..n {
+                                if fifo.is_empty() { break; }
+                                fifo.pop(&mut process).await.unwrap().unwrap();
+                            }
+                        }
+                    }
+                    fifo.check_invariants().unwrap();
+                    informer.indexer().check_invariants().unwrap();
+                }
+                while !fifo.is_empty() {
+                    fifo.pop(&mut process).await.unwrap().unwrap();
+                }
+
+                let cache: HashMap<String, String> =
+                    informer.indexer().list().iter().map(|o| (meta_key(o), label(o))).collect();
+                assert_eq!(cache, server, "cache equals the server");
+                informer.indexer().check_invariants().unwrap();
+                let limit = std::time::Instant::now() + Duration::from_secs(10);
+                while registration.pending() > 0 || *view.lock().unwrap() != cache {
+                    assert!(std::time::Instant::now() < limit, "handler view {:?} != cache {cache:?}", view.lock().unwrap());
+                    std::thread::yield_now();
+                }
+                informer.inner.processor.stop().await;
+            });
+        }
+    }
+
+    fn meta_key(o: &ConfigMap) -> String {
+        crate::meta_namespace_key(o).unwrap()
+    }
+}

@@ -26,10 +26,12 @@
 //! # }
 //! ```
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
 use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::sync::Notify;
@@ -99,6 +101,12 @@ struct Shared<T> {
     /// Woken once per item pushed to `State::queue` (like `sync.Cond.Signal`) and for every waiter
     /// on shutdown. Waiters register before they inspect the state, so no wake-up is lost.
     item_available: Notify,
+    /// Number of `get` calls registered on `item_available`, so that adds skip the wake-up when
+    /// every worker is busy (the common case under load). A waiter increments it before its
+    /// last look at the state under the lock, and an adder reads it after pushing under the
+    /// lock; the lock orders the two, so either the waiter sees the item or the adder sees the
+    /// waiter.
+    waiting_workers: AtomicUsize,
     /// Wakes `shut_down_with_drain` when the queue becomes idle or the drain is cancelled.
     drained: Notify,
     /// Cancelled on shutdown; stops the tasks serving this queue (metrics refresher, the
@@ -108,19 +116,25 @@ struct Shared<T> {
 
 /// The queue proper, reachable only through `Shared::lock`.
 ///
+/// client-go keeps two sets, `dirty` (needs processing) and `processing` (in a worker's hands).
+/// Here each item present has one [`Ticket`] instead, and whether it is queued or being processed
+/// follows from its ticket and `popped`, so that `get` needs no hash lookup at all: of the three
+/// lookups client-go makes per item (add, get, done), we make two.
+///
 /// Invariants:
-/// - `queue` holds no duplicates, and the set of items in `queue` is exactly `dirty ∖ processing`:
-///   an item waits at most once, and never while a worker holds it.
-/// - An item in `dirty ∩ processing` was added while being processed; `done` pushes it to
-///   `queue`.
-/// - `queue` is in order of (re-)insertion, so items are handed out FIFO.
-/// - Once `shutting_down`, `dirty` only shrinks: adds are ignored.
+/// - `queue[i]` is the item whose ticket position is `popped + i`, and no other item has a
+///   position `>= popped`: the items in `queue` are exactly the queued ones, each once, in the
+///   order they were (re-)queued, so they are handed out FIFO.
+/// - An item with a position `< popped` has been handed out by `get` and not yet `done`: it is in
+///   one worker's hands, and since only popping hands items out, in no other worker's.
+/// - `dirty` is set only on items being processed: added again meanwhile, `done` queues them again.
+/// - Once `shutting_down`, no item enters `items`: adds are ignored.
 struct State<T> {
     queue: VecDeque<T>,
-    /// Items that need processing: queued, or added again while processing.
-    dirty: HashSet<T>,
-    /// Items handed out by `get` and not yet `done`.
-    processing: HashSet<T>,
+    /// How many items were ever popped from `queue`.
+    popped: u64,
+    /// Every item that is queued or being processed.
+    items: HashMap<T, Ticket>,
     shutting_down: bool,
     /// Set by `shut_down_with_drain`, cleared by `shut_down`: whether `get` still hands out queued
     /// items while shutting down, and whether a drain is being waited for.
@@ -157,13 +171,14 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
                 name,
                 state: Mutex::new(State {
                     queue: VecDeque::new(),
-                    dirty: HashSet::new(),
-                    processing: HashSet::new(),
+                    popped: 0,
+                    items: HashMap::new(),
                     shutting_down: false,
                     drain: false,
                     metrics,
                 }),
                 item_available: Notify::new(),
+                waiting_workers: AtomicUsize::new(0),
                 drained: Notify::new(),
                 shutdown: CancellationToken::new(),
             }),
@@ -187,7 +202,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
         }
         if state.add(item) {
             drop(state);
-            self.shared.item_available.notify_one();
+            self.shared.wake_one_worker();
         }
     }
 
@@ -199,8 +214,16 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
     /// Cancel safe: dropping the future takes nothing from the queue.
     pub async fn get(&self) -> Option<T> {
         loop {
+            // Fast path: an item is ready, no need to register as a waiter.
+            match self.shared.lock().next() {
+                Next::Item(item) => return Some(item),
+                Next::ShutDown => return None,
+                Next::Wait => {}
+            }
+            // Register, then look again: an add between the two looks wakes us.
             let mut notified = pin!(self.shared.item_available.notified());
             notified.as_mut().enable();
+            let _waiting = WaitingWorker::register(&self.shared.waiting_workers);
             match self.shared.lock().next() {
                 Next::Item(item) => return Some(item),
                 Next::ShutDown => return None,
@@ -219,9 +242,10 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
         match state.done(item) {
             Done::Requeued => {
                 drop(state);
-                self.shared.item_available.notify_one();
+                self.shared.wake_one_worker();
             }
-            Done::Finished if state.is_idle() => {
+            // Only a drain waits for idleness (`shut_down` wakes it separately).
+            Done::Finished if state.drain && state.is_idle() => {
                 drop(state);
                 self.shared.drained.notify_waiters();
             }
@@ -344,18 +368,50 @@ impl<T> fmt::Debug for Queue<T> {
         f.debug_struct("Queue")
             .field("name", &self.shared.name)
             .field("len", &state.queue.len())
-            .field("processing", &state.processing.len())
+            .field("processing", &(state.items.len() - state.queue.len()))
             .field("shutting_down", &state.shutting_down)
             .finish()
     }
 }
 
 impl<T> Shared<T> {
+    fn wake_one_worker(&self) {
+        if self.waiting_workers.load(AtomicOrdering::SeqCst) > 0 {
+            self.item_available.notify_one();
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State<T>> {
         // A panic under the lock can only come from `T`'s `Hash`/`Eq`/`Clone` or from a metrics
         // implementation. It may leave that one item half-moved, but the queue stays memory-safe
         // and usable for every other item, which beats making every worker panic in turn.
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// An item's place in the queue's history.
+#[derive(Clone, Copy, Debug)]
+struct Ticket {
+    /// The item was the `position`-th push to `State::queue` ever. Because the queue is FIFO, it
+    /// is still queued iff `position >= State::popped`.
+    position: u64,
+    /// Added again while being processed (never set while queued).
+    dirty: bool,
+}
+
+/// Counts one `get` in `Shared::waiting_workers` while it lives.
+struct WaitingWorker<'a>(&'a AtomicUsize);
+
+impl<'a> WaitingWorker<'a> {
+    fn register(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, AtomicOrdering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for WaitingWorker<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, AtomicOrdering::SeqCst);
     }
 }
 
@@ -382,19 +438,32 @@ enum Done {
 impl<T: Clone + Eq + Hash> State<T> {
     /// Adds `item`; returns whether it was pushed to `queue` (and a waiter should be woken).
     fn add(&mut self, item: T) -> bool {
-        if self.dirty.contains(&item) {
-            return false;
+        let popped = self.popped;
+        let next_position = self.next_position();
+        match self.items.entry(item) {
+            Entry::Occupied(mut entry) => {
+                let ticket = *entry.get();
+                if ticket.position >= popped || ticket.dirty {
+                    return false; // already queued, or already to be queued again
+                }
+                if let Some(metrics) = &mut self.metrics {
+                    metrics.add(entry.key());
+                }
+                entry.get_mut().dirty = true;
+                false
+            }
+            Entry::Vacant(entry) => {
+                if let Some(metrics) = &mut self.metrics {
+                    metrics.add(entry.key());
+                }
+                self.queue.push_back(entry.key().clone());
+                entry.insert(Ticket {
+                    position: next_position,
+                    dirty: false,
+                });
+                true
+            }
         }
-        if let Some(metrics) = &mut self.metrics {
-            metrics.add(&item);
-        }
-        if self.processing.contains(&item) {
-            self.dirty.insert(item);
-            return false;
-        }
-        self.dirty.insert(item.clone());
-        self.queue.push_back(item);
-        true
     }
 
     /// Hands out the next item if there is one to hand out.
@@ -412,40 +481,61 @@ impl<T: Clone + Eq + Hash> State<T> {
 
     fn pop(&mut self) -> Option<T> {
         let item = self.queue.pop_front()?;
+        // Its ticket position is now below `popped`: it is being processed.
+        self.popped += 1;
         if let Some(metrics) = &mut self.metrics {
             metrics.get(&item);
         }
-        self.dirty.remove(&item);
-        self.processing.insert(item.clone());
         Some(item)
     }
 
     fn done(&mut self, item: &T) -> Done {
-        if !self.processing.remove(item) {
+        // One lookup on the common path: remove, and put back only if the item stays.
+        let Some((item, ticket)) = self.items.remove_entry(item) else {
+            return Done::NotProcessing;
+        };
+        if ticket.position >= self.popped {
+            self.items.insert(item, ticket); // queued, not being processed
             return Done::NotProcessing;
         }
         if let Some(metrics) = &mut self.metrics {
-            metrics.done(item);
+            metrics.done(&item);
         }
-        if self.dirty.contains(item) {
-            self.queue.push_back(item.clone());
-            Done::Requeued
-        } else {
-            Done::Finished
+        if !ticket.dirty {
+            return Done::Finished;
         }
+        let ticket = Ticket {
+            position: self.next_position(),
+            dirty: false,
+        };
+        self.queue.push_back(item.clone());
+        self.items.insert(item, ticket);
+        Done::Requeued
+    }
+
+    /// The position the next push to `queue` gets.
+    fn next_position(&self) -> u64 {
+        self.popped + self.queue.len() as u64
     }
 
     /// Nothing queued and nothing being processed: a drain is complete.
     fn is_idle(&self) -> bool {
-        self.queue.is_empty() && self.processing.is_empty()
+        self.items.is_empty()
     }
 
     #[cfg(test)]
     fn check_invariants(&self) {
-        let queued: HashSet<&T> = self.queue.iter().collect();
-        assert_eq!(queued.len(), self.queue.len(), "an item is queued twice");
-        let waiting: HashSet<&T> = self.dirty.difference(&self.processing).collect();
-        assert!(queued == waiting, "queued items differ from dirty ∖ processing");
+        for (offset, item) in self.queue.iter().enumerate() {
+            let ticket = self.items.get(item).expect("a queued item has no ticket");
+            assert_eq!(ticket.position, self.popped + offset as u64, "queue order");
+            assert!(!ticket.dirty, "a queued item is marked dirty");
+        }
+        let queued = self
+            .items
+            .values()
+            .filter(|ticket| ticket.position >= self.popped)
+            .count();
+        assert_eq!(queued, self.queue.len(), "an item claims to be queued but is not");
     }
 }
 

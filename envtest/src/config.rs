@@ -1,0 +1,102 @@
+//! [`Config`]: how a [`Server`](crate::Server) is set up.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Settings for [`Server::start`](crate::Server::start). `Config::default()` suits tests: a port
+/// chosen by the OS on 127.0.0.1, a watch cache large enough for ordinary tests, and bookmarks
+/// every second.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// Address to bind; must be a loopback address. Default `127.0.0.1:0`.
+    pub listen: SocketAddr,
+    /// Events kept in the watch cache ring. A watch or list at a revision older than the ring's
+    /// window gets `410 Expired`. Default 4096.
+    pub watch_cache_size: usize,
+    /// Capacity of each watcher's input buffer. Default 128.
+    pub watcher_buffer: usize,
+    /// How long a watcher's input may stay full before it is terminated. Default 1 s.
+    pub slow_watcher_grace: Duration,
+    /// Interval of BOOKMARK events for watches that allow them. Default 1 s.
+    pub bookmark_interval: Duration,
+    /// Largest accepted request body (larger: `413`). Default 3 MiB, as kube-apiserver.
+    pub max_body_bytes: usize,
+    /// Require `Authorization: Bearer <token>` (else `401`). Default none.
+    pub token: Option<String>,
+    /// Requests kept in the request log (oldest dropped first). Default 100 000.
+    pub request_log_capacity: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            watch_cache_size: 4096,
+            watcher_buffer: 128,
+            slow_watcher_grace: Duration::from_secs(1),
+            bookmark_interval: Duration::from_secs(1),
+            max_body_bytes: 3 * 1024 * 1024,
+            token: None,
+            request_log_capacity: 100_000,
+        }
+    }
+}
+
+impl Config {
+    /// Sets the listen address (loopback only).
+    #[must_use]
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Sets the watch cache ring size.
+    #[must_use]
+    pub fn watch_cache_size(mut self, n: usize) -> Self {
+        self.watch_cache_size = n;
+        self
+    }
+
+    /// Sets each watcher's input buffer size.
+    #[must_use]
+    pub fn watcher_buffer(mut self, n: usize) -> Self {
+        self.watcher_buffer = n;
+        self
+    }
+
+    /// Sets the grace period of a watcher with a full buffer.
+    #[must_use]
+    pub fn slow_watcher_grace(mut self, d: Duration) -> Self {
+        self.slow_watcher_grace = d;
+        self
+    }
+
+    /// Sets the bookmark interval.
+    #[must_use]
+    pub fn bookmark_interval(mut self, d: Duration) -> Self {
+        self.bookmark_interval = d;
+        self
+    }
+
+    /// Sets the request body limit.
+    #[must_use]
+    pub fn max_body_bytes(mut self, n: usize) -> Self {
+        self.max_body_bytes = n;
+        self
+    }
+
+    /// Requires this bearer token.
+    #[must_use]
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Sets the request log capacity.
+    #[must_use]
+    pub fn request_log_capacity(mut self, n: usize) -> Self {
+        self.request_log_capacity = n;
+        self
+    }
+}

@@ -1,0 +1,223 @@
+//! Fault injection and the request log, for reliability tests.
+//!
+//! [`Faults`] is a cloneable handle (from [`Server::faults`](crate::Server::faults)); the same
+//! operations are served on the loopback admin endpoint `POST /_envtest/faults/...`:
+//!
+//! | path | effect |
+//! |---|---|
+//! | `close-watches` | close every open watch now |
+//! | `expire-watches?count=N` | answer the next N watch requests with HTTP 410 `Expired` |
+//! | `fail?prefix=P&code=C&count=N&retryAfter=S` | answer the next N requests under path P with C (500/503/429) |
+//! | `latency?ms=M` | delay every API request by M ms (0 clears) |
+//! | `compact` | drop the watch cache: older revisions expire |
+//! | `restart` | drop all watchers and the cache; keep objects and the revision counter |
+//!
+//! The request log records every API request (method, path, query, watch?) so tests can assert
+//! on what a client actually sent.
+
+use crate::status::ApiError;
+use crate::storage::Storage;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One request as the server received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedRequest {
+    /// HTTP method (`GET`, `POST`, ...).
+    pub method: String,
+    /// Path without the query.
+    pub path: String,
+    /// The raw query string (`""` if none).
+    pub query: String,
+    /// Whether it was a watch (`watch=true`/`1`).
+    pub is_watch: bool,
+}
+
+impl RecordedRequest {
+    /// The decoded value of a query parameter.
+    pub fn param(&self, name: &str) -> Option<String> {
+        crate::request::parse_query(&self.query)
+            .into_iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct PathFault {
+    prefix: String,
+    code: u16,
+    remaining: usize,
+    retry_after: u32,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    expire_watches: usize,
+    path_faults: Vec<PathFault>,
+    latency: Duration,
+    log: VecDeque<RecordedRequest>,
+}
+
+/// Handle to inject faults into a running server and read its request log. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Faults {
+    state: Arc<Mutex<State>>,
+    storage: Arc<Storage>,
+    log_capacity: usize,
+}
+
+impl Faults {
+    pub(crate) fn new(storage: Arc<Storage>, log_capacity: usize) -> Self {
+        Faults {
+            state: Arc::default(),
+            storage,
+            log_capacity,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Closes every open watch now. Clients see their stream end and re-watch.
+    pub fn close_watches(&self) {
+        self.storage.lock().cache.close_all();
+    }
+
+    /// Answers the next `n` watch requests with HTTP 410 (`Status` reason `Expired`).
+    pub fn expire_next_watches(&self, n: usize) {
+        self.state().expire_watches += n;
+    }
+
+    /// Answers the next `count` requests whose path starts with `prefix` with `code`
+    /// (500, 503 or 429; 429 and 503 carry `Retry-After: retry_after_secs`).
+    pub fn fail_next(&self, prefix: impl Into<String>, code: u16, count: usize, retry_after_secs: u32) {
+        self.state().path_faults.push(PathFault {
+            prefix: prefix.into(),
+            code,
+            remaining: count,
+            retry_after: retry_after_secs,
+        });
+    }
+
+    /// Delays every API request by `latency` (zero clears).
+    pub fn set_latency(&self, latency: Duration) {
+        self.state().latency = latency;
+    }
+
+    /// Drops the watch cache: watches and continue tokens at older revisions get `410`.
+    /// Open watches continue.
+    pub fn compact(&self) {
+        let mut inner = self.storage.lock();
+        let rv = inner.current_rv();
+        inner.cache.compact(rv);
+    }
+
+    /// Simulates an API server restart: closes all watches and drops the cache; objects and the
+    /// revision counter are kept.
+    pub fn restart(&self) {
+        let mut inner = self.storage.lock();
+        inner.cache.close_all();
+        let rv = inner.current_rv();
+        inner.cache.compact(rv);
+    }
+
+    /// Clears all pending injected faults and latency.
+    pub fn clear(&self) {
+        let mut s = self.state();
+        s.expire_watches = 0;
+        s.path_faults.clear();
+        s.latency = Duration::ZERO;
+    }
+
+    /// The recorded requests, oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state().log.iter().cloned().collect()
+    }
+
+    /// Empties the request log.
+    pub fn clear_requests(&self) {
+        self.state().log.clear();
+    }
+
+    /// Records a request and decides whether a fault answers it. Returns the latency to apply
+    /// and, if a fault fires, the error to answer with.
+    pub(crate) fn on_request(&self, req: RecordedRequest) -> (Duration, Option<ApiError>) {
+        let mut s = self.state();
+        let latency = s.latency;
+        let mut fault = None;
+        if req.is_watch && s.expire_watches > 0 {
+            s.expire_watches -= 1;
+            fault = Some(ApiError::injected(410, 0));
+        }
+        if fault.is_none()
+            && let Some(f) = s
+                .path_faults
+                .iter_mut()
+                .find(|f| f.remaining > 0 && req.path.starts_with(&f.prefix))
+        {
+            f.remaining -= 1;
+            fault = Some(ApiError::injected(f.code, f.retry_after));
+        }
+        s.path_faults.retain(|f| f.remaining > 0);
+        if self.log_capacity > 0 {
+            while s.log.len() >= self.log_capacity {
+                s.log.pop_front();
+            }
+            s.log.push_back(req);
+        }
+        (latency, fault)
+    }
+}
+
+/// The loopback admin endpoint: `POST /_envtest/faults/<op>?...`, `GET /_envtest/requests`.
+pub(crate) fn admin(faults: &Faults, method: &http::Method, op: &str, query: &str) -> axum::response::Response {
+    use crate::status::json_response;
+    use http::StatusCode;
+    use serde_json::json;
+    let q = crate::request::Query::parse(query);
+    let num = |name: &str, default: u64| -> Result<u64, ApiError> { Ok(q.uint(name)?.unwrap_or(default)) };
+    let result: Result<(), ApiError> = (|| {
+        match (method.as_str(), op) {
+            ("GET", "requests") => {
+                return Err(ApiError::internal("unreachable"));
+            }
+            ("POST", "faults/close-watches") => faults.close_watches(),
+            ("POST", "faults/expire-watches") => faults.expire_next_watches(num("count", 1)? as usize),
+            ("POST", "faults/fail") => {
+                let code = num("code", 500)?;
+                if !matches!(code, 429 | 500 | 503) {
+                    return Err(ApiError::bad_request("code must be 429, 500 or 503"));
+                }
+                faults.fail_next(
+                    q.get("prefix").unwrap_or("/"),
+                    code as u16,
+                    num("count", 1)? as usize,
+                    num("retryAfter", 1)?.min(u32::MAX as u64) as u32,
+                );
+            }
+            ("POST", "faults/latency") => {
+                faults.set_latency(Duration::from_millis(num("ms", 0)?));
+            }
+            ("POST", "faults/compact") => faults.compact(),
+            ("POST", "faults/restart") => faults.restart(),
+            ("POST", "faults/clear") => faults.clear(),
+            _ => return Err(ApiError::no_route()),
+        }
+        Ok(())
+    })();
+    if method == http::Method::GET && op == "requests" {
+        let log: Vec<_> = faults
+            .requests()
+            .into_iter()
+            .map(|r| json!({"method": r.method, "path": r.path, "query": r.query, "watch": r.is_watch}))
+            .collect();
+        return json_response(StatusCode::OK, &json!(log));
+    }
+    match result {
+        Ok(()) => json_response(StatusCode::OK, &json!({"ok": true})),
+        Err(e) => axum::response::IntoResponse::into_response(e),
+    }
+}

@@ -1,0 +1,612 @@
+//! The REST verbs' semantics (kube-apiserver's generic registry store): get, list, create,
+//! update, patch, delete, deletecollection, and the `/status` subresource.
+//!
+//! Each verb runs as one read-modify-write under the store lock, so concurrent writers are
+//! serialized exactly as optimistic concurrency on etcd would order them. Semantics follow
+//! <https://kubernetes.io/docs/reference/using-api/api-concepts/>: `409 AlreadyExists` on create,
+//! `409 Conflict` on a stale `metadata.resourceVersion`, `generation` bumped only when the desired
+//! state changes, no new revision for a no-op write, finalizers keep a deleted object (with
+//! `deletionTimestamp`) until they are gone.
+
+use crate::object;
+use crate::patch::{self, PatchKind};
+use crate::request::{Query, ResourcePath};
+use crate::resources::{Registry, ResourceInfo};
+use crate::selectors::{FieldSelector, Filter, LabelSelector};
+use crate::status::{self, ApiError};
+use crate::storage::{Inner, ObjectKey, Objects, Storage};
+use serde_json::{Value, json};
+use std::ops::Bound;
+use std::sync::Arc;
+
+/// The verbs over a [`Storage`] and the resource table.
+#[derive(Debug, Clone)]
+pub(crate) struct Rest {
+    pub(crate) storage: Arc<Storage>,
+    pub(crate) registry: Registry,
+    /// Woken after deletes so the garbage collector runs.
+    pub(crate) gc: Arc<tokio::sync::Notify>,
+}
+
+/// The result of a write: the HTTP status and body.
+pub(crate) type WriteResult = Result<(u16, Value), ApiError>;
+
+fn name_of(path: &ResourcePath) -> Result<&str, ApiError> {
+    path.name.as_deref().ok_or_else(ApiError::method_not_allowed)
+}
+
+fn ns_of(path: &ResourcePath) -> &str {
+    path.namespace.as_deref().unwrap_or("")
+}
+
+/// Builds the filter of a list or watch from its query.
+pub(crate) fn filter_from(path: &ResourcePath, q: &Query) -> Result<Filter, ApiError> {
+    let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or(""))
+        .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+    let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+    Ok(Filter {
+        namespace: path.namespace.clone(),
+        labels,
+        fields,
+    })
+}
+
+/// Parses a resourceVersion parameter (`None` for absent/empty).
+pub(crate) fn parse_rv(v: Option<&str>) -> Result<Option<u64>, ApiError> {
+    match v {
+        None | Some("") => Ok(None),
+        Some(s) => s
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("invalid resource version {s:?}"))),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect()
+}
+
+/// A continue token: the list's pinned revision and the last key returned.
+fn encode_continue(rv: u64, key: &ObjectKey) -> String {
+    hex(json!([rv, key.0, key.1]).to_string().as_bytes())
+}
+
+fn decode_continue(token: &str) -> Result<(u64, ObjectKey), ApiError> {
+    let bad = || ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion");
+    let bytes = unhex(token).ok_or_else(bad)?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    let rv = v.get(0).and_then(Value::as_u64).ok_or_else(bad)?;
+    let ns = v.get(1).and_then(Value::as_str).ok_or_else(bad)?;
+    let name = v.get(2).and_then(Value::as_str).ok_or_else(bad)?;
+    Ok((rv, (ns.to_owned(), name.to_owned())))
+}
+
+impl Rest {
+    /// GET one object (or its `/status`).
+    pub(crate) fn get(&self, path: &ResourcePath) -> Result<Arc<Value>, ApiError> {
+        let name = name_of(path)?;
+        check_subresource(path)?;
+        let inner = self.storage.lock();
+        inner
+            .get(&path.info.key(), ns_of(path), name)
+            .ok_or_else(|| ApiError::not_found(&path.info.qualified(), name))
+    }
+
+    /// LIST with selectors, pagination and resourceVersion semantics.
+    pub(crate) fn list(&self, path: &ResourcePath, q: &Query) -> Result<Value, ApiError> {
+        let filter = filter_from(path, q)?;
+        let limit = q.uint("limit")?.unwrap_or(0) as usize;
+        let rv = parse_rv(q.get("resourceVersion"))?;
+        let rv_match = q.get("resourceVersionMatch").filter(|s| !s.is_empty());
+        let token = q.get("continue").filter(|s| !s.is_empty());
+        let info = &path.info;
+        let inner = self.storage.lock();
+        let current = inner.current_rv();
+        let (list_rv, snapshot, start): (u64, Option<Objects>, Option<ObjectKey>) = if let Some(t) = token {
+            if rv.is_some_and(|rv| rv != 0) {
+                return Err(ApiError::bad_request(
+                    "specifying resource version is not allowed when using continue",
+                ));
+            }
+            let (rv, key) = decode_continue(t)?;
+            let snap = inner.snapshot_at(&info.key(), rv).map_err(|e| {
+                if e.code == 410 {
+                    ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+                } else {
+                    e
+                }
+            })?;
+            (rv, Some(snap), Some(key))
+        } else {
+            match (rv, rv_match) {
+                (None, Some(_)) => {
+                    return Err(ApiError::bad_request(
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    ));
+                }
+                (Some(n), Some("Exact")) => (n, Some(inner.snapshot_at(&info.key(), n)?), None),
+                (Some(n), Some("NotOlderThan") | None) if n > current => {
+                    return Err(ApiError::timeout(format!(
+                        "Too large resource version: {n}, current: {current}"
+                    )));
+                }
+                (_, Some("NotOlderThan") | None) => (current, None, None),
+                (_, Some(other)) => {
+                    return Err(ApiError::bad_request(format!(
+                        "unsupported resourceVersionMatch {other:?}"
+                    )));
+                }
+            }
+        };
+        let empty = Objects::new();
+        let objs = match &snapshot {
+            Some(s) => s,
+            None => inner.objects(&info.key()).unwrap_or(&empty),
+        };
+        let lower = match (&start, &path.namespace) {
+            (Some(k), _) => Bound::Excluded(k.clone()),
+            (None, Some(ns)) => Bound::Included((ns.clone(), String::new())),
+            (None, None) => Bound::Unbounded,
+        };
+        let mut items = Vec::new();
+        let mut next: Option<ObjectKey> = None;
+        let mut remaining = 0u64;
+        for (key, obj) in objs.range((lower, Bound::Unbounded)) {
+            if let Some(ns) = &path.namespace
+                && &key.0 != ns
+            {
+                break;
+            }
+            if !filter.matches(obj) {
+                continue;
+            }
+            if limit > 0 && items.len() >= limit {
+                if next.is_none() {
+                    next = items.last().map(|(k, _): &(ObjectKey, Arc<Value>)| k.clone());
+                }
+                remaining += 1;
+                continue;
+            }
+            items.push((key.clone(), obj.clone()));
+        }
+        drop(inner);
+        let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+        if let Some(k) = &next {
+            metadata["continue"] = json!(encode_continue(list_rv, k));
+            if q.get("labelSelector").unwrap_or("").is_empty() && q.get("fieldSelector").unwrap_or("").is_empty() {
+                metadata["remainingItemCount"] = json!(remaining);
+            }
+        }
+        let items: Vec<&Value> = items.iter().map(|(_, o)| o.as_ref()).collect();
+        Ok(json!({
+            "kind": format!("{}List", info.kind),
+            "apiVersion": info.api_version(),
+            "metadata": metadata,
+            "items": items,
+        }))
+    }
+
+    /// Validates and normalizes the identity fields of a body for `path`.
+    fn check_body(&self, path: &ResourcePath, body: &mut Value) -> Result<(), ApiError> {
+        let info = &path.info;
+        let Some(map) = body.as_object_mut() else {
+            return Err(ApiError::bad_request("the body of the request must be a JSON object"));
+        };
+        match map.get("kind") {
+            None => {}
+            Some(Value::String(k)) if k == &info.kind => {}
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "the kind of the provided object ({other}) does not match the resource {} (kind {})",
+                    info.qualified(),
+                    info.kind
+                )));
+            }
+        }
+        match map.get("apiVersion") {
+            None => {}
+            Some(Value::String(v)) if *v == info.api_version() => {}
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "the apiVersion of the provided object ({other}) does not match {}",
+                    info.api_version()
+                )));
+            }
+        }
+        map.insert("kind".into(), Value::String(info.kind.clone()));
+        map.insert("apiVersion".into(), Value::String(info.api_version()));
+        if map.get("metadata").is_some_and(|m| !m.is_object()) {
+            return Err(ApiError::bad_request("metadata must be an object"));
+        }
+        let body_ns = object::namespace(body).to_owned();
+        if info.namespaced {
+            let ns = ns_of(path);
+            if !body_ns.is_empty() && body_ns != ns {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            object::set_meta(body, "namespace", Value::String(ns.to_owned()));
+        } else {
+            object::remove_meta(body, "namespace");
+        }
+        for field in ["name", "generateName", "resourceVersion", "uid"] {
+            if let Some(v) = body.get("metadata").and_then(|m| m.get(field))
+                && !v.is_string()
+                && !v.is_null()
+            {
+                return Err(ApiError::bad_request(format!("metadata.{field} must be a string")));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_namespace(&self, inner: &Inner, path: &ResourcePath) -> Result<(), ApiError> {
+        if !path.info.namespaced {
+            return Ok(());
+        }
+        let ns = ns_of(path);
+        match inner.get("/namespaces", "", ns) {
+            None => Err(ApiError::not_found("namespaces", ns)),
+            Some(n) if object::is_terminating(&n) => Err(ApiError::forbidden(format!(
+                "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                path.info.qualified()
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// CREATE (`POST` to the collection).
+    pub(crate) fn create(&self, path: &ResourcePath, mut body: Value, dry_run: bool) -> WriteResult {
+        if path.name.is_some() {
+            return Err(ApiError::method_not_allowed());
+        }
+        self.check_body(path, &mut body)?;
+        let info = &path.info;
+        let mut name = object::name(&body).to_owned();
+        if name.is_empty() {
+            let prefix = object::meta_str(&body, "generateName");
+            if !prefix.is_empty() {
+                name = format!("{prefix}{}", object::random_suffix(5));
+            }
+        }
+        object::validate_name(&name)
+            .map_err(|m| ApiError::invalid(&info.kind, &name, format!("metadata.name: Invalid value: {m}")))?;
+        object::set_meta(&mut body, "name", Value::String(name.clone()));
+        object::set_meta(&mut body, "uid", Value::String(object::new_uid()));
+        object::set_meta(&mut body, "creationTimestamp", Value::String(object::now_timestamp()));
+        object::set_meta(&mut body, "generation", json!(1));
+        for f in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
+            object::remove_meta(&mut body, f);
+        }
+        if info.key() == "/namespaces" {
+            body["status"] = json!({"phase": "Active"});
+        }
+        crate::crd::validate(info, &body)?;
+        let mut inner = self.storage.lock();
+        self.check_namespace(&inner, path)?;
+        if inner.get(&info.key(), ns_of(path), &name).is_some() {
+            return Err(ApiError::already_exists(&info.qualified(), &name));
+        }
+        if dry_run {
+            return Ok((201, body));
+        }
+        let stored = inner.put(&info.key(), body);
+        crate::crd::on_write(&self.registry, &mut inner, info, &stored, false);
+        Ok((201, (*stored).clone()))
+    }
+
+    /// UPDATE (`PUT`), of the main resource or `/status`.
+    pub(crate) fn update(&self, path: &ResourcePath, mut body: Value, dry_run: bool) -> WriteResult {
+        let name = name_of(path)?.to_owned();
+        check_subresource(path)?;
+        self.check_body(path, &mut body)?;
+        let body_name = object::name(&body);
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        object::set_meta(&mut body, "name", Value::String(name.clone()));
+        let mut inner = self.storage.lock();
+        let info = path.info.clone();
+        let Some(cur) = inner.get(&info.key(), ns_of(path), &name) else {
+            return Err(ApiError::not_found(&info.qualified(), &name));
+        };
+        self.write_update(&mut inner, path, &cur, body, dry_run)
+    }
+
+    /// PATCH (merge, JSON, strategic-as-merge, apply-as-create-or-merge).
+    pub(crate) fn patch(&self, path: &ResourcePath, kind: PatchKind, body: &[u8], dry_run: bool) -> WriteResult {
+        let name = name_of(path)?.to_owned();
+        check_subresource(path)?;
+        let info = path.info.clone();
+        let cur = {
+            let inner = self.storage.lock();
+            inner.get(&info.key(), ns_of(path), &name)
+        };
+        let Some(cur) = cur else {
+            if kind == PatchKind::Apply && path.subresource.is_none() {
+                let mut obj = json!({"metadata": {"name": name}});
+                patch::apply(kind, &mut obj, body)?;
+                let create_path = ResourcePath {
+                    name: None,
+                    ..path.clone()
+                };
+                return self.create(&create_path, obj, dry_run);
+            }
+            return Err(ApiError::not_found(&info.qualified(), &name));
+        };
+        let mut patched = (*cur).clone();
+        patch::apply(kind, &mut patched, body)?;
+        if kind == PatchKind::Apply {
+            // Apply does not carry optimistic-concurrency semantics unless the caller sets a
+            // resourceVersion explicitly; the merge leaves the current one in place.
+        }
+        self.check_body(path, &mut patched)?;
+        let mut inner = self.storage.lock();
+        // Re-read: another writer may have won since the patch was computed; retry on top of it
+        // as kube-apiserver's GuaranteedUpdate does.
+        let Some(now) = inner.get(&info.key(), ns_of(path), &name) else {
+            return Err(ApiError::not_found(&info.qualified(), &name));
+        };
+        if !Arc::ptr_eq(&now, &cur) {
+            let mut again = (*now).clone();
+            patch::apply(kind, &mut again, body)?;
+            self.check_body(path, &mut again)?;
+            patched = again;
+        }
+        self.write_update(&mut inner, path, &now, patched, dry_run)
+    }
+
+    /// The common tail of update and patch: preconditions, subresource rules, server-owned
+    /// fields, generation, finalizer-driven removal, no-op detection.
+    fn write_update(
+        &self,
+        inner: &mut Inner,
+        path: &ResourcePath,
+        cur: &Arc<Value>,
+        mut new: Value,
+        dry_run: bool,
+    ) -> WriteResult {
+        let info = &path.info;
+        let name = object::name(cur).to_owned();
+        let body_rv = object::resource_version(&new).to_owned();
+        if !body_rv.is_empty() && body_rv != object::resource_version(cur) {
+            return Err(ApiError::conflict(
+                &info.qualified(),
+                &name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+        if path.subresource.as_deref() == Some("status") {
+            let status = new.get("status").cloned();
+            new = (**cur).clone();
+            match status {
+                Some(s) => new["status"] = s,
+                None => {
+                    if let Some(m) = new.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+        } else if info.status_subresource {
+            match cur.get("status") {
+                Some(s) => new["status"] = s.clone(),
+                None => {
+                    if let Some(m) = new.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+        }
+        for f in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "namespace",
+            "resourceVersion",
+        ] {
+            match cur.get("metadata").and_then(|m| m.get(f)) {
+                Some(v) => object::set_meta(&mut new, f, v.clone()),
+                None => object::remove_meta(&mut new, f),
+            }
+        }
+        let generation = cur
+            .get("metadata")
+            .and_then(|m| m.get("generation"))
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let generation = if object::spec_part(&new) != object::spec_part(cur) {
+            generation + 1
+        } else {
+            generation
+        };
+        object::set_meta(&mut new, "generation", json!(generation));
+        crate::crd::validate(info, &new)?;
+        if new == **cur {
+            return Ok((200, new));
+        }
+        if dry_run {
+            return Ok((200, new));
+        }
+        if object::is_terminating(&new) && object::finalizers(&new).is_empty() {
+            let ns = object::namespace(&new).to_owned();
+            let gone = inner
+                .remove(&info.key(), &ns, &name)
+                .map(|o| (*o).clone())
+                .unwrap_or(new);
+            crate::crd::on_write(&self.registry, inner, info, &gone, true);
+            self.gc.notify_one();
+            return Ok((200, gone));
+        }
+        let stored = inner.put(&info.key(), new);
+        crate::crd::on_write(&self.registry, inner, info, &stored, false);
+        if object::is_terminating(&stored) {
+            self.gc.notify_one();
+        }
+        Ok((200, (*stored).clone()))
+    }
+
+    /// DELETE one object.
+    pub(crate) fn delete(&self, path: &ResourcePath, options: &Value, q: &Query, dry_run: bool) -> WriteResult {
+        let name = name_of(path)?.to_owned();
+        if path.subresource.is_some() {
+            return Err(ApiError::method_not_allowed());
+        }
+        let mut inner = self.storage.lock();
+        self.delete_locked(&mut inner, &path.info, ns_of(path), &name, options, q, dry_run)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn delete_locked(
+        &self,
+        inner: &mut Inner,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        options: &Value,
+        q: &Query,
+        dry_run: bool,
+    ) -> WriteResult {
+        let Some(cur) = inner.get(&info.key(), ns, name) else {
+            return Err(ApiError::not_found(&info.qualified(), name));
+        };
+        let pre = options.get("preconditions");
+        if let Some(uid) = pre.and_then(|p| p.get("uid")).and_then(Value::as_str)
+            && uid != object::uid(&cur)
+        {
+            return Err(ApiError::conflict(
+                &info.qualified(),
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    object::uid(&cur)
+                ),
+            ));
+        }
+        if let Some(rv) = pre.and_then(|p| p.get("resourceVersion")).and_then(Value::as_str)
+            && rv != object::resource_version(&cur)
+        {
+            return Err(ApiError::conflict(
+                &info.qualified(),
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    object::resource_version(&cur)
+                ),
+            ));
+        }
+        if dry_run {
+            return Ok((200, (*cur).clone()));
+        }
+        let policy = options
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .or(q.get("propagationPolicy"))
+            .unwrap_or("Background");
+        if policy == "Orphan" {
+            crate::gc::orphan_dependents(inner, object::uid(&cur));
+        }
+        let is_namespace = info.key() == "/namespaces";
+        if !object::finalizers(&cur).is_empty() || is_namespace {
+            if object::is_terminating(&cur) {
+                return Ok((200, (*cur).clone()));
+            }
+            let mut next = (*cur).clone();
+            object::set_meta(&mut next, "deletionTimestamp", Value::String(object::now_timestamp()));
+            object::set_meta(&mut next, "deletionGracePeriodSeconds", json!(0));
+            if is_namespace {
+                next["status"] = json!({"phase": "Terminating"});
+            }
+            let stored = inner.put(&info.key(), next);
+            self.gc.notify_one();
+            return Ok((200, (*stored).clone()));
+        }
+        let uid = object::uid(&cur).to_owned();
+        inner.remove(&info.key(), ns, name);
+        crate::crd::on_write(&self.registry, inner, info, &cur, true);
+        self.gc.notify_one();
+        Ok((200, status::success(&info.plural, name, &uid)))
+    }
+
+    /// DELETECOLLECTION: deletes every object the selectors match; returns them as a list.
+    pub(crate) fn delete_collection(
+        &self,
+        path: &ResourcePath,
+        options: &Value,
+        q: &Query,
+        dry_run: bool,
+    ) -> WriteResult {
+        let filter = filter_from(path, q)?;
+        let info = path.info.clone();
+        let mut inner = self.storage.lock();
+        let keys: Vec<ObjectKey> = inner
+            .objects(&info.key())
+            .map(|objs| {
+                objs.iter()
+                    .filter(|(_, o)| filter.matches(o))
+                    .map(|(k, _)| k.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut items = Vec::new();
+        for (ns, name) in keys {
+            let before = inner.get(&info.key(), &ns, &name);
+            if self
+                .delete_locked(&mut inner, &info, &ns, &name, options, q, dry_run)
+                .is_ok()
+                && let Some(b) = before
+            {
+                items.push((*b).clone());
+            }
+        }
+        Ok((
+            200,
+            json!({
+                "kind": format!("{}List", info.kind),
+                "apiVersion": info.api_version(),
+                "metadata": {"resourceVersion": inner.current_rv().to_string()},
+                "items": items,
+            }),
+        ))
+    }
+}
+
+fn check_subresource(path: &ResourcePath) -> Result<(), ApiError> {
+    match path.subresource.as_deref() {
+        None => Ok(()),
+        Some("status") if path.info.status_subresource => Ok(()),
+        Some(_) => Err(ApiError::no_route()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip_and_reject_garbage() {
+        let t = encode_continue(7, &("ns".into(), "a b".into()));
+        assert_eq!(decode_continue(&t).unwrap(), (7, ("ns".into(), "a b".into())));
+        for bad in ["", "zz", "abc", "5b5d"] {
+            assert_eq!(decode_continue(bad).unwrap_err().code, 400, "{bad}");
+        }
+    }
+}

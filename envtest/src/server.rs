@@ -1,0 +1,477 @@
+//! [`Server`]: binds 127.0.0.1, routes requests to the verbs, streams watches.
+//!
+//! One `axum` fallback handler decodes every request itself (paths are dynamic: CRDs add
+//! resources at run time). Order of checks per request: admin endpoint, bearer token, request log
+//! and injected faults, then discovery or the resource verbs.
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::faults::{Faults, RecordedRequest};
+use crate::patch::PatchKind;
+use crate::request::{self, Query, ResourcePath, Route};
+use crate::resources::Registry;
+use crate::rest::{self, Rest};
+use crate::status::{self, ApiError};
+use crate::storage::Storage;
+use crate::watch_cache::{CacheWatcher, InitialEvents, WatchCache, WatchCacheConfig};
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{Method, StatusCode, header};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Shared state of a running server.
+#[derive(Debug)]
+pub(crate) struct App {
+    pub(crate) rest: Rest,
+    pub(crate) faults: Faults,
+    pub(crate) config: Config,
+    /// Cancelled on shutdown; ends every watch and background task.
+    pub(crate) cancel: CancellationToken,
+}
+
+/// A running envtest API server. Dropping it stops it (open watches end).
+pub struct Server {
+    addr: SocketAddr,
+    base_url: String,
+    app: Arc<App>,
+    task: Option<JoinHandle<()>>,
+    client: kube::Client,
+}
+
+impl Server {
+    /// Starts a server: binds `config.listen` (loopback only), creates the namespaces `default`,
+    /// `kube-system`, `kube-public` and `kube-node-lease`, and serves until shut down or dropped.
+    pub async fn start(config: Config) -> Result<Server, Error> {
+        if !config.listen.ip().is_loopback() {
+            return Err(Error::NotLoopback(config.listen));
+        }
+        let cache = WatchCache::new(
+            WatchCacheConfig {
+                capacity: config.watch_cache_size,
+                watcher_buffer: config.watcher_buffer,
+                grace: config.slow_watcher_grace,
+            },
+            0,
+        );
+        let storage = Arc::new(Storage::new(cache));
+        let registry = Registry::new();
+        let rest = Rest {
+            storage: storage.clone(),
+            registry: registry.clone(),
+            gc: Arc::new(tokio::sync::Notify::new()),
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            if let Some(info) = registry.get("", "v1", "namespaces") {
+                let path = ResourcePath {
+                    info,
+                    namespace: None,
+                    name: None,
+                    subresource: None,
+                };
+                rest.create(&path, json!({"metadata": {"name": ns}}), false)
+                    .map_err(|e| Error::Url(e.to_string()))?;
+            }
+        }
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let addr = listener.local_addr()?;
+        let base_url = format!("http://{addr}");
+        let cancel = CancellationToken::new();
+        let faults = Faults::new(storage.clone(), config.request_log_capacity);
+        let app = Arc::new(App {
+            rest: rest.clone(),
+            faults,
+            config: config.clone(),
+            cancel: cancel.clone(),
+        });
+        let router = Router::new().fallback(handle).with_state(app.clone());
+        let serve_cancel = cancel.clone();
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, router).with_graceful_shutdown(serve_cancel.cancelled_owned());
+            if let Err(e) = serve.await {
+                tracing::warn!(error = %e, "envtest server stopped with an error");
+            }
+        });
+        tokio::spawn(crate::gc::run(storage.clone(), rest.gc.clone(), cancel.clone()));
+        tokio::spawn(sweep_watchers(storage, config.slow_watcher_grace, cancel.clone()));
+        let client = kube::Client::try_from(kube_config(&base_url, config.token.as_deref())?)?;
+        tracing::info!(%base_url, "envtest API server started");
+        Ok(Server {
+            addr,
+            base_url,
+            app,
+            task: Some(task),
+            client,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A `kube::Config` for this server (kube's defaults otherwise, including its retry of
+    /// 429/503/504 responses: set `default_retry = false` to see injected faults directly).
+    pub fn kube_config(&self) -> kube::Config {
+        kube_config(&self.base_url, self.app.config.token.as_deref())
+            .unwrap_or_else(|_| kube::Config::new(http::Uri::from_static("http://127.0.0.1")))
+    }
+
+    /// A `kube::Client` for this server, built on the calling task's runtime.
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.kube_config()).unwrap_or_else(|_| self.client.clone())
+    }
+
+    /// The fault-injection and request-log handle.
+    pub fn faults(&self) -> Faults {
+        self.app.faults.clone()
+    }
+
+    /// The recorded requests, oldest first (same as `faults().requests()`).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.app.faults.requests()
+    }
+
+    /// The current objects at a collection path such as `/api/v1/namespaces/default/configmaps`
+    /// or `/apis/apps/v1/deployments` (all namespaces), in list order.
+    pub fn objects_of(&self, path: &str) -> Result<Vec<Value>, Error> {
+        let Ok(Route::Resource(p)) = request::route(&self.app.rest.registry, path) else {
+            return Err(Error::UnknownPath(path.to_owned()));
+        };
+        let inner = self.app.rest.storage.lock();
+        Ok(inner
+            .objects(&p.info.key())
+            .map(|objs| {
+                objs.iter()
+                    .filter(|((ns, _), _)| p.namespace.as_ref().is_none_or(|n| n == ns))
+                    .filter(|((_, name), _)| p.name.as_ref().is_none_or(|n| n == name))
+                    .map(|(_, o)| (**o).clone())
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// The revision of the last write (the global resourceVersion counter).
+    pub fn current_resource_version(&self) -> u64 {
+        self.app.rest.storage.lock().current_rv()
+    }
+
+    /// Events held in the watch cache ring (never more than `Config::watch_cache_size`).
+    pub fn watch_cache_len(&self) -> usize {
+        self.app.rest.storage.lock().cache.len()
+    }
+
+    /// The watch cache ring's capacity (`Config::watch_cache_size`).
+    pub fn watch_cache_capacity(&self) -> usize {
+        self.app.rest.storage.lock().cache.capacity()
+    }
+
+    /// The oldest revision a watch can start from; older ones get `410 Expired`.
+    pub fn watch_cache_window_start(&self) -> u64 {
+        self.app.rest.storage.lock().cache.window_start()
+    }
+
+    /// Number of open watches.
+    pub fn watcher_count(&self) -> usize {
+        self.app.rest.storage.lock().cache.watcher_count()
+    }
+
+    /// Writes a kubeconfig (JSON, which is valid YAML) pointing at this server.
+    pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<(), Error> {
+        crate::kubeconfig::write(path.as_ref(), &self.base_url, self.app.config.token.as_deref())
+    }
+
+    /// Stops the server: ends every watch and waits (up to 5 s) for connections to close.
+    pub async fn shutdown(mut self) {
+        self.app.cancel.cancel();
+        if let Some(task) = self.task.take() {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(5), task).await.is_err() {
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.app.cancel.cancel();
+    }
+}
+
+fn kube_config(base_url: &str, token: Option<&str>) -> Result<kube::Config, Error> {
+    let uri: http::Uri = base_url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| Error::Url(e.to_string()))?;
+    let mut config = kube::Config::new(uri);
+    if let Some(t) = token {
+        let value = http::HeaderValue::from_str(&format!("Bearer {t}")).map_err(|e| Error::Url(e.to_string()))?;
+        config.headers.push((header::AUTHORIZATION, value));
+    }
+    Ok(config)
+}
+
+/// Terminates watchers that stayed full past the grace period even when no writes arrive.
+async fn sweep_watchers(storage: Arc<Storage>, grace: Duration, cancel: CancellationToken) {
+    let every = (grace / 2).max(Duration::from_millis(10));
+    let mut ticker = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = ticker.tick() => storage.lock().cache.sweep(),
+        }
+    }
+}
+
+async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    if let Some(op) = path.strip_prefix("/_envtest/") {
+        return crate::faults::admin(&app.faults, &method, op, &query).into_response();
+    }
+    let q = Query::parse(&query);
+    let is_watch = method == Method::GET && q.flag("watch");
+    let health = matches!(path.as_str(), "/healthz" | "/readyz" | "/livez");
+    if let Some(token) = &app.config.token
+        && !health
+    {
+        let expected = format!("Bearer {token}");
+        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        if given != Some(expected.as_str()) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    let (latency, fault) = app.faults.on_request(RecordedRequest {
+        method: method.to_string(),
+        path: path.clone(),
+        query: query.clone(),
+        is_watch,
+    });
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    if let Some(f) = fault {
+        return f.into_response();
+    }
+    match serve(&app, req, &method, &path, &q, is_watch).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn serve(
+    app: &Arc<App>,
+    req: Request,
+    method: &Method,
+    path: &str,
+    q: &Query,
+    is_watch: bool,
+) -> Result<Response, ApiError> {
+    let route = match request::route(&app.rest.registry, path) {
+        Ok(r) => r,
+        Err(e) => return Err(e),
+    };
+    let p = match route {
+        Route::Resource(p) => p,
+        Route::Other => return other(app, method, path),
+    };
+    let rest = &app.rest;
+    let dry_run = q.get("dryRun").is_some_and(|v| !v.is_empty());
+    let ok =
+        |(code, body): (u16, Value)| status::json_response(StatusCode::from_u16(code).unwrap_or(StatusCode::OK), &body);
+    match *method {
+        Method::GET if p.name.is_some() => {
+            let obj = rest.get(&p)?;
+            Ok(status::json_response(StatusCode::OK, &obj))
+        }
+        Method::GET if is_watch => watch(app, &p, q),
+        Method::GET => Ok(status::json_response(StatusCode::OK, &rest.list(&p, q)?)),
+        Method::POST => {
+            let (ct, body) = read_body(app, req).await?;
+            let obj = decode_object(&ct, &body)?;
+            rest.create(&p, obj, dry_run).map(ok)
+        }
+        Method::PUT => {
+            let (ct, body) = read_body(app, req).await?;
+            let obj = decode_object(&ct, &body)?;
+            rest.update(&p, obj, dry_run).map(ok)
+        }
+        Method::PATCH => {
+            let (ct, body) = read_body(app, req).await?;
+            let kind = PatchKind::from_content_type(&ct).ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
+            rest.patch(&p, kind, &body, dry_run).map(ok)
+        }
+        Method::DELETE => {
+            let (_, body) = read_body(app, req).await?;
+            let options = if body.iter().all(u8::is_ascii_whitespace) {
+                Value::Object(Default::default())
+            } else {
+                serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?
+            };
+            if p.name.is_some() {
+                rest.delete(&p, &options, q, dry_run).map(ok)
+            } else {
+                rest.delete_collection(&p, &options, q, dry_run).map(ok)
+            }
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// Discovery, health, OpenAPI, or 404.
+fn other(app: &Arc<App>, method: &Method, path: &str) -> Result<Response, ApiError> {
+    if *method != Method::GET {
+        return Err(ApiError::no_route());
+    }
+    if let Some(doc) = crate::openapi::handle(&app.rest.registry, path) {
+        return Ok(status::json_response(StatusCode::OK, &doc));
+    }
+    match crate::discovery::handle(&app.rest.registry, path) {
+        Some(Value::String(s)) => {
+            Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], s).into_response())
+        }
+        Some(doc) => Ok(status::json_response(StatusCode::OK, &doc)),
+        None => Err(ApiError::no_route()),
+    }
+}
+
+async fn read_body(app: &Arc<App>, req: Request) -> Result<(String, Bytes), ApiError> {
+    let limit = app.config.max_body_bytes;
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::too_large(limit));
+    }
+    let body = axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|_| ApiError::too_large(limit))?;
+    Ok((ct, body))
+}
+
+fn decode_object(ct: &str, body: &[u8]) -> Result<Value, ApiError> {
+    let media = ct.split(';').next().unwrap_or("").trim();
+    match media {
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body),
+        "" | "application/json" | "*/*" | "application/yaml" | "text/plain" => {
+            serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "the object provided is unrecognized or malformed: json parse error: {e}"
+                ))
+            })
+        }
+        other => Err(ApiError::unsupported_media_type(other)),
+    }
+}
+
+fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Starts a watch (see `watch_cache.rs` for the cacheWatcher's behaviour).
+fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query) -> Result<Response, ApiError> {
+    if p.name.is_some() {
+        return Err(ApiError::method_not_allowed());
+    }
+    let filter = rest::filter_from(p, q)?;
+    let rv = rest::parse_rv(q.get("resourceVersion"))?;
+    let timeout = q.uint("timeoutSeconds")?;
+    let bookmarks = q.flag("allowWatchBookmarks");
+    let send_initial = q.get("sendInitialEvents").filter(|s| !s.is_empty());
+    if send_initial.is_some() && q.get("resourceVersionMatch") != Some("NotOlderThan") {
+        return Err(ApiError::invalid(
+            "ListOptions",
+            "",
+            "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+        ));
+    }
+    let key = p.info.key();
+    let mut inner = app.rest.storage.lock();
+    let current = inner.current_rv();
+    let objects_now = |inner: &crate::storage::Inner| -> Vec<Arc<Value>> {
+        inner
+            .objects(&key)
+            .map(|o| o.values().cloned().collect())
+            .unwrap_or_default()
+    };
+    let (initial, last_rv, initial_end) = match (send_initial, rv) {
+        (Some("true"), _) => (InitialEvents::Objects(objects_now(&inner)), current, true),
+        (Some(_), None | Some(0)) => (InitialEvents::Events(Vec::new()), current, false),
+        (None, None | Some(0)) => (InitialEvents::Objects(objects_now(&inner)), current, false),
+        (_, Some(n)) => match inner.cache.events_since(&key, n) {
+            Some(events) => (InitialEvents::Events(events), n, false),
+            None => {
+                drop(inner);
+                let status = ApiError::expired(format!(
+                    "too old resource version: {n} ({})",
+                    app.rest.storage.lock().cache.window_start()
+                ))
+                .to_status();
+                let (tx, rx) = mpsc::channel(1);
+                let _ = tx.try_send(crate::watch_cache::error_line(&status));
+                return Ok(stream_response(rx));
+            }
+        },
+    };
+    let registration = inner.cache.register(&key, filter.namespace.clone());
+    drop(inner);
+    let (tx, rx) = mpsc::channel(64);
+    let watcher = CacheWatcher {
+        storage: app.rest.storage.clone(),
+        registration,
+        filter,
+        api_version: p.info.api_version(),
+        kind: p.info.kind.clone(),
+        last_rv,
+        initial,
+        initial_events_end: initial_end,
+        bookmark_interval: bookmarks.then_some(app.config.bookmark_interval),
+        deadline: timeout
+            .filter(|t| *t > 0)
+            .map(|t| tokio::time::Instant::now() + Duration::from_secs(t)),
+        server_cancel: app.cancel.clone(),
+        output: tx,
+    };
+    tokio::spawn(watcher.run());
+    Ok(stream_response(rx))
+}

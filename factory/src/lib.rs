@@ -1,5 +1,448 @@
-//! `SharedInformerFactory`: one shared informer per resource type.
+//! `SharedInformerFactory`: one shared informer per resource type (client-go
+//! `informers.SharedInformerFactory` and `dynamicinformer`).
 //!
-//! Where it sits in the data path: the factory owns the `SharedIndexInformer`s of
-//! `informer-core` and hands the same one to every consumer of a type, so one list/watch per
-//! type feeds every handler and lister in the process. Not built yet (issue 6).
+//! Where it sits in the data path: above `informer-core`. Every consumer in a process asks
+//! the factory for the informer of a type and gets the same [`SharedIndexInformer`], so one
+//! list/watch per type feeds every handler and lister. `start` runs the informers requested
+//! so far (call it again after requesting more); `wait_for_cache_sync` waits for their caches;
+//! `shutdown` stops them all and waits.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use factory::SharedInformerFactory;
+//! use k8s_openapi::api::apps::v1::Deployment;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo(client: kube::Client) -> Result<(), factory::FactoryError> {
+//! let factory = SharedInformerFactory::builder(client)
+//!     .default_resync(Duration::from_secs(600))
+//!     .namespace("prod")
+//!     .strip_managed_fields(true)
+//!     .build();
+//! let deployments = factory.informer_for::<Deployment>()?;
+//! let shutdown = CancellationToken::new();
+//! factory.start(&shutdown);
+//! let synced = factory.wait_for_cache_sync(&shutdown).await;
+//! assert!(synced.values().all(|ok| *ok));
+//! println!("{} deployments", deployments.indexer().len());
+//! factory.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+use std::any::{Any, TypeId};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use informer_core::{
+    ApiListerWatcher, InformerConfig, InformerError, ReflectorConfig, SharedIndexInformer, TransformFunc,
+};
+use kube::api::{ApiResource, DynamicObject};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
+/// A typed resource the factory can make informers for: any `kube::Resource` with a static
+/// type (k8s-openapi types, `#[derive(CustomResource)]` types).
+pub trait FactoryResource:
+    Resource<DynamicType = (), Scope: 'static> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+impl<K> FactoryResource for K where
+    K: Resource<DynamicType = (), Scope: 'static> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+/// Errors from the factory.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FactoryError {
+    /// `shutdown` was called; the factory makes no more informers.
+    #[error("the informer factory has been shut down")]
+    ShutDown,
+    /// Configuring the informer failed.
+    #[error(transparent)]
+    Informer(#[from] InformerError),
+}
+
+/// The list options a tweak may change for every informer of a factory (client-go
+/// `TweakListOptionsFunc`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListOptions {
+    /// Label selector for list and watch.
+    pub label_selector: Option<String>,
+    /// Field selector for list and watch.
+    pub field_selector: Option<String>,
+    /// Objects per list page (0: no paging).
+    pub page_size: u32,
+}
+
+type Tweak = Arc<dyn Fn(&mut ListOptions) + Send + Sync>;
+
+/// Which informer: a static type, or a dynamic resource by group/version/kind.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum InformerKey {
+    Typed(TypeId),
+    Dynamic {
+        group: String,
+        version: String,
+        kind: String,
+    },
+}
+
+/// What the factory needs of an informer without knowing its type.
+trait Runnable: Send + Sync {
+    fn run(&self, shutdown: CancellationToken) -> BoxFuture<'static, ()>;
+    fn has_synced(&self) -> bool;
+}
+
+impl<K: Resource + Send + Sync + 'static> Runnable for SharedIndexInformer<K> {
+    fn run(&self, shutdown: CancellationToken) -> BoxFuture<'static, ()> {
+        let informer = self.clone();
+        Box::pin(async move { informer.run(shutdown).await })
+    }
+
+    fn has_synced(&self) -> bool {
+        SharedIndexInformer::has_synced(self)
+    }
+}
+
+struct Entry {
+    /// `api_version/kind`, the name used in sync results and logs.
+    name: String,
+    /// The `SharedIndexInformer<K>`, to downcast.
+    informer: Box<dyn Any + Send + Sync>,
+    runnable: Arc<dyn Runnable>,
+    task: Option<JoinHandle<()>>,
+}
+
+struct State {
+    informers: HashMap<InformerKey, Entry>,
+    shut_down: bool,
+}
+
+struct Inner {
+    client: Client,
+    default_resync: Duration,
+    namespace: Option<String>,
+    tweak: Option<Tweak>,
+    custom_resync: HashMap<TypeId, Duration>,
+    transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    strip_managed_fields: bool,
+    page_size: u32,
+    /// Parent of every informer's shutdown token.
+    stop: CancellationToken,
+    state: Mutex<State>,
+}
+
+/// Hands out one shared informer per resource type (client-go `SharedInformerFactory`).
+/// Cloning is cheap and shares the informers.
+#[derive(Clone)]
+pub struct SharedInformerFactory {
+    inner: Arc<Inner>,
+}
+
+/// Builds a [`SharedInformerFactory`] with client-go's options.
+#[must_use]
+pub struct SharedInformerFactoryBuilder {
+    client: Client,
+    default_resync: Duration,
+    namespace: Option<String>,
+    tweak: Option<Tweak>,
+    custom_resync: HashMap<TypeId, Duration>,
+    transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    strip_managed_fields: bool,
+    page_size: u32,
+}
+
+impl SharedInformerFactoryBuilder {
+    /// The resync period of every informer without a custom one (zero: none).
+    pub fn default_resync(mut self, period: Duration) -> Self {
+        self.default_resync = period;
+        self
+    }
+
+    /// Watch only this namespace (namespaced resources; cluster-scoped ones are unaffected).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Adjusts the list/watch options of every informer (e.g. a label selector).
+    pub fn tweak_list_params(mut self, tweak: impl Fn(&mut ListOptions) + Send + Sync + 'static) -> Self {
+        self.tweak = Some(Arc::new(tweak));
+        self
+    }
+
+    /// A resync period for `K`'s informer instead of the default.
+    pub fn custom_resync<K: FactoryResource>(mut self, period: Duration) -> Self {
+        self.custom_resync.insert(TypeId::of::<K>(), period);
+        self
+    }
+
+    /// A transform for `K`'s objects before they enter the cache (after the default one).
+    pub fn transform<K: FactoryResource>(mut self, transform: impl Fn(K) -> K + Send + Sync + 'static) -> Self {
+        let transform: TransformFunc<K> = Arc::new(transform);
+        self.transforms.insert(TypeId::of::<K>(), Box::new(transform));
+        self
+    }
+
+    /// The default transform: drop `metadata.managedFields` from every object, which
+    /// controllers rarely read and which is often the largest part of an object.
+    pub fn strip_managed_fields(mut self, on: bool) -> Self {
+        self.strip_managed_fields = on;
+        self
+    }
+
+    /// Objects per list page (default 500; 0: no paging).
+    pub fn page_size(mut self, page_size: u32) -> Self {
+        self.page_size = page_size;
+        self
+    }
+
+    /// The factory.
+    pub fn build(self) -> SharedInformerFactory {
+        SharedInformerFactory {
+            inner: Arc::new(Inner {
+                client: self.client,
+                default_resync: self.default_resync,
+                namespace: self.namespace,
+                tweak: self.tweak,
+                custom_resync: self.custom_resync,
+                transforms: self.transforms,
+                strip_managed_fields: self.strip_managed_fields,
+                page_size: self.page_size,
+                stop: CancellationToken::new(),
+                state: Mutex::new(State {
+                    informers: HashMap::new(),
+                    shut_down: false,
+                }),
+            }),
+        }
+    }
+}
+
+fn strip_managed_fields<K: Resource>(mut obj: K) -> K {
+    obj.meta_mut().managed_fields = None;
+    obj
+}
+
+impl SharedInformerFactory {
+    /// A factory with a default resync period and no other options.
+    pub fn new(client: Client, default_resync: Duration) -> Self {
+        Self::builder(client).default_resync(default_resync).build()
+    }
+
+    /// A builder with client-go's options.
+    pub fn builder(client: Client) -> SharedInformerFactoryBuilder {
+        SharedInformerFactoryBuilder {
+            client,
+            default_resync: Duration::ZERO,
+            namespace: None,
+            tweak: None,
+            custom_resync: HashMap::new(),
+            transforms: HashMap::new(),
+            strip_managed_fields: false,
+            page_size: 500,
+        }
+    }
+
+    /// The client informers use.
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    // No code panics while holding this lock; take over a poisoned one.
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn reflector_config(&self, name: String) -> ReflectorConfig {
+        let mut options = ListOptions {
+            page_size: self.inner.page_size,
+            ..ListOptions::default()
+        };
+        if let Some(tweak) = &self.inner.tweak {
+            tweak(&mut options);
+        }
+        let mut config = ReflectorConfig::default().name(name).page_size(options.page_size);
+        config.label_selector = options.label_selector;
+        config.field_selector = options.field_selector;
+        config
+    }
+
+    /// The shared informer for `K`: made on the first call, the same one on every later call.
+    pub fn informer_for<K: FactoryResource>(&self) -> Result<SharedIndexInformer<K>, FactoryError> {
+        let key = InformerKey::Typed(TypeId::of::<K>());
+        let mut state = self.state();
+        if state.shut_down {
+            return Err(FactoryError::ShutDown);
+        }
+        if let Some(entry) = state.informers.get(&key)
+            && let Some(informer) = entry.informer.downcast_ref::<SharedIndexInformer<K>>()
+        {
+            return Ok(informer.clone());
+        }
+        let namespaced = TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
+        let namespace = if namespaced {
+            self.inner.namespace.as_deref()
+        } else {
+            None
+        };
+        let url_path = K::url_path(&(), namespace);
+        let name = format!("{}/{}", K::api_version(&()), K::kind(&()));
+        let resync = self
+            .inner
+            .custom_resync
+            .get(&TypeId::of::<K>())
+            .copied()
+            .unwrap_or(self.inner.default_resync);
+        let informer = SharedIndexInformer::new(
+            ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), url_path),
+            InformerConfig::default()
+                .resync_period(resync)
+                .reflector(self.reflector_config(name.clone())),
+        );
+        let custom = self
+            .inner
+            .transforms
+            .get(&TypeId::of::<K>())
+            .and_then(|t| t.downcast_ref::<TransformFunc<K>>())
+            .cloned();
+        match (self.inner.strip_managed_fields, custom) {
+            (true, Some(custom)) => informer.set_transform(move |obj| custom(strip_managed_fields(obj)))?,
+            (true, None) => informer.set_transform(strip_managed_fields::<K>)?,
+            (false, Some(custom)) => informer.set_transform(move |obj| custom(obj))?,
+            (false, None) => {}
+        }
+        debug!(informer = %name, "informer created");
+        state.informers.insert(
+            key,
+            Entry {
+                name,
+                informer: Box::new(informer.clone()),
+                runnable: Arc::new(informer.clone()),
+                task: None,
+            },
+        );
+        Ok(informer)
+    }
+
+    /// The shared informer for a dynamic resource (client-go `dynamicinformer`), one per
+    /// group/version/kind. `namespaced` says whether the factory's namespace applies.
+    pub fn dynamic_informer_for(
+        &self,
+        resource: &ApiResource,
+        namespaced: bool,
+    ) -> Result<SharedIndexInformer<DynamicObject>, FactoryError> {
+        let key = InformerKey::Dynamic {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            kind: resource.kind.clone(),
+        };
+        let mut state = self.state();
+        if state.shut_down {
+            return Err(FactoryError::ShutDown);
+        }
+        if let Some(entry) = state.informers.get(&key)
+            && let Some(informer) = entry.informer.downcast_ref::<SharedIndexInformer<DynamicObject>>()
+        {
+            return Ok(informer.clone());
+        }
+        let namespace = if namespaced {
+            self.inner.namespace.as_deref()
+        } else {
+            None
+        };
+        let url_path = DynamicObject::url_path(resource, namespace);
+        let name = format!("{}/{} (dynamic)", resource.api_version, resource.kind);
+        let informer = SharedIndexInformer::new(
+            ApiListerWatcher::<DynamicObject>::from_url_path(self.inner.client.clone(), url_path),
+            InformerConfig::default()
+                .resync_period(self.inner.default_resync)
+                .reflector(self.reflector_config(name.clone())),
+        );
+        if self.inner.strip_managed_fields {
+            informer.set_transform(strip_managed_fields::<DynamicObject>)?;
+        }
+        state.informers.insert(
+            key,
+            Entry {
+                name,
+                informer: Box::new(informer.clone()),
+                runnable: Arc::new(informer.clone()),
+                task: None,
+            },
+        );
+        Ok(informer)
+    }
+
+    /// Starts every informer requested so far and not yet started; safe to call again after
+    /// requesting more. Cancelling `shutdown` stops every informer of the factory.
+    pub fn start(&self, shutdown: &CancellationToken) {
+        let mut state = self.state();
+        if state.shut_down {
+            return;
+        }
+        let stop = self.inner.stop.clone();
+        let external = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = external.cancelled() => stop.cancel(),
+                _ = stop.cancelled() => {}
+            }
+        });
+        for entry in state.informers.values_mut() {
+            if entry.task.is_none() {
+                info!(informer = %entry.name, "starting informer");
+                entry.task = Some(tokio::spawn(entry.runnable.run(self.inner.stop.child_token())));
+            }
+        }
+    }
+
+    /// Waits until every started informer has synced, or `shutdown` fires. Returns, per
+    /// informer (`apiVersion/Kind`, with ` (dynamic)` for dynamic ones), whether it synced
+    /// (client-go `WaitForCacheSync`).
+    pub async fn wait_for_cache_sync(&self, shutdown: &CancellationToken) -> BTreeMap<String, bool> {
+        let started: Vec<(String, Arc<dyn Runnable>)> = self
+            .state()
+            .informers
+            .values()
+            .filter(|e| e.task.is_some())
+            .map(|e| (e.name.clone(), e.runnable.clone()))
+            .collect();
+        let mut results = BTreeMap::new();
+        for (name, informer) in started {
+            let synced = loop {
+                if informer.has_synced() {
+                    break true;
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => break false,
+                    _ = self.inner.stop.cancelled() => break false,
+                    _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                }
+            };
+            results.insert(name, synced);
+        }
+        results
+    }
+
+    /// Stops every informer and waits for them to finish. Later requests for informers fail.
+    pub async fn shutdown(&self) {
+        let tasks: Vec<JoinHandle<()>> = {
+            let mut state = self.state();
+            state.shut_down = true;
+            state.informers.values_mut().filter_map(|e| e.task.take()).collect()
+        };
+        self.inner.stop.cancel();
+        for task in tasks {
+            let _ = task.await;
+        }
+        info!("informer factory shut down");
+    }
+}

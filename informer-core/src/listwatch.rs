@@ -146,6 +146,21 @@ impl<K: Resource> ApiListerWatcher<K> {
             _kind: std::marker::PhantomData,
         }
     }
+
+    /// Lists and watches the collection at `url_path` (as made by `K::url_path`), for callers
+    /// that work out the scope themselves.
+    pub fn from_url_path(client: Client, url_path: impl Into<String>) -> Self {
+        ApiListerWatcher {
+            client,
+            url_path: url_path.into(),
+            _kind: std::marker::PhantomData,
+        }
+    }
+
+    /// The collection URL this lists and watches.
+    pub fn url_path(&self) -> &str {
+        &self.url_path
+    }
 }
 
 /// Just enough of an object to name it in a log line.

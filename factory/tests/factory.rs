@@ -1,0 +1,187 @@
+//! The factory over envtest: shared watches, sync across types, options reaching the server.
+
+use std::time::Duration;
+
+use factory::{FactoryError, SharedInformerFactory};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, ApiResource, GroupVersionKind, PostParams};
+use tokio_util::sync::CancellationToken;
+
+fn watches_of(env: &envtest::Server, path: &str) -> usize {
+    env.requests().iter().filter(|r| r.is_watch && r.path == path).count()
+}
+
+fn lists_of(env: &envtest::Server, path: &str) -> Vec<envtest::RecordedRequest> {
+    env.requests()
+        .into_iter()
+        .filter(|r| !r.is_watch && r.method == "GET" && r.path == path)
+        .collect()
+}
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn two_consumers_of_one_type_share_one_list_and_one_watch() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
+    let first = factory.informer_for::<Deployment>().unwrap();
+    let second = factory.informer_for::<Deployment>().unwrap();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let synced = factory.wait_for_cache_sync(&shutdown).await;
+    assert_eq!(
+        synced.into_iter().collect::<Vec<_>>(),
+        [("apps/v1/Deployment".to_string(), true)]
+    );
+    assert!(first.has_synced() && second.has_synced());
+    eventually("watching", || watches_of(&env, "/apis/apps/v1/deployments") == 1).await;
+    // Starting again starts nothing new.
+    factory.start(&shutdown);
+    assert_eq!(lists_of(&env, "/apis/apps/v1/deployments").len(), 1);
+    assert_eq!(watches_of(&env, "/apis/apps/v1/deployments"), 1);
+    shutdown.cancel();
+    factory.shutdown().await;
+    assert!(first.is_stopped());
+}
+
+#[tokio::test]
+async fn wait_for_cache_sync_reports_every_started_type_and_later_starts_add_new_ones() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("one".into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+
+    let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
+    let configmaps = factory.informer_for::<ConfigMap>().unwrap();
+    factory.informer_for::<Namespace>().unwrap();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let deployments = factory.informer_for::<Deployment>().unwrap();
+    assert!(
+        !deployments.has_started(),
+        "requested after start: not started until start is called again"
+    );
+    factory.start(&shutdown);
+    let synced = factory.wait_for_cache_sync(&shutdown).await;
+    assert_eq!(
+        synced.into_iter().collect::<Vec<_>>(),
+        [
+            ("apps/v1/Deployment".to_string(), true),
+            ("v1/ConfigMap".to_string(), true),
+            ("v1/Namespace".to_string(), true)
+        ]
+    );
+    assert_eq!(configmaps.indexer().len(), 1);
+    assert_eq!(lists_of(&env, "/api/v1/configmaps").len(), 1, "started once");
+    factory.shutdown().await;
+    assert_eq!(factory.informer_for::<ConfigMap>().err(), Some(FactoryError::ShutDown));
+    assert!(configmaps.is_stopped() && deployments.is_stopped());
+}
+
+#[tokio::test]
+async fn wait_for_cache_sync_respects_shutdown() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    // Every list fails, so the cache never syncs.
+    env.faults().fail_next("/api/v1/configmaps", 500, usize::MAX, 0);
+    let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
+    factory.informer_for::<ConfigMap>().unwrap();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let waiter = tokio::spawn({
+        let factory = factory.clone();
+        let shutdown = shutdown.clone();
+        async move { factory.wait_for_cache_sync(&shutdown).await }
+    });
+    eventually("a list was tried", || !lists_of(&env, "/api/v1/configmaps").is_empty()).await;
+    shutdown.cancel();
+    let synced = waiter.await.unwrap();
+    assert_eq!(synced.get("v1/ConfigMap"), Some(&false));
+    factory.shutdown().await;
+}
+
+#[tokio::test]
+async fn namespace_tweak_and_custom_resync_reach_the_reflector() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let factory = SharedInformerFactory::builder(env.client())
+        .default_resync(Duration::from_secs(300))
+        .custom_resync::<ConfigMap>(Duration::from_secs(60))
+        .namespace("default")
+        .tweak_list_params(|options| {
+            options.label_selector = Some("team=infra".into());
+            options.page_size = 100;
+        })
+        .build();
+    let configmaps = factory.informer_for::<ConfigMap>().unwrap();
+    let namespaces = factory.informer_for::<Namespace>().unwrap();
+    assert_eq!(configmaps.resync_check_period(), Duration::from_secs(60));
+    assert_eq!(namespaces.resync_check_period(), Duration::from_secs(300));
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    assert!(factory.wait_for_cache_sync(&shutdown).await.values().all(|ok| *ok));
+
+    // Namespaced resources are watched in the factory's namespace; cluster-scoped ones are not.
+    let cm_path = "/api/v1/namespaces/default/configmaps";
+    eventually("watching both", || {
+        watches_of(&env, cm_path) == 1 && watches_of(&env, "/api/v1/namespaces") == 1
+    })
+    .await;
+    for path in [cm_path, "/api/v1/namespaces"] {
+        for request in env.requests().iter().filter(|r| r.path == path) {
+            assert_eq!(
+                request.param("labelSelector").as_deref(),
+                Some("team=infra"),
+                "{request:?}"
+            );
+        }
+        assert_eq!(lists_of(&env, path)[0].param("limit").as_deref(), Some("100"));
+    }
+    factory.shutdown().await;
+}
+
+#[tokio::test]
+async fn dynamic_informers_are_shared_by_group_version_kind_and_transforms_apply() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("with-fields".into());
+    cm.metadata.managed_fields = Some(vec![Default::default()]);
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+
+    let factory = SharedInformerFactory::builder(env.client())
+        .strip_managed_fields(true)
+        .transform::<ConfigMap>(|mut cm: ConfigMap| {
+            cm.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert("seen-by".into(), "transform".into());
+            cm
+        })
+        .build();
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap"));
+    let dynamic = factory.dynamic_informer_for(&resource, true).unwrap();
+    factory.dynamic_informer_for(&resource, true).unwrap();
+    let typed = factory.informer_for::<ConfigMap>().unwrap();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    assert_eq!(
+        factory.wait_for_cache_sync(&shutdown).await.len(),
+        2,
+        "one dynamic, one typed"
+    );
+    assert_eq!(lists_of(&env, "/api/v1/configmaps").len(), 2);
+
+    let cached = typed.indexer().get_by_key("default/with-fields").unwrap();
+    assert!(cached.metadata.managed_fields.is_none(), "managedFields stripped");
+    assert_eq!(cached.metadata.annotations.as_ref().unwrap()["seen-by"], "transform");
+    let raw = dynamic.indexer().get_by_key("default/with-fields").unwrap();
+    assert!(raw.metadata.managed_fields.is_none());
+    factory.shutdown().await;
+}

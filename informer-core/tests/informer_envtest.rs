@@ -35,10 +35,7 @@ fn server_state(env: &envtest::Server, path: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn cache_state<K: Resource + 'static>(informer: &SharedIndexInformer<K>) -> BTreeMap<String, String>
-where
-    K: Send + Sync,
-{
+fn cache_state<K: Resource + Send + Sync + 'static>(informer: &SharedIndexInformer<K>) -> BTreeMap<String, String> {
     informer
         .indexer()
         .list()

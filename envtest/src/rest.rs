@@ -271,6 +271,9 @@ impl Rest {
         if path.name.is_some() {
             return Err(ApiError::method_not_allowed());
         }
+        if path.info.namespaced && path.namespace.is_none() {
+            return Err(ApiError::no_route());
+        }
         self.check_body(path, &mut body)?;
         let info = &path.info;
         let mut name = object::name(&body).to_owned();

@@ -9,11 +9,14 @@ use rand::{Rng, SeedableRng};
 
 const CM: &str = "/api/v1/namespaces/default/configmaps";
 
+/// (method, path, content type, body, expected code, expected reason)
+type Case = (&'static str, String, &'static str, Vec<u8>, u16, &'static str);
+
 #[tokio::test]
 async fn bad_requests_get_the_right_status() {
     let env = Server::start(Config::default().max_body_bytes(4096)).await.unwrap();
     let b = env.base_url();
-    let cases: Vec<(&str, String, &str, Vec<u8>, u16, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "POST",
             CM.into(),

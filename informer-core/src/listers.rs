@@ -85,3 +85,63 @@ impl<K: Resource + 'static> NamespaceLister<K> {
         self.indexer.get_by_key(&format!("{}/{name}", self.namespace))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    use kube::api::ObjectMeta;
+    use kube::core::{Expression, Selector};
+
+    use super::*;
+    use crate::store::Store;
+
+    fn cm(ns: &str, name: &str, app: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                labels: Some(BTreeMap::from([("app".to_string(), app.to_string())])),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        })
+    }
+
+    fn names(mut objs: Vec<Arc<ConfigMap>>) -> Vec<String> {
+        objs.sort_by_key(|o| o.metadata.name.clone());
+        objs.iter().filter_map(|o| o.metadata.name.clone()).collect()
+    }
+
+    #[test]
+    fn namespaced_listers_serve_list_and_get_from_the_namespace_index() {
+        let indexer = Indexer::default();
+        indexer.add(cm("a", "web", "web")).unwrap();
+        indexer.add(cm("a", "db", "db")).unwrap();
+        indexer.add(cm("b", "web", "web")).unwrap();
+        let lister = Lister::new(indexer);
+        let web: Selector = Expression::Equal("app".into(), "web".into()).into();
+        assert_eq!(names(lister.list(&Selector::default())), ["db", "web", "web"]);
+        assert_eq!(lister.list(&web).len(), 2);
+        assert_eq!(names(lister.namespaced("a").list(&Selector::default())), ["db", "web"]);
+        assert_eq!(names(lister.namespaced("a").list(&web)), ["web"]);
+        assert!(lister.namespaced("a").get("db").is_some());
+        assert!(lister.namespaced("b").get("db").is_none());
+        assert!(lister.namespaced("missing").list(&Selector::default()).is_empty());
+    }
+
+    #[test]
+    fn cluster_scoped_get_is_by_name() {
+        let indexer = Indexer::default();
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some("prod".into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        indexer.add(Arc::new(ns)).unwrap();
+        let lister = Lister::new(indexer);
+        assert!(lister.get("prod").is_some());
+        assert!(lister.get("dev").is_none());
+    }
+}

@@ -599,3 +599,52 @@ async fn streaming_list_fills_the_cache_and_falls_back_when_refused() {
         running.stop().await;
     }
 }
+
+#[tokio::test]
+async fn an_expired_continue_token_restarts_the_list_as_a_consistent_read() {
+    let api = FakeApi::new();
+    for i in 0..5 {
+        api.apply(&format!("cm-{i}"), "1");
+    }
+    api.expire_continue_tokens();
+    let informer = SharedIndexInformer::new(
+        api.clone(),
+        InformerConfig::default().reflector(ReflectorConfig::default().page_size(2)),
+    );
+    let reg = informer.add_event_handler(Recorder::default()).unwrap();
+    let running = start(&informer);
+    synced(&reg).await;
+    assert_eq!(cache(&informer), api.objects());
+    let lists = api.list_requests();
+    // Page 1, then its continue token is refused; the relist starts over without an RV.
+    assert_eq!(lists.len(), 5, "{lists:?}");
+    assert_eq!(lists[0].resource_version.as_deref(), Some("0"));
+    assert!(lists[1].continue_token.is_some());
+    assert_eq!(lists[2].resource_version, None);
+    assert_eq!(lists[2].continue_token, None);
+    assert!(lists.iter().all(|l| l.limit == Some(2)));
+    assert_eq!(
+        ReflectorMetrics::get(&informer.reflector_metrics().relists_after_gone),
+        1
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn watch_requests_carry_bookmarks_and_a_timeout_between_five_and_ten_minutes() {
+    let api = FakeApi::new();
+    let informer = informer(&api, Duration::ZERO);
+    let reg = informer.add_event_handler(Recorder::default()).unwrap();
+    let running = start(&informer);
+    synced(&reg).await;
+    for _ in 0..5 {
+        until("watching", || api.open_watches() == 1).await;
+        api.break_watches(gone);
+    }
+    for (params, _) in api.watch_requests() {
+        assert!(params.bookmarks);
+        let timeout = params.timeout.unwrap();
+        assert!((300..600).contains(&timeout), "{timeout}");
+    }
+    running.stop().await;
+}

@@ -32,6 +32,8 @@ struct State {
     /// Errors to answer the next watch requests with (HTTP form).
     fail_watches: VecDeque<ListWatchError>,
     refuse_watch_list: bool,
+    /// Continue tokens given out are rejected with 410 (as after a compaction).
+    expire_continue_tokens: bool,
     pub list_requests: Vec<ListParams>,
     pub watch_requests: Vec<(WatchParams, String)>,
 }
@@ -156,6 +158,10 @@ impl FakeApi {
         self.state().fail_watches.push_back(error);
     }
 
+    pub fn expire_continue_tokens(&self) {
+        self.state().expire_continue_tokens = true;
+    }
+
     pub fn refuse_watch_list(&self) {
         self.state().refuse_watch_list = true;
     }
@@ -209,10 +215,22 @@ impl ListerWatcher<ConfigMap> for FakeApi {
     fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<ListPage<ConfigMap>, ListWatchError>> {
         let mut state = self.state();
         state.list_requests.push(params.clone());
+        // Pages of `limit`; the continue token is the index of the next item.
+        let start: usize = match &params.continue_token {
+            Some(_) if state.expire_continue_tokens => {
+                state.expire_continue_tokens = false;
+                return Box::pin(async { Err(gone()) });
+            }
+            Some(token) => token.parse().unwrap_or(0),
+            None => 0,
+        };
+        let limit = params.limit.map_or(usize::MAX, |l| l as usize);
+        let items: Vec<ConfigMap> = state.objects.values().skip(start).take(limit).cloned().collect();
+        let next = start + items.len();
         let page = ListPage {
-            items: state.objects.values().cloned().collect(),
+            items,
             resource_version: state.rv.to_string(),
-            continue_token: None,
+            continue_token: (next < state.objects.len()).then(|| next.to_string()),
             malformed: Vec::new(),
         };
         Box::pin(async move { Ok(page) })

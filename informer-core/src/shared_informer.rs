@@ -115,7 +115,9 @@ struct Inner<K> {
     /// Serializes `handle_deltas` with late handler registration, so a late handler's cache
     /// replay and the live notifications after it neither overlap nor leave a gap.
     block_deltas: Mutex<()>,
-    fifo: OnceLock<Arc<DeltaFifo<K>>>,
+    /// The queue between reflector and `handle_deltas`, made by `run`. Held as the `Queue`
+    /// trait: the informer does not care which FIFO it drives.
+    fifo: OnceLock<Arc<dyn Queue<K>>>,
     last_sync_resource_version: LastSyncResourceVersion,
     reflector_metrics: Arc<ReflectorMetrics>,
     next_listener_id: AtomicU64,
@@ -388,7 +390,7 @@ where
                 return;
             }
             settings.started = true;
-            let fifo = Arc::new(DeltaFifo::new(DeltaFifoOptions {
+            let fifo: Arc<dyn Queue<K>> = Arc::new(DeltaFifo::new(DeltaFifoOptions {
                 known_objects: Some(Arc::new(self.inner.indexer.clone())),
                 emit_delta_type_replaced: true,
             }));
@@ -396,7 +398,7 @@ where
             let processor = self.clone();
             let mut reflector = Reflector::new(
                 self.inner.lister_watcher.clone(),
-                fifo.clone(),
+                fifo.clone() as Arc<dyn Store<K>>,
                 self.inner
                     .reflector_config
                     .clone()
@@ -479,14 +481,6 @@ where
                 }
             }
         }
-    }
-}
-
-impl<K: Resource + Send + Sync + 'static> SharedIndexInformer<K> {
-    /// The store interface the reflector would write to (for tests that feed it directly).
-    #[doc(hidden)]
-    pub fn fifo(&self) -> Option<Arc<dyn Store<K>>> {
-        self.inner.fifo.get().map(|f| f.clone() as Arc<dyn Store<K>>)
     }
 }
 

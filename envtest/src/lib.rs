@@ -28,6 +28,8 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
 
+#![warn(missing_docs)]
+
 mod config;
 mod crd;
 mod discovery;

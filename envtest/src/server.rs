@@ -304,11 +304,11 @@ async fn serve(
     let ok =
         |(code, body): (u16, Value)| status::json_response(StatusCode::from_u16(code).unwrap_or(StatusCode::OK), &body);
     match *method {
+        Method::GET if is_watch => watch(app, &p, q),
         Method::GET if p.name.is_some() => {
             let obj = rest.get(&p)?;
             Ok(status::json_response(StatusCode::OK, &obj))
         }
-        Method::GET if is_watch => watch(app, &p, q),
         Method::GET => Ok(status::json_response(StatusCode::OK, &rest.list(&p, q)?)),
         Method::POST => {
             let (ct, body) = read_body(app, req).await?;
@@ -410,10 +410,15 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
 
 /// Starts a watch (see `watch_cache.rs` for the cacheWatcher's behaviour).
 fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query) -> Result<Response, ApiError> {
-    if p.name.is_some() {
+    if p.subresource.is_some() {
         return Err(ApiError::method_not_allowed());
     }
-    let filter = rest::filter_from(p, q)?;
+    let mut filter = rest::filter_from(p, q)?;
+    if let Some(name) = &p.name {
+        // GET .../{name}?watch=true watches one object, like fieldSelector=metadata.name={name}.
+        let fields = format!("{},metadata.name={name}", q.get("fieldSelector").unwrap_or(""));
+        filter.fields = crate::selectors::FieldSelector::parse(&fields).map_err(ApiError::bad_request)?;
+    }
     let rv = rest::parse_rv(q.get("resourceVersion"))?;
     let timeout = q.uint("timeoutSeconds")?;
     let bookmarks = q.flag("allowWatchBookmarks");

@@ -223,10 +223,11 @@ async fn a_watcher_that_never_reads_does_not_stall_writers_or_others() {
     })
     .await;
 
-    // 8 KiB per event: the stuck connection's buffers fill after a few hundred events. If a
+    // 32 KiB per event (25 MiB in all, far beyond loopback socket buffers): the stuck watcher
+    // must fill its input and be cut off. If a
     // writer ever waited for that watcher, this loop would hang and the timeout would fail it.
-    let payload = "x".repeat(8 * 1024);
-    let writes = 1500u64;
+    let payload = "x".repeat(32 * 1024);
+    let writes = 800u64;
     let pp = PatchParams::default();
     tokio::time::timeout(Duration::from_secs(60), async {
         for n in 0..writes {

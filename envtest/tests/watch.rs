@@ -185,6 +185,27 @@ async fn expired_rv_gets_error_event_410_and_current_rv_never_expires() {
 }
 
 #[tokio::test]
+async fn watch_by_name_path_sees_only_that_object() {
+    let env = Server::start(Config::default()).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let rv = env.current_resource_version();
+    let mut w = common::RawWatch::open(
+        env.base_url(),
+        &format!("/api/v1/namespaces/default/configmaps/b?watch=true&resourceVersion={rv}"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(w.status, 200);
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let b = api.create(&PostParams::default(), &cm("b")).await.unwrap();
+    let line = tokio::time::timeout(T, w.next_line()).await.unwrap().unwrap();
+    let (ty, got_rv, _) = common::event_summary(&line);
+    assert_eq!(ty, "ADDED");
+    assert_eq!(got_rv.to_string(), b.metadata.resource_version.unwrap());
+    env.shutdown().await;
+}
+
+#[tokio::test]
 async fn watch_on_unknown_resource_is_404() {
     let env = Server::start(Config::default()).await.unwrap();
     let (code, body) = common::raw(

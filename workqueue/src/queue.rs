@@ -266,6 +266,10 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
     /// Shuts the queue down now: later adds are ignored and [`get`](Self::get) returns `None`,
     /// even while items are queued. Items being processed may still be marked done. Cancels a
     /// pending [`shut_down_with_drain`](Self::shut_down_with_drain), which then returns.
+    ///
+    /// client-go documents `ShutDown` as telling workers to exit immediately, but its `Get` keeps
+    /// handing out queued items until the queue is empty; we do what the documentation says, and
+    /// leave "finish the queued work first" to `shut_down_with_drain`.
     pub fn shut_down(&self) {
         self.shut_down_inner(false);
     }

@@ -1,1 +1,40 @@
-//! Deployment-style controllers built on kinformer. Not built yet.
+//! Example resource types (and, later, controllers) built on kinformer.
+//!
+//! [`Foo`] is a namespaced custom resource defined the usual kube way, with
+//! `#[derive(CustomResource)]` on its spec, and given typed informers and listers by
+//! `#[derive(Informer)]` on the same struct: `FooInformer`, `FooLister`, `FooNamespaceLister`,
+//! and `Foo::informer(&factory)`. `cargo xtask crds` writes its CRD to `examples/crds/`.
+
+use kinformer::Informer;
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The desired state of a [`Foo`]: a deployment-like thing with a replica count.
+#[derive(CustomResource, Informer, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "example.kinformer.dev",
+    version = "v1",
+    kind = "Foo",
+    namespaced,
+    status = "FooStatus"
+)]
+#[kube(shortname = "foo")]
+pub struct FooSpec {
+    /// How many replicas the Foo wants.
+    pub replicas: i32,
+    /// The image the replicas run.
+    pub image: String,
+}
+
+/// The observed state of a [`Foo`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct FooStatus {
+    /// How many replicas are ready.
+    pub ready_replicas: i32,
+}
+
+/// The CRDs of the example resource types, for `cargo xtask crds` and tests.
+pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
+    vec![Foo::crd()]
+}

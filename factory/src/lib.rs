@@ -29,6 +29,16 @@
 //! # Ok(()) }
 //! ```
 
+pub mod generated;
+
+/// Paths the generated code (and `#[derive(Informer)]` code compiled inside this crate) uses
+/// in place of the `::kinformer` facade, which this crate cannot depend on.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate as factory;
+    pub use informer_core as cache;
+}
+
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;

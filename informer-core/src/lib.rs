@@ -64,6 +64,7 @@ pub use event_handler::{FilteringResourceEventHandler, ResourceEventHandler, Res
 pub use fifo::{PopError, ProcessError, ProcessFn, Queue};
 pub use index::{IndexFunc, Indexers, NAMESPACE_INDEX, meta_namespace_index_func};
 pub use indexer::Indexer;
+pub use kube::core::{Expression, Selector};
 pub use listers::{Lister, NamespaceLister};
 pub use listwatch::{ApiListerWatcher, ListPage, ListWatchError, ListerWatcher, MalformedObject, WatchStream};
 pub use reflector::{

@@ -1,0 +1,86 @@
+/// The shared informer of `example.com/v1` `Foo`, from a `SharedInformerFactory`.
+#[derive(Clone)]
+pub struct FooInformer {
+    informer: ::kinformer::cache::SharedIndexInformer<Foo>,
+}
+impl FooInformer {
+    /// The factory's shared informer for this type, created on first use.
+    pub fn new(
+        factory: &::kinformer::factory::SharedInformerFactory,
+    ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
+        ::core::result::Result::Ok(Self {
+            informer: factory.informer_for::<Foo>()?,
+        })
+    }
+    /// The underlying shared informer.
+    pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Foo> {
+        &self.informer
+    }
+    /// A lister over the informer's cache.
+    pub fn lister(&self) -> FooLister {
+        FooLister {
+            lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
+        }
+    }
+    /// Adds an event handler to the shared informer.
+    pub fn add_event_handler(
+        &self,
+        handler: impl ::kinformer::cache::ResourceEventHandler<Foo>,
+    ) -> ::core::result::Result<
+        ::kinformer::cache::ResourceEventHandlerRegistration<Foo>,
+        ::kinformer::cache::InformerError,
+    > {
+        self.informer.add_event_handler(handler)
+    }
+    /// Whether the informer's cache has synced.
+    pub fn has_synced(&self) -> bool {
+        self.informer.has_synced()
+    }
+}
+/// Lists and gets `Foo` objects from the informer's cache.
+#[derive(Clone)]
+pub struct FooLister {
+    lister: ::kinformer::cache::Lister<Foo>,
+}
+impl FooLister {
+    /// Every cached object matching `selector`.
+    pub fn list(
+        &self,
+        selector: &::kinformer::cache::Selector,
+    ) -> ::std::vec::Vec<::std::sync::Arc<Foo>> {
+        self.lister.list(selector)
+    }
+}
+impl FooLister {
+    /// The `Foo` objects of `namespace`, served from the namespace index.
+    pub fn foos(&self, namespace: &str) -> FooNamespaceLister {
+        FooNamespaceLister {
+            lister: self.lister.namespaced(namespace),
+        }
+    }
+}
+/// Lists and gets the `Foo` objects of one namespace from the informer's cache.
+pub struct FooNamespaceLister {
+    lister: ::kinformer::cache::NamespaceLister<Foo>,
+}
+impl FooNamespaceLister {
+    /// Objects of this namespace matching `selector`.
+    pub fn list(
+        &self,
+        selector: &::kinformer::cache::Selector,
+    ) -> ::std::vec::Vec<::std::sync::Arc<Foo>> {
+        self.lister.list(selector)
+    }
+    /// The object of this namespace named `name`, if cached.
+    pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<Foo>> {
+        self.lister.get(name)
+    }
+}
+impl Foo {
+    /// The shared `Foo` informer of `factory` (the same one `informer_for` returns).
+    pub fn informer(
+        factory: &::kinformer::factory::SharedInformerFactory,
+    ) -> ::core::result::Result<FooInformer, ::kinformer::factory::FactoryError> {
+        FooInformer::new(factory)
+    }
+}

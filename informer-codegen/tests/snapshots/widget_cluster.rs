@@ -1,0 +1,67 @@
+/// The shared informer of `example.com/v1` `Widget`, from a `SharedInformerFactory`.
+#[derive(Clone)]
+pub struct WidgetInformer {
+    informer: my::kinformer::cache::SharedIndexInformer<Widget>,
+}
+impl WidgetInformer {
+    /// The factory's shared informer for this type, created on first use.
+    pub fn new(
+        factory: &my::kinformer::factory::SharedInformerFactory,
+    ) -> ::core::result::Result<Self, my::kinformer::factory::FactoryError> {
+        ::core::result::Result::Ok(Self {
+            informer: factory.informer_for::<Widget>()?,
+        })
+    }
+    /// The underlying shared informer.
+    pub fn informer(&self) -> &my::kinformer::cache::SharedIndexInformer<Widget> {
+        &self.informer
+    }
+    /// A lister over the informer's cache.
+    pub fn lister(&self) -> WidgetLister {
+        WidgetLister {
+            lister: my::kinformer::cache::Lister::new(self.informer.indexer().clone()),
+        }
+    }
+    /// Adds an event handler to the shared informer.
+    pub fn add_event_handler(
+        &self,
+        handler: impl my::kinformer::cache::ResourceEventHandler<Widget>,
+    ) -> ::core::result::Result<
+        my::kinformer::cache::ResourceEventHandlerRegistration<Widget>,
+        my::kinformer::cache::InformerError,
+    > {
+        self.informer.add_event_handler(handler)
+    }
+    /// Whether the informer's cache has synced.
+    pub fn has_synced(&self) -> bool {
+        self.informer.has_synced()
+    }
+}
+/// Lists and gets `Widget` objects from the informer's cache.
+#[derive(Clone)]
+pub struct WidgetLister {
+    lister: my::kinformer::cache::Lister<Widget>,
+}
+impl WidgetLister {
+    /// Every cached object matching `selector`.
+    pub fn list(
+        &self,
+        selector: &my::kinformer::cache::Selector,
+    ) -> ::std::vec::Vec<::std::sync::Arc<Widget>> {
+        self.lister.list(selector)
+    }
+}
+impl WidgetLister {
+    /// The object named `name`, if cached.
+    pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<Widget>> {
+        self.lister.get(name)
+    }
+}
+impl Widget {
+    /// The shared `Widget` informer of `factory` (the same one `informer_for` returns).
+    pub fn informer(
+        factory: &my::kinformer::factory::SharedInformerFactory,
+    ) -> ::core::result::Result<WidgetInformer, my::kinformer::factory::FactoryError> {
+        WidgetInformer::new(factory)
+    }
+}

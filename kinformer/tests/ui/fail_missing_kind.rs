@@ -1,0 +1,9 @@
+use kinformer::Informer;
+
+#[derive(Informer)]
+#[informer(group = "example.com", version = "v1")]
+pub struct Foo {
+    pub replicas: i32,
+}
+
+fn main() {}

@@ -52,11 +52,12 @@ pub struct ResourceDesc {
     pub inherent_impl: bool,
 }
 
-/// The default plural of a kind, as kube-derive and Kubernetes pluralize the common cases:
-/// lowercase, `s` → `ses`, consonant + `y` → `ies`, else `+s`.
+/// The default plural of a kind, kube-derive's rule (so the accessor matches the CRD's plural):
+/// lowercase; after `s`, `x`, `z`, `ch`, `sh` add `es`; consonant + `y` → `ies`; else add `s`.
+/// Irregular plurals are given with `plural = "..."`.
 pub fn default_plural(kind: &str) -> String {
     let lower = kind.to_ascii_lowercase();
-    if lower.ends_with('s') || lower.ends_with('x') || lower.ends_with("ch") || lower.ends_with("sh") {
+    if lower.ends_with(['s', 'x', 'z']) || lower.ends_with("ch") || lower.ends_with("sh") {
         format!("{lower}es")
     } else if let Some(stem) = lower.strip_suffix('y')
         && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
@@ -64,6 +65,16 @@ pub fn default_plural(kind: &str) -> String {
         format!("{stem}ies")
     } else {
         format!("{lower}s")
+    }
+}
+
+/// An identifier for a generated name taken from data (a plural, an API version), raw if it
+/// is a keyword (`r#type`) so any resource name yields valid code.
+fn ident(name: &str) -> Ident {
+    let name = name.replace(['.', '-'], "_");
+    match syn::parse_str::<Ident>(&name) {
+        Ok(ident) => ident,
+        Err(_) => Ident::new_raw(&name, Span::call_site()),
     }
 }
 
@@ -112,6 +123,13 @@ impl ResourceDesc {
                     "#[derive(Informer)] works on structs, not unions",
                 ));
             }
+        }
+
+        if let Some(param) = input.generics.params.first() {
+            return Err(syn::Error::new(
+                param.span(),
+                "#[derive(Informer)] does not support generic types: an informer is for one concrete resource type",
+            ));
         }
 
         let mut attrs = Attrs::default();
@@ -167,7 +185,10 @@ impl ResourceDesc {
         // Next to CustomResource the derive sits on the spec struct; the resource is the root
         // type kube generates, named after the kind.
         let name = if from_kube {
-            Ident::new(&kind_value, kind.span())
+            let mut name = syn::parse_str::<Ident>(&kind_value)
+                .map_err(|_| syn::Error::new(kind.span(), format!("kind \"{kind_value}\" is not a Rust type name")))?;
+            name.set_span(kind.span());
+            name
         } else {
             if input.ident != kind_value {
                 return Err(syn::Error::new(
@@ -180,7 +201,7 @@ impl ResourceDesc {
         let Some(version) = attrs.version else {
             return Err(syn::Error::new(
                 input.ident.span(),
-                "#[derive(Informer)] needs a version",
+                "#[derive(Informer)] needs a version: add #[informer(version = \"v1\")] (or #[kube(version = \"...\")])",
             ));
         };
         Ok(ResourceDesc {
@@ -248,7 +269,7 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
     let lister_doc = format!(" Lists and gets `{kind}` objects from the informer's cache.");
 
     let scoped = if desc.namespaced {
-        let accessor = Ident::new(&desc.plural.replace(['.', '-'], "_"), Span::call_site());
+        let accessor = ident(&desc.plural);
         let ns_doc = format!(" Lists and gets the `{kind}` objects of one namespace from the informer's cache.");
         let accessor_doc = format!(" The `{kind}` objects of `namespace`, served from the namespace index.");
         quote! {
@@ -305,7 +326,7 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
 
     quote! {
         #[doc = #informer_doc]
-        #[derive(Clone)]
+        #[derive(::core::clone::Clone)]
         pub struct #informer {
             informer: #krate::cache::SharedIndexInformer<#ty>,
         }
@@ -346,7 +367,7 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
         }
 
         #[doc = #lister_doc]
-        #[derive(Clone)]
+        #[derive(::core::clone::Clone)]
         pub struct #lister {
             lister: #krate::cache::Lister<#ty>,
         }
@@ -386,11 +407,11 @@ pub fn generate_group(group: &str, resources: &[ResourceDesc], factory: &Path) -
     versions.sort();
     versions.dedup();
     let version_mods = versions.iter().map(|version| {
-        let module = Ident::new(version, Span::call_site());
+        let module = ident(version);
         let in_version: Vec<&ResourceDesc> = resources.iter().filter(|r| r.version == *version).collect();
         let types = in_version.iter().map(|r| generate(r));
         let accessors = in_version.iter().map(|r| {
-            let method = Ident::new(&r.plural, Span::call_site());
+            let method = ident(&r.plural);
             let informer = format_ident!("{}Informer", r.name);
             let krate = &r.krate;
             let doc = format!(" The shared informer of `{}`.", r.kind);
@@ -420,7 +441,7 @@ pub fn generate_group(group: &str, resources: &[ResourceDesc], factory: &Path) -
         }
     });
     let version_accessors = versions.iter().map(|version| {
-        let module = Ident::new(version, Span::call_site());
+        let module = ident(version);
         let doc = format!(" Informers of version `{version}`.");
         quote! {
             #[doc = #doc]
@@ -447,7 +468,7 @@ pub fn generate_group(group: &str, resources: &[ResourceDesc], factory: &Path) -
 /// Generates the `impl SharedInformerFactory { pub fn core(&self) .. }` group accessors.
 pub fn generate_group_accessors(groups: &[String], factory: &Path) -> TokenStream {
     let methods = groups.iter().map(|group| {
-        let module = Ident::new(&group_module(group), Span::call_site());
+        let module = ident(&group_module(group));
         let doc = if group.is_empty() {
             " Informers of the core API group (`factory.core().v1().pods()`).".to_string()
         } else {

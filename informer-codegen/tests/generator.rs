@@ -77,7 +77,7 @@ fn kube_attributes_next_to_custom_resource_name_the_root_type() {
 
 #[test]
 fn errors_point_at_the_problem() {
-    let cases: [(syn::DeriveInput, &str); 5] = [
+    let cases: [(syn::DeriveInput, &str); 9] = [
         (
             syn::parse_quote! { #[informer(version = "v1")] struct Foo { m: u8 } },
             "needs a kind",
@@ -98,6 +98,22 @@ fn errors_point_at_the_problem() {
             syn::parse_quote! { #[informer(kind = "Bar", version = "v1")] struct Foo { m: u8 } },
             "must match",
         ),
+        (
+            syn::parse_quote! { #[informer(kind = "Foo")] struct Foo { m: u8 } },
+            "needs a version",
+        ),
+        (
+            syn::parse_quote! { #[informer(kind = "Foo", version = "v1")] struct Foo<T> { m: T } },
+            "does not support generic types",
+        ),
+        (
+            syn::parse_quote! { #[informer(kind = "Foo", version = "v1")] union Foo { m: u8 } },
+            "not unions",
+        ),
+        (
+            syn::parse_quote! { #[kube(kind = "foo-bar", version = "v1")] struct FooSpec { m: u8 } },
+            "not a Rust type name",
+        ),
     ];
     for (input, expected) in cases {
         let error = ResourceDesc::from_derive_input(&input).unwrap_err().to_string();
@@ -112,4 +128,19 @@ fn default_plurals() {
     assert_eq!(default_plural("Gateway"), "gateways");
     assert_eq!(default_plural("Ingress"), "ingresses");
     assert_eq!(default_plural("Box"), "boxes");
+    assert_eq!(default_plural("Quiz"), "quizes");
+}
+
+#[test]
+fn a_plural_that_is_a_keyword_becomes_a_raw_identifier() {
+    let input: syn::DeriveInput = syn::parse_quote! {
+        #[informer(version = "v1", kind = "Type", plural = "type", namespaced)]
+        pub struct Type { metadata: ObjectMeta }
+    };
+    let desc = ResourceDesc::from_derive_input(&input).unwrap();
+    let code = pretty(generate(&desc));
+    assert!(
+        code.contains("pub fn r#type(&self, namespace: &str) -> TypeNamespaceLister"),
+        "{code}"
+    );
 }

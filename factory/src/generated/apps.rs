@@ -43,7 +43,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `apps/v1` `Deployment`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct DeploymentInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::apps::v1::Deployment>,
     }
@@ -84,7 +84,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Deployment` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct DeploymentLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::apps::v1::Deployment>,
     }
@@ -126,7 +126,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `apps/v1` `ReplicaSet`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ReplicaSetInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::apps::v1::ReplicaSet>,
     }
@@ -167,7 +167,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `ReplicaSet` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ReplicaSetLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::apps::v1::ReplicaSet>,
     }
@@ -209,7 +209,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `apps/v1` `StatefulSet`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct StatefulSetInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::apps::v1::StatefulSet>,
     }
@@ -250,7 +250,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `StatefulSet` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct StatefulSetLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::apps::v1::StatefulSet>,
     }
@@ -292,7 +292,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `apps/v1` `DaemonSet`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct DaemonSetInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::apps::v1::DaemonSet>,
     }
@@ -333,7 +333,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `DaemonSet` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct DaemonSetLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::apps::v1::DaemonSet>,
     }

@@ -29,7 +29,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `batch/v1` `Job`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct JobInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::batch::v1::Job>,
     }
@@ -68,7 +68,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Job` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct JobLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::batch::v1::Job>,
     }
@@ -107,7 +107,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `batch/v1` `CronJob`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct CronJobInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::batch::v1::CronJob>,
     }
@@ -148,7 +148,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `CronJob` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct CronJobLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::batch::v1::CronJob>,
     }

@@ -25,7 +25,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `coordination.k8s.io/v1` `Lease`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct LeaseInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::coordination::v1::Lease>,
     }
@@ -66,7 +66,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Lease` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct LeaseLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::coordination::v1::Lease>,
     }

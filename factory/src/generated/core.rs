@@ -61,7 +61,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `v1` `Pod`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct PodInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Pod>,
     }
@@ -100,7 +100,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Pod` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct PodLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::core::v1::Pod>,
     }
@@ -139,7 +139,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `v1` `Service`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ServiceInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Service>,
     }
@@ -178,7 +178,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Service` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ServiceLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::core::v1::Service>,
     }
@@ -220,7 +220,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `v1` `ConfigMap`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ConfigMapInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::ConfigMap>,
     }
@@ -261,7 +261,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `ConfigMap` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ConfigMapLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::core::v1::ConfigMap>,
     }
@@ -303,7 +303,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `v1` `Secret`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct SecretInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Secret>,
     }
@@ -342,7 +342,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Secret` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct SecretLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::core::v1::Secret>,
     }
@@ -384,7 +384,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `v1` `Namespace`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct NamespaceInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Namespace>,
     }
@@ -425,7 +425,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Namespace` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct NamespaceLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::core::v1::Namespace>,
     }
@@ -448,7 +448,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `v1` `Node`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct NodeInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Node>,
     }
@@ -487,7 +487,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Node` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct NodeLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::core::v1::Node>,
     }
@@ -507,7 +507,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `v1` `Event`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct EventInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Event>,
     }
@@ -546,7 +546,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Event` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct EventLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::core::v1::Event>,
     }
@@ -585,7 +585,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `v1` `ServiceAccount`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ServiceAccountInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::ServiceAccount>,
     }
@@ -626,7 +626,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `ServiceAccount` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ServiceAccountLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::core::v1::ServiceAccount>,
     }
@@ -668,7 +668,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `v1` `PersistentVolumeClaim`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct PersistentVolumeClaimInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::PersistentVolumeClaim>,
     }
@@ -712,7 +712,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `PersistentVolumeClaim` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct PersistentVolumeClaimLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::core::v1::PersistentVolumeClaim>,
     }

@@ -25,7 +25,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `networking.k8s.io/v1` `Ingress`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct IngressInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::networking::v1::Ingress>,
     }
@@ -66,7 +66,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Ingress` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct IngressLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::networking::v1::Ingress>,
     }

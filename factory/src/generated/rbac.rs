@@ -43,7 +43,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `rbac.authorization.k8s.io/v1` `Role`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct RoleInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::rbac::v1::Role>,
     }
@@ -82,7 +82,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `Role` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct RoleLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::rbac::v1::Role>,
     }
@@ -121,7 +121,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `rbac.authorization.k8s.io/v1` `RoleBinding`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct RoleBindingInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::rbac::v1::RoleBinding>,
     }
@@ -162,7 +162,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `RoleBinding` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct RoleBindingLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::rbac::v1::RoleBinding>,
     }
@@ -204,7 +204,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `rbac.authorization.k8s.io/v1` `ClusterRole`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ClusterRoleInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::rbac::v1::ClusterRole>,
     }
@@ -245,7 +245,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `ClusterRole` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ClusterRoleLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::rbac::v1::ClusterRole>,
     }
@@ -268,7 +268,7 @@ pub mod v1 {
         }
     }
     /// The shared informer of `rbac.authorization.k8s.io/v1` `ClusterRoleBinding`, from a `SharedInformerFactory`.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ClusterRoleBindingInformer {
         informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::rbac::v1::ClusterRoleBinding>,
     }
@@ -309,7 +309,7 @@ pub mod v1 {
         }
     }
     /// Lists and gets `ClusterRoleBinding` objects from the informer's cache.
-    #[derive(Clone)]
+    #[derive(::core::clone::Clone)]
     pub struct ClusterRoleBindingLister {
         lister: crate::__private::cache::Lister<::k8s_openapi::api::rbac::v1::ClusterRoleBinding>,
     }

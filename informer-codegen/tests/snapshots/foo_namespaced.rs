@@ -1,5 +1,5 @@
 /// The shared informer of `example.com/v1` `Foo`, from a `SharedInformerFactory`.
-#[derive(Clone)]
+#[derive(::core::clone::Clone)]
 pub struct FooInformer {
     informer: ::kinformer::cache::SharedIndexInformer<Foo>,
 }
@@ -38,7 +38,7 @@ impl FooInformer {
     }
 }
 /// Lists and gets `Foo` objects from the informer's cache.
-#[derive(Clone)]
+#[derive(::core::clone::Clone)]
 pub struct FooLister {
     lister: ::kinformer::cache::Lister<Foo>,
 }

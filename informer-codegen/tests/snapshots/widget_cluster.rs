@@ -1,5 +1,5 @@
 /// The shared informer of `example.com/v1` `Widget`, from a `SharedInformerFactory`.
-#[derive(Clone)]
+#[derive(::core::clone::Clone)]
 pub struct WidgetInformer {
     informer: my::kinformer::cache::SharedIndexInformer<Widget>,
 }
@@ -38,7 +38,7 @@ impl WidgetInformer {
     }
 }
 /// Lists and gets `Widget` objects from the informer's cache.
-#[derive(Clone)]
+#[derive(::core::clone::Clone)]
 pub struct WidgetLister {
     lister: my::kinformer::cache::Lister<Widget>,
 }

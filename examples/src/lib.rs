@@ -29,6 +29,7 @@ pub struct FooSpec {
 
 /// The observed state of a [`Foo`].
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct FooStatus {
     /// How many replicas are ready.
     pub ready_replicas: i32,

@@ -23,8 +23,10 @@ use tokio::sync::Notify;
 use crate::fifo::{PopError, ProcessError, ProcessFn, Queue};
 use crate::store::{KnownObjects, Store, StoreError, meta_namespace_key};
 
-/// What happened to an object (client-go `DeltaType`).
+/// What happened to an object (client-go `DeltaType`). Non-exhaustive: the in-order FIFO adds
+/// client-go 1.36's `ReplacedAll`/`SyncAll`/`Bookmark`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DeltaType {
     /// Created (a watch ADDED).
     Added,
@@ -445,7 +447,7 @@ impl<K: Resource + Send + Sync + 'static> Queue<K> for DeltaFifo<K> {
                         // `process` runs under the lock, as in client-go: `has_synced` must not
                         // report the initial list done while its last item is mid-processing.
                         let deltas = Deltas { key, deltas };
-                        let result = process(&deltas, is_in_initial_list);
+                        let result = process(std::slice::from_ref(&deltas), is_in_initial_list);
                         if let Err(ProcessError::Requeue(_)) = &result
                             && !inner.items.contains_key(&deltas.key)
                         {
@@ -506,7 +508,8 @@ mod tests {
     /// Pops one item, returning its key, delta kinds and whether it was in the initial list.
     async fn pop(fifo: &DeltaFifo<ConfigMap>) -> (String, Vec<DeltaType>, bool) {
         let mut out = None;
-        let mut process = |d: &Deltas<ConfigMap>, initial: bool| {
+        let mut process = |batch: &[Deltas<ConfigMap>], initial: bool| {
+            let d = &batch[0];
             out = Some((d.key.clone(), d.deltas.iter().map(|d| d.kind).collect(), initial));
             Ok(())
         };
@@ -530,23 +533,60 @@ mod tests {
         assert!(fifo.is_empty());
     }
 
-    #[tokio::test]
-    async fn two_deletes_collapse_keeping_the_real_object_over_a_tombstone() {
-        let known = Indexer::default();
-        known.add(cm("a", "1")).unwrap();
-        let fifo = fifo_with(&known);
-        fifo.delete(cm("a", "5")).unwrap();
-        // A relist that lacks "a" queues a tombstone behind the real delete: it is dropped.
-        fifo.replace(vec![], "6").unwrap();
-        let deltas = fifo.get_by_key("ns/a").unwrap();
-        assert_eq!(deltas.deltas.len(), 1);
-        assert!(!deltas.deltas[0].object.is_tombstone());
+    fn tombstone(name: &str, rv: &str) -> DeltaObject<ConfigMap> {
+        DeltaObject::DeletedFinalStateUnknown(DeletedFinalStateUnknown {
+            key: format!("ns/{name}"),
+            obj: cm(name, rv),
+        })
+    }
+
+    #[test]
+    fn two_deletes_collapse_keeping_the_real_object_over_a_tombstone() {
+        let delete = |object| Delta {
+            kind: DeltaType::Deleted,
+            object,
+        };
+        // Real delete, then a tombstone: the real final state is kept.
+        let mut deltas = vec![delete(DeltaObject::Object(cm("a", "5"))), delete(tombstone("a", "4"))];
+        dedup_deltas(&mut deltas);
+        assert_eq!(deltas.len(), 1);
+        assert!(!deltas[0].object.is_tombstone());
+        // Tombstone, then a real delete: the real one replaces it.
+        let mut deltas = vec![delete(tombstone("a", "4")), delete(DeltaObject::Object(cm("a", "7")))];
+        dedup_deltas(&mut deltas);
+        assert_eq!(deltas.len(), 1);
         assert_eq!(
-            deltas.deltas[0].object.object().metadata.resource_version.as_deref(),
+            deltas[0].object.object().metadata.resource_version.as_deref(),
+            Some("7")
+        );
+        // Two real deletes: the older is kept (client-go's isDeletionDup).
+        let mut deltas = vec![
+            delete(DeltaObject::Object(cm("a", "5"))),
+            delete(DeltaObject::Object(cm("a", "6"))),
+        ];
+        dedup_deltas(&mut deltas);
+        assert_eq!(deltas.len(), 1);
+        assert_eq!(
+            deltas[0].object.object().metadata.resource_version.as_deref(),
             Some("5")
         );
+        // An update between deletes is not collapsed.
+        let mut deltas = vec![
+            delete(DeltaObject::Object(cm("a", "5"))),
+            Delta {
+                kind: DeltaType::Added,
+                object: DeltaObject::Object(cm("a", "6")),
+            },
+            delete(DeltaObject::Object(cm("a", "7"))),
+        ];
+        dedup_deltas(&mut deltas);
+        assert_eq!(deltas.len(), 3);
+    }
 
-        // Tombstone first, then a real delete: the real one replaces it.
+    #[tokio::test]
+    async fn a_delete_queued_behind_a_relist_tombstone_collapses_with_it() {
+        let known = Indexer::default();
+        known.add(cm("a", "1")).unwrap();
         let fifo = fifo_with(&known);
         fifo.replace(vec![], "6").unwrap();
         fifo.delete(cm("a", "7")).unwrap();
@@ -646,10 +686,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn requeue_puts_the_item_back_unless_newer_deltas_arrived() {
+    async fn requeue_puts_the_item_back() {
         let fifo = fifo_with(&Indexer::default());
         fifo.add(cm("a", "1")).unwrap();
-        let mut process = |_: &Deltas<ConfigMap>, _| Err(ProcessError::Requeue("later".into()));
+        let mut process = |_: &[Deltas<ConfigMap>], _| Err(ProcessError::Requeue("later".into()));
         let result = fifo.pop(&mut process).await.unwrap();
         assert!(matches!(result, Err(ProcessError::Requeue(_))));
         assert_eq!(fifo.list_keys(), ["ns/a"]);
@@ -662,7 +702,7 @@ mod tests {
         let waiter = {
             let fifo = fifo.clone();
             tokio::spawn(async move {
-                let mut process = |_: &Deltas<ConfigMap>, _| Ok(());
+                let mut process = |_: &[Deltas<ConfigMap>], _| Ok(());
                 fifo.pop(&mut process).await.map(|_| ())
             })
         };
@@ -673,7 +713,7 @@ mod tests {
         let waiter = {
             let fifo = fifo.clone();
             tokio::spawn(async move {
-                let mut process = |_: &Deltas<ConfigMap>, _| Ok(());
+                let mut process = |_: &[Deltas<ConfigMap>], _| Ok(());
                 fifo.pop(&mut process).await.map(|_| ())
             })
         };

@@ -28,13 +28,14 @@ pub enum PopError {
     Closed,
 }
 
-/// The processing function handed to [`Queue::pop`]: the item and whether it belongs to the
-/// initial list.
-pub type ProcessFn<'a, K> = dyn FnMut(&Deltas<K>, bool) -> Result<(), ProcessError> + Send + 'a;
+/// The processing function handed to [`Queue::pop`]: a batch of items (one key's `Deltas`
+/// each, in order) and whether they belong to the initial list. `DeltaFifo` hands over one key
+/// at a time; an in-order FIFO with batch pops (client-go 1.36's `RealFIFO`) hands over many.
+pub type ProcessFn<'a, K> = dyn FnMut(&[Deltas<K>], bool) -> Result<(), ProcessError> + Send + 'a;
 
 /// A queue of changes fed by a reflector and drained by an informer.
 pub trait Queue<K>: Store<K> {
-    /// Waits for an item and hands it to `process` while no other pop runs, so that
+    /// Waits for items and hands them to `process` while no other pop runs, so that
     /// [`has_synced`](Queue::has_synced) never reports an item as done before it was processed.
     /// Returns what `process` returned, or [`PopError::Closed`] once the queue is closed.
     fn pop<'a>(

@@ -22,6 +22,8 @@ struct Entry<K> {
 struct Inner<K> {
     listeners: Vec<Entry<K>>,
     started: bool,
+    /// Set by `stop`: no listener may be added after it, or its thread would outlive `run`.
+    stopped: bool,
     /// Exit signals of started listener threads.
     running: Vec<oneshot::Receiver<()>>,
 }
@@ -49,6 +51,7 @@ impl<K: Send + Sync + 'static> SharedProcessor<K> {
             inner: RwLock::new(Inner {
                 listeners: Vec::new(),
                 started: false,
+                stopped: false,
                 running: Vec::new(),
             }),
         }
@@ -63,9 +66,13 @@ impl<K: Send + Sync + 'static> SharedProcessor<K> {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds a listener; starts it if the processor runs.
-    pub(crate) fn add_listener(&self, listener: Arc<ProcessorListener<K>>) {
+    /// Adds a listener; starts it if the processor runs. False (and nothing added) once the
+    /// processor has stopped.
+    pub(crate) fn add_listener(&self, listener: Arc<ProcessorListener<K>>) -> bool {
         let mut inner = self.write();
+        if inner.stopped {
+            return false;
+        }
         if inner.started
             && let Some(done) = listener.start()
         {
@@ -75,6 +82,7 @@ impl<K: Send + Sync + 'static> SharedProcessor<K> {
             listener,
             syncing: true,
         });
+        true
     }
 
     /// Removes and stops a listener. False if it was not registered.
@@ -137,15 +145,20 @@ impl<K: Send + Sync + 'static> SharedProcessor<K> {
         inner.running.extend(started);
     }
 
+    /// Stops every listener (after the notification each is handling) without waiting, and
+    /// refuses new ones. Returns the exit signals of their threads.
+    pub(crate) fn stop_listeners(&self) -> Vec<oneshot::Receiver<()>> {
+        let mut inner = self.write();
+        inner.stopped = true;
+        for entry in &inner.listeners {
+            entry.listener.stop();
+        }
+        std::mem::take(&mut inner.running)
+    }
+
     /// Stops every listener and waits for their threads to exit.
     pub(crate) async fn stop(&self) {
-        let running = {
-            let mut inner = self.write();
-            for entry in &inner.listeners {
-                entry.listener.stop();
-            }
-            std::mem::take(&mut inner.running)
-        };
+        let running = self.stop_listeners();
         for done in running {
             let _ = done.await;
         }

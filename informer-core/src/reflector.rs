@@ -11,16 +11,21 @@
 //! | from | outcome | to |
 //! |---|---|---|
 //! | `List` | listed | `Watch(list rv)` |
-//! | `List` | 410 (expired continue token or rv) | `List` with rv `""` (a consistent read), at once |
+//! | `List` | continue token expired mid-list | the same list finished in one unpaginated request |
+//! | `List` | 410 (the rv we listed at is too old) | `List` with rv `""` (a consistent read), after backoff |
 //! | `List` | other error | `List`, after backoff |
 //! | `Watch(rv)` | stream ended normally | `Watch(last rv)`, at once |
-//! | `Watch(rv)` | HTTP 410 on the request, or an ERROR event with a 410 `Status` | `List` with rv `""`, at once |
+//! | `Watch(rv)` | HTTP 410 on the request, or an ERROR event with a 410 `Status` | `List` at the last rv (served from the watch cache), after backoff |
 //! | `Watch(rv)` | other error, or a stream that closed within a second with no events | `Watch(last rv)`, after backoff |
 //!
 //! kube-runtime relists only on the in-stream form of 410 and retries an HTTP 410 forever;
-//! both forms relist here. Other errors re-watch from the last resourceVersion rather than
-//! relisting as client-go does: the resourceVersion is still valid, and a relist of a large
-//! resource after every transient error is what overloads servers during incidents.
+//! both forms relist here. Every relist waits a backoff delay first, as client-go's
+//! `BackoffUntil` loop does, so a server answering 410 again and again is not hammered. Other
+//! errors re-watch from the last resourceVersion rather than relisting as client-go does: the
+//! resourceVersion is still valid, and a relist of a large resource after every transient error
+//! is what overloads servers during incidents. Lists at a specific resourceVersion are not
+//! paginated (the server's watch cache serves them whole), as in client-go; an object without
+//! a name, or a list or bookmark without a resourceVersion, is rejected rather than trusted.
 //!
 //! Backoff is client-go's (800 ms doubling to 30 s, jittered, reset after 2 minutes without
 //! failure); the watch timeout is drawn from `[min_watch_timeout, 2 × min_watch_timeout)` (5–10
@@ -379,6 +384,19 @@ where
         }
     }
 
+    /// Transforms `obj` and keeps it if it has a key; an object without a name (which the
+    /// store could not hold) is logged, counted and skipped.
+    fn push_keyed(&self, items: &mut Vec<Arc<K>>, obj: K) {
+        let obj = self.transformed(obj);
+        match meta_namespace_key(obj.as_ref()) {
+            Ok(_) => items.push(obj),
+            Err(e) => self.skip_malformed(&MalformedObject {
+                key: None,
+                error: e.to_string(),
+            }),
+        }
+    }
+
     fn watch_params(&self) -> WatchParams {
         let min = self.config.min_watch_timeout.as_secs().max(1);
         let timeout = rand::rng().random_range(min..min * 2);
@@ -406,7 +424,7 @@ where
                 self.report(&e);
                 ReflectorMetrics::inc(&self.metrics.relists_after_gone);
                 info!(reflector = %self.config.name, error = %e, "list expired, relisting with a consistent read");
-                Transition::Now(State::List { rv_unavailable: true })
+                Transition::AfterBackoff(State::List { rv_unavailable: true })
             }
             Err(e) => {
                 self.report(&e);
@@ -426,6 +444,9 @@ where
             (false, "") => Some("0".to_string()),
             (false, rv) => Some(rv.to_string()),
         };
+        // client-go pages only lists served from etcd ("") or "any" ("0"); a list at a specific
+        // resourceVersion is served whole from the watch cache.
+        let paged = self.config.page_size > 0 && matches!(resource_version.as_deref(), None | Some("0"));
         let mut items = Vec::new();
         let mut continue_token: Option<String> = None;
         let started = Instant::now();
@@ -433,35 +454,52 @@ where
             let mut params = ListParams {
                 label_selector: self.config.label_selector.clone(),
                 field_selector: self.config.field_selector.clone(),
-                limit: (self.config.page_size > 0).then_some(self.config.page_size),
+                limit: paged.then_some(self.config.page_size),
                 continue_token: continue_token.clone(),
                 ..ListParams::default()
             };
             if continue_token.is_none() {
                 params.resource_version = resource_version.clone();
             }
-            let page = self.lister_watcher.list(&params).await?;
+            let page = match self.lister_watcher.list(&params).await {
+                Ok(page) => page,
+                Err(e) if e.is_gone() && continue_token.is_some() => {
+                    // The continue token expired mid-list (client-go's pager FullListIfExpired):
+                    // a list slower than compaction would never finish page by page, so list
+                    // the rest at once: everything, unpaginated, at the original version.
+                    info!(reflector = %self.config.name, listed = items.len(), "continue token expired, listing in one request");
+                    items.clear();
+                    params.limit = None;
+                    params.continue_token = None;
+                    params.resource_version = resource_version.clone();
+                    self.lister_watcher.list(&params).await?
+                }
+                Err(e) => return Err(e),
+            };
             for malformed in &page.malformed {
                 self.skip_malformed(malformed);
             }
             items.reserve(page.items.len());
-            items.extend(page.items.into_iter().map(|obj| self.transformed(obj)));
+            for obj in page.items {
+                self.push_keyed(&mut items, obj);
+            }
             match page.continue_token {
-                Some(token) => {
+                Some(token) if params.limit.is_some() => {
                     info!(reflector = %self.config.name, listed = items.len(), elapsed = ?started.elapsed(), "listing");
                     continue_token = Some(token);
                 }
-                None => break page.resource_version,
+                _ => break page.resource_version,
             }
         };
+        if list_rv.is_empty() {
+            // Watching from "" would mean "current state": missed deletes would go unnoticed.
+            return Err(ListWatchError::Decode("the list carries no resourceVersion".into()));
+        }
         let count = items.len();
         match self.store.replace(items, &list_rv) {
             Ok(()) => {}
             Err(StoreError::Closed) => return Ok(None),
-            Err(StoreError::Key(e)) => {
-                // One nameless object fails replace as a whole; drop nothing silently.
-                return Err(ListWatchError::Decode(format!("listed object without a key: {e}")));
-            }
+            Err(StoreError::Key(e)) => return Err(ListWatchError::Decode(format!("listed object without a key: {e}"))),
         }
         self.last_sync_resource_version.set(&list_rv);
         ReflectorMetrics::inc(&self.metrics.lists);
@@ -548,8 +586,10 @@ where
         self.report(&error);
         if error.is_gone() {
             ReflectorMetrics::inc(&self.metrics.relists_after_gone);
+            // As client-go: relist at the last resourceVersion first (served from the server's
+            // watch cache, not etcd); only if that list is expired too is it a consistent read.
             info!(reflector = %self.config.name, error = %error, "watch expired, relisting");
-            Transition::Now(State::List { rv_unavailable: true })
+            Transition::AfterBackoff(State::List { rv_unavailable: false })
         } else {
             warn!(reflector = %self.config.name, error = %error, %resource_version, "watch failed");
             Transition::AfterBackoff(State::Watch { resource_version })
@@ -580,8 +620,12 @@ where
                 WatchEvent::Deleted(obj) => (obj, DeltaType::Deleted),
                 WatchEvent::Bookmark(bookmark) => {
                     ReflectorMetrics::inc(&self.metrics.bookmarks);
-                    resource_version = bookmark.metadata.resource_version;
-                    self.last_sync_resource_version.set(&resource_version);
+                    // A bookmark without a resourceVersion carries nothing; watching from ""
+                    // later would replay current state and hide missed deletes.
+                    if !bookmark.metadata.resource_version.is_empty() {
+                        resource_version = bookmark.metadata.resource_version;
+                        self.last_sync_resource_version.set(&resource_version);
+                    }
                     continue;
                 }
                 WatchEvent::Error(status) => {
@@ -613,7 +657,7 @@ where
                 }
             }
             ReflectorMetrics::inc(&self.metrics.events);
-            if let Some(rv) = new_rv {
+            if let Some(rv) = new_rv.filter(|rv| !rv.is_empty()) {
                 resource_version = rv;
                 self.last_sync_resource_version.set(&resource_version);
             }

@@ -11,13 +11,14 @@
 //! with a shorter period lowers the check period; one added after start gets at least the
 //! check period. A check period of zero means no resync at all.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use kube::Resource;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::delta_fifo::{DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas};
 use crate::event_handler::ResourceEventHandler;
@@ -121,6 +122,18 @@ struct Inner<K> {
     last_sync_resource_version: LastSyncResourceVersion,
     reflector_metrics: Arc<ReflectorMetrics>,
     next_listener_id: AtomicU64,
+    handle_deltas_panics: AtomicU64,
+}
+
+/// Stops an informer's listeners and marks it stopped when `run`'s future goes away, however
+/// that happens.
+struct StopGuard<'a, K: Send + Sync + 'static>(&'a SharedIndexInformer<K>);
+
+impl<K: Send + Sync + 'static> Drop for StopGuard<'_, K> {
+    fn drop(&mut self) {
+        self.0.inner.settings.lock().unwrap_or_else(|p| p.into_inner()).stopped = true;
+        let _ = self.0.inner.processor.stop_listeners();
+    }
 }
 
 /// A shared informer with an indexed cache (client-go `SharedIndexInformer`).
@@ -202,6 +215,7 @@ where
                 last_sync_resource_version: LastSyncResourceVersion::default(),
                 reflector_metrics: Arc::new(ReflectorMetrics::default()),
                 next_listener_id: AtomicU64::new(0),
+                handle_deltas_panics: AtomicU64::new(0),
             }),
         }
     }
@@ -272,7 +286,9 @@ where
         // Started: replay the cache to the new handler with no delta processed in between.
         drop(settings);
         let _block = self.block_deltas();
-        self.inner.processor.add_listener(listener.clone());
+        if !self.inner.processor.add_listener(listener.clone()) {
+            return Err(InformerError::Stopped); // `run` stopped meanwhile
+        }
         for obj in self.inner.indexer.list() {
             listener.add(Notification::Add {
                 obj,
@@ -417,14 +433,26 @@ where
         };
         info!(informer = %self.inner.reflector_config.name, "starting informer");
         self.inner.processor.run();
+        // If `run`'s future is dropped (its task aborted) the listener threads must not outlive
+        // it: the guard stops them and marks the informer stopped.
+        let _guard = StopGuard(self);
 
         let reflector_run = async {
             reflector.run(shutdown.clone()).await;
             fifo.close();
         };
         let process_loop = async {
-            let mut process = |deltas: &Deltas<K>, is_in_initial_list: bool| {
-                self.handle_deltas(deltas, is_in_initial_list);
+            let mut process = |batch: &[Deltas<K>], is_in_initial_list: bool| {
+                for deltas in batch {
+                    // A panic here can only come from user code in the cache's path (an index
+                    // function): drop that key's deltas, log and count, and keep the informer up.
+                    let handled = catch_unwind(AssertUnwindSafe(|| self.handle_deltas(deltas, is_in_initial_list)));
+                    if handled.is_err() {
+                        self.inner.handle_deltas_panics.fetch_add(1, Ordering::Relaxed);
+                        error!(informer = %self.inner.reflector_config.name, key = %deltas.key,
+                            "panic while applying deltas (an index function?); deltas dropped");
+                    }
+                }
                 Ok::<(), ProcessError>(())
             };
             loop {
@@ -442,6 +470,11 @@ where
         self.settings().stopped = true;
         self.inner.processor.stop().await;
         debug!(informer = %self.inner.reflector_config.name, "informer stopped");
+    }
+
+    /// Panics caught while applying deltas to the cache (from user index functions).
+    pub fn handle_deltas_panics(&self) -> u64 {
+        self.inner.handle_deltas_panics.load(Ordering::Relaxed)
     }
 
     /// Applies one key's deltas to the cache and notifies handlers (client-go `processDeltas`).
@@ -602,8 +635,10 @@ mod model_tests {
                     known_objects: Some(Arc::new(informer.indexer().clone())),
                     emit_delta_type_replaced: true,
                 });
-                let mut process = |d: &Deltas<ConfigMap>, initial: bool| {
-                    informer.handle_deltas(d, initial);
+                let mut process = |batch: &[Deltas<ConfigMap>], initial: bool| {
+                    for d in batch {
+                        informer.handle_deltas(d, initial);
+                    }
                     Ok(())
                 };
 
@@ -657,6 +692,7 @@ mod model_tests {
                     assert!(std::time::Instant::now() < limit, "handler view {:?} != cache {cache:?}", view.lock().unwrap());
                     std::thread::yield_now();
                 }
+                assert_eq!(registration.handler_panics(), 0, "a handler assertion failed (see the log)");
                 informer.inner.processor.stop().await;
             });
         }

@@ -210,32 +210,47 @@ impl<K> Inner<K> {
     }
 
     fn insert(&mut self, key: String, obj: Arc<K>) {
-        let old = self.items.insert(key.clone(), obj.clone());
-        self.update_indices(old.as_deref(), Some(&obj), &key);
+        // Index values are computed before anything changes: an index function that panics
+        // (user code) then leaves the store as it was.
+        let updates = self.index_updates(self.items.get(&key).map(Arc::as_ref), Some(&obj));
+        self.items.insert(key.clone(), obj);
+        self.apply_index_updates(updates, &key);
     }
 
     fn remove(&mut self, key: &str) -> Option<Arc<K>> {
+        let updates = self.index_updates(Some(self.items.get(key)?.as_ref()), None);
         let old = self.items.remove(key)?;
-        self.update_indices(Some(&old), None, key);
+        self.apply_index_updates(updates, key);
         Some(old)
     }
 
     fn rebuild_indices(&mut self) {
-        for (name, func) in &self.indexers {
-            self.indices.insert(name.clone(), build_index(&self.items, func));
-        }
+        let rebuilt: Vec<(String, Index)> = self
+            .indexers
+            .iter()
+            .map(|(name, func)| (name.clone(), build_index(&self.items, func)))
+            .collect();
+        self.indices.extend(rebuilt);
     }
 
-    /// Moves `key` from the index values of `old` to those of `new`. Values both produce are
-    /// left alone; sets that become empty are removed so no stale value lingers.
-    fn update_indices(&mut self, old: Option<&K>, new: Option<&K>, key: &str) {
+    /// For every index whose values differ between `old` and `new`: (name, old values, new values).
+    fn index_updates(&self, old: Option<&K>, new: Option<&K>) -> Vec<(String, Vec<String>, Vec<String>)> {
+        let mut updates = Vec::new();
         for (name, func) in &self.indexers {
             let old_values = old.map(|o| func(o)).unwrap_or_default();
             let new_values = new.map(|n| func(n)).unwrap_or_default();
-            if old_values == new_values {
-                continue;
+            if old_values != new_values {
+                updates.push((name.clone(), old_values, new_values));
             }
-            let index = self.indices.entry(name.clone()).or_default();
+        }
+        updates
+    }
+
+    /// Moves `key` from each index's old values to its new ones. Sets that become empty are
+    /// removed so no stale value lingers.
+    fn apply_index_updates(&mut self, updates: Vec<(String, Vec<String>, Vec<String>)>, key: &str) {
+        for (name, old_values, new_values) in updates {
+            let index = self.indices.entry(name).or_default();
             for value in &old_values {
                 if new_values.contains(value) {
                     continue;

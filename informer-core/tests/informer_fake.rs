@@ -245,11 +245,16 @@ async fn relist_after_the_server_forgot_objects_yields_tombstone_deletes() {
         ReflectorMetrics::get(&informer.reflector_metrics().relists_after_gone),
         1
     );
-    // The relist after a 410 is a consistent read: no resourceVersion.
+    // The relist after a watch 410 asks for the last resourceVersion the informer saw (which a
+    // real server serves from its watch cache), not a consistent read from etcd.
     let lists = api.list_requests();
     assert_eq!(lists.len(), 2);
     assert_eq!(lists[0].resource_version.as_deref(), Some("0"));
-    assert_eq!(lists[1].resource_version, None);
+    assert_eq!(lists[1].resource_version.as_deref(), Some("2"));
+    assert_eq!(
+        lists[1].limit, None,
+        "a list at a specific resourceVersion is not paginated"
+    );
     running.stop().await;
 }
 
@@ -601,7 +606,7 @@ async fn streaming_list_fills_the_cache_and_falls_back_when_refused() {
 }
 
 #[tokio::test]
-async fn an_expired_continue_token_restarts_the_list_as_a_consistent_read() {
+async fn an_expired_continue_token_finishes_the_list_in_one_request() {
     let api = FakeApi::new();
     for i in 0..5 {
         api.apply(&format!("cm-{i}"), "1");
@@ -616,13 +621,42 @@ async fn an_expired_continue_token_restarts_the_list_as_a_consistent_read() {
     synced(&reg).await;
     assert_eq!(cache(&informer), api.objects());
     let lists = api.list_requests();
-    // Page 1, then its continue token is refused; the relist starts over without an RV.
-    assert_eq!(lists.len(), 5, "{lists:?}");
-    assert_eq!(lists[0].resource_version.as_deref(), Some("0"));
+    // Page 1; page 2's continue token is refused; then everything in one unpaginated request
+    // at the original resourceVersion (client-go's pager, FullListIfExpired).
+    assert_eq!(lists.len(), 3, "{lists:?}");
+    assert_eq!(
+        (lists[0].limit, lists[0].resource_version.as_deref()),
+        (Some(2), Some("0"))
+    );
     assert!(lists[1].continue_token.is_some());
-    assert_eq!(lists[2].resource_version, None);
+    assert_eq!(
+        (lists[2].limit, lists[2].resource_version.as_deref()),
+        (None, Some("0"))
+    );
     assert_eq!(lists[2].continue_token, None);
-    assert!(lists.iter().all(|l| l.limit == Some(2)));
+    assert_eq!(informer.indexer().len(), 5);
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_list_410_backs_off_then_relists_as_a_consistent_read() {
+    let api = FakeApi::new();
+    api.apply("a", "1");
+    api.fail_next_list(gone());
+    let informer = informer(&api, Duration::ZERO);
+    let reg = informer.add_event_handler(Recorder::default()).unwrap();
+    let started = tokio::time::Instant::now();
+    let running = start(&informer);
+    after_virtual_time("synced", || reg.has_synced()).await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(800),
+        "backed off first: {:?}",
+        started.elapsed()
+    );
+    let lists = api.list_requests();
+    assert_eq!(lists.len(), 2);
+    assert_eq!(lists[0].resource_version.as_deref(), Some("0"));
+    assert_eq!(lists[1].resource_version, None, "consistent read after the 410");
     assert_eq!(
         ReflectorMetrics::get(&informer.reflector_metrics().relists_after_gone),
         1
@@ -631,6 +665,51 @@ async fn an_expired_continue_token_restarts_the_list_as_a_consistent_read() {
 }
 
 #[tokio::test]
+async fn a_panicking_index_function_drops_one_key_and_the_informer_goes_on() {
+    let api = FakeApi::new();
+    let informer = SharedIndexInformer::new(
+        api.clone(),
+        InformerConfig::default().indexer("by-value", |cm: &ConfigMap| {
+            let value = cm.data.as_ref().and_then(|d| d.get("v")).cloned().unwrap_or_default();
+            assert_ne!(value, "poison", "index function bug");
+            vec![value]
+        }),
+    );
+    let rec = Recorder::default();
+    let reg = informer.add_event_handler(rec.clone()).unwrap();
+    let running = start(&informer);
+    synced(&reg).await;
+    api.apply("bad", "poison");
+    api.apply("good", "fine");
+    until("good cached", || {
+        informer.indexer().get_by_key("default/good").is_some()
+    })
+    .await;
+    assert_eq!(informer.handle_deltas_panics(), 1);
+    assert!(informer.indexer().get_by_key("default/bad").is_none());
+    informer.indexer().check_invariants().unwrap();
+    assert_eq!(informer.indexer().by_index("by-value", "fine").unwrap().len(), 1);
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn objects_without_a_name_are_skipped_not_fatal() {
+    let api = FakeApi::new();
+    api.apply("a", "1");
+    api.add_nameless_to_lists();
+    let informer = informer(&api, Duration::ZERO);
+    let reg = informer.add_event_handler(Recorder::default()).unwrap();
+    let running = start(&informer);
+    synced(&reg).await;
+    assert_eq!(cache(&informer), api.objects());
+    assert_eq!(
+        ReflectorMetrics::get(&informer.reflector_metrics().malformed_objects),
+        1
+    );
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn watch_requests_carry_bookmarks_and_a_timeout_between_five_and_ten_minutes() {
     let api = FakeApi::new();
     let informer = informer(&api, Duration::ZERO);
@@ -638,8 +717,9 @@ async fn watch_requests_carry_bookmarks_and_a_timeout_between_five_and_ten_minut
     let running = start(&informer);
     synced(&reg).await;
     for _ in 0..5 {
-        until("watching", || api.open_watches() == 1).await;
-        api.break_watches(gone);
+        // Each break backs off before the next watch: let virtual time pass.
+        after_virtual_time("watching", || api.open_watches() == 1).await;
+        api.break_watches(server_error);
     }
     for (params, _) in api.watch_requests() {
         assert!(params.bookmarks);

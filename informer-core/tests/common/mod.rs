@@ -34,6 +34,10 @@ struct State {
     refuse_watch_list: bool,
     /// Continue tokens given out are rejected with 410 (as after a compaction).
     expire_continue_tokens: bool,
+    /// Errors to answer the next list requests with.
+    fail_lists: VecDeque<ListWatchError>,
+    /// Lists also carry an object without a name.
+    nameless_in_lists: bool,
     pub list_requests: Vec<ListParams>,
     pub watch_requests: Vec<(WatchParams, String)>,
 }
@@ -158,6 +162,14 @@ impl FakeApi {
         self.state().fail_watches.push_back(error);
     }
 
+    pub fn fail_next_list(&self, error: ListWatchError) {
+        self.state().fail_lists.push_back(error);
+    }
+
+    pub fn add_nameless_to_lists(&self) {
+        self.state().nameless_in_lists = true;
+    }
+
     pub fn expire_continue_tokens(&self) {
         self.state().expire_continue_tokens = true;
     }
@@ -215,6 +227,9 @@ impl ListerWatcher<ConfigMap> for FakeApi {
     fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<ListPage<ConfigMap>, ListWatchError>> {
         let mut state = self.state();
         state.list_requests.push(params.clone());
+        if let Some(error) = state.fail_lists.pop_front() {
+            return Box::pin(async { Err(error) });
+        }
         // Pages of `limit`; the continue token is the index of the next item.
         let start: usize = match &params.continue_token {
             Some(_) if state.expire_continue_tokens => {
@@ -225,7 +240,10 @@ impl ListerWatcher<ConfigMap> for FakeApi {
             None => 0,
         };
         let limit = params.limit.map_or(usize::MAX, |l| l as usize);
-        let items: Vec<ConfigMap> = state.objects.values().skip(start).take(limit).cloned().collect();
+        let mut items: Vec<ConfigMap> = state.objects.values().skip(start).take(limit).cloned().collect();
+        if state.nameless_in_lists {
+            items.push(ConfigMap::default());
+        }
         let next = start + items.len();
         let page = ListPage {
             items,

@@ -77,7 +77,7 @@ fn kube_attributes_next_to_custom_resource_name_the_root_type() {
 
 #[test]
 fn errors_point_at_the_problem() {
-    let cases: [(syn::DeriveInput, &str); 9] = [
+    let cases: [(syn::DeriveInput, &str); 10] = [
         (
             syn::parse_quote! { #[informer(version = "v1")] struct Foo { m: u8 } },
             "needs a kind",
@@ -113,6 +113,10 @@ fn errors_point_at_the_problem() {
         (
             syn::parse_quote! { #[kube(kind = "foo-bar", version = "v1")] struct FooSpec { m: u8 } },
             "not a Rust type name",
+        ),
+        (
+            syn::parse_quote! { #[informer(kind = "Foo", version = "v1", plural = "3foos")] struct Foo { m: u8 } },
+            "cannot name the namespace lister accessor",
         ),
     ];
     for (input, expected) in cases {

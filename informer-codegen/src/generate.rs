@@ -1,0 +1,160 @@
+//! [`generate`]: a [`ResourceDesc`] to `FooInformer`, `FooLister` and `FooNamespaceLister`
+//! tokens. Every path in the output is absolute (`::core::...`, `#krate::...`), so the code
+//! means the same in any module, whatever the user's own items are called.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote};
+use syn::Ident;
+
+use crate::ResourceDesc;
+
+/// An identifier for a generated name taken from data (a plural, an API version), raw if it
+/// is a keyword (`r#type`) so any resource name yields valid code.
+pub(crate) fn ident(name: &str) -> Ident {
+    let name = name.replace(['.', '-'], "_");
+    match syn::parse_str::<Ident>(&name) {
+        Ok(ident) => ident,
+        Err(_) => Ident::new_raw(&name, Span::call_site()),
+    }
+}
+
+/// Generates `FooInformer`, `FooLister` (and `FooNamespaceLister`) for one resource.
+pub fn generate(desc: &ResourceDesc) -> TokenStream {
+    let ResourceDesc {
+        ty, name, krate, kind, ..
+    } = desc;
+    let informer = format_ident!("{}Informer", name);
+    let lister = format_ident!("{}Lister", name);
+    let namespace_lister = format_ident!("{}NamespaceLister", name);
+    let api_version = if desc.group.is_empty() {
+        desc.version.clone()
+    } else {
+        format!("{}/{}", desc.group, desc.version)
+    };
+    let informer_doc = format!(" The shared informer of `{api_version}` `{kind}`, from a `SharedInformerFactory`.");
+    let lister_doc = format!(" Lists and gets `{kind}` objects from the informer's cache.");
+
+    let scoped = if desc.namespaced {
+        let accessor = ident(&desc.plural);
+        let ns_doc = format!(" Lists and gets the `{kind}` objects of one namespace from the informer's cache.");
+        let accessor_doc = format!(" The `{kind}` objects of `namespace`, served from the namespace index.");
+        quote! {
+            impl #lister {
+                #[doc = #accessor_doc]
+                pub fn #accessor(&self, namespace: &str) -> #namespace_lister {
+                    #namespace_lister { lister: self.lister.namespaced(namespace) }
+                }
+            }
+
+            #[doc = #ns_doc]
+            pub struct #namespace_lister {
+                lister: #krate::cache::NamespaceLister<#ty>,
+            }
+
+            impl #namespace_lister {
+                /// Objects of this namespace matching `selector`.
+                pub fn list(&self, selector: &#krate::cache::Selector) -> ::std::vec::Vec<::std::sync::Arc<#ty>> {
+                    self.lister.list(selector)
+                }
+
+                /// The object of this namespace named `name`, if cached.
+                pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<#ty>> {
+                    self.lister.get(name)
+                }
+            }
+        }
+    } else {
+        quote! {
+            impl #lister {
+                /// The object named `name`, if cached.
+                pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<#ty>> {
+                    self.lister.get(name)
+                }
+            }
+        }
+    };
+
+    let inherent = if desc.inherent_impl {
+        let doc = format!(" The shared `{kind}` informer of `factory` (the same one `informer_for` returns).");
+        quote! {
+            impl #ty {
+                #[doc = #doc]
+                pub fn informer(
+                    factory: &#krate::factory::SharedInformerFactory,
+                ) -> ::core::result::Result<#informer, #krate::factory::FactoryError> {
+                    #informer::new(factory)
+                }
+            }
+        }
+    } else {
+        TokenStream::new()
+    };
+
+    quote! {
+        #[doc = #informer_doc]
+        #[derive(::core::clone::Clone)]
+        pub struct #informer {
+            informer: #krate::cache::SharedIndexInformer<#ty>,
+        }
+
+        impl #informer {
+            /// The factory's shared informer for this type, created on first use.
+            pub fn new(
+                factory: &#krate::factory::SharedInformerFactory,
+            ) -> ::core::result::Result<Self, #krate::factory::FactoryError> {
+                ::core::result::Result::Ok(Self { informer: factory.informer_for::<#ty>()? })
+            }
+
+            /// The underlying shared informer.
+            pub fn informer(&self) -> &#krate::cache::SharedIndexInformer<#ty> {
+                &self.informer
+            }
+
+            /// A lister over the informer's cache.
+            pub fn lister(&self) -> #lister {
+                #lister { lister: #krate::cache::Lister::new(self.informer.indexer().clone()) }
+            }
+
+            /// Adds an event handler to the shared informer.
+            pub fn add_event_handler(
+                &self,
+                handler: impl #krate::cache::ResourceEventHandler<#ty>,
+            ) -> ::core::result::Result<
+                #krate::cache::ResourceEventHandlerRegistration<#ty>,
+                #krate::cache::InformerError,
+            > {
+                self.informer.add_event_handler(handler)
+            }
+
+            /// Whether the informer's cache has synced.
+            pub fn has_synced(&self) -> bool {
+                self.informer.has_synced()
+            }
+        }
+
+        #[doc = #lister_doc]
+        #[derive(::core::clone::Clone)]
+        pub struct #lister {
+            lister: #krate::cache::Lister<#ty>,
+        }
+
+        impl #lister {
+            /// Every cached object matching `selector`.
+            pub fn list(&self, selector: &#krate::cache::Selector) -> ::std::vec::Vec<::std::sync::Arc<#ty>> {
+                self.lister.list(selector)
+            }
+        }
+
+        #scoped
+
+        #inherent
+    }
+}
+
+/// Formats generated tokens as Rust source (prettyplease), for snapshots and checked-in files.
+pub fn pretty(tokens: TokenStream) -> String {
+    match syn::parse2::<syn::File>(tokens.clone()) {
+        Ok(file) => prettyplease::unparse(&file),
+        Err(_) => tokens.to_string(),
+    }
+}

@@ -69,6 +69,15 @@ pub struct NamespaceLister<K> {
     namespace: String,
 }
 
+impl<K> Clone for NamespaceLister<K> {
+    fn clone(&self) -> Self {
+        NamespaceLister {
+            indexer: self.indexer.clone(),
+            namespace: self.namespace.clone(),
+        }
+    }
+}
+
 impl<K: Resource + 'static> NamespaceLister<K> {
     /// Objects in this namespace matching `selector`.
     pub fn list(&self, selector: &Selector) -> Vec<Arc<K>> {

@@ -241,6 +241,18 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         Ok(())
     }
 
+    /// Queues an add or update delta for `obj` and wakes a waiting pop.
+    fn queue_change(&self, kind: DeltaType, obj: Arc<K>) -> Result<(), StoreError> {
+        let key = meta_namespace_key(obj.as_ref())?;
+        let mut inner = self.lock();
+        Self::ensure_open(&inner)?;
+        inner.populated = true;
+        inner.queue_action(key, kind, DeltaObject::Object(obj));
+        drop(inner);
+        self.not_empty.notify_waiters();
+        Ok(())
+    }
+
     fn ensure_open(inner: &Inner<K>) -> Result<(), StoreError> {
         if inner.closed { Err(StoreError::Closed) } else { Ok(()) }
     }
@@ -286,25 +298,11 @@ fn dedup_deltas<K>(deltas: &mut Vec<Delta<K>>) {
 
 impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
     fn add(&self, obj: Arc<K>) -> Result<(), StoreError> {
-        let key = meta_namespace_key(obj.as_ref())?;
-        let mut inner = self.lock();
-        Self::ensure_open(&inner)?;
-        inner.populated = true;
-        inner.queue_action(key, DeltaType::Added, DeltaObject::Object(obj));
-        drop(inner);
-        self.not_empty.notify_waiters();
-        Ok(())
+        self.queue_change(DeltaType::Added, obj)
     }
 
     fn update(&self, obj: Arc<K>) -> Result<(), StoreError> {
-        let key = meta_namespace_key(obj.as_ref())?;
-        let mut inner = self.lock();
-        Self::ensure_open(&inner)?;
-        inner.populated = true;
-        inner.queue_action(key, DeltaType::Updated, DeltaObject::Object(obj));
-        drop(inner);
-        self.not_empty.notify_waiters();
-        Ok(())
+        self.queue_change(DeltaType::Updated, obj)
     }
 
     /// Queues a delete. A delete of a key neither cached nor queued is dropped: there is

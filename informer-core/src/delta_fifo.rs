@@ -12,6 +12,30 @@
 //! - [`resync`](Store::resync) re-queues a `Sync` delta for every cached object, except keys
 //!   that already have queued deltas: those will be delivered anyway, and a `Sync` carrying
 //!   the cache's older copy queued after them would roll the object back.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use informer_core::{DeltaFifo, DeltaFifoOptions, DeltaType, Deltas, Indexer, Queue, Store};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let cache: Indexer<ConfigMap> = Indexer::default();
+//! let fifo = DeltaFifo::new(DeltaFifoOptions {
+//!     known_objects: Some(Arc::new(cache.clone())),
+//!     emit_delta_type_replaced: true,
+//! });
+//! let mut cm = ConfigMap::default();
+//! cm.metadata.name = Some("a".into());
+//! fifo.add(Arc::new(cm.clone())).unwrap();
+//! fifo.delete(Arc::new(cm)).unwrap();
+//! let mut process = |batch: &[Deltas<ConfigMap>], _initial: bool| {
+//!     let kinds: Vec<DeltaType> = batch[0].deltas.iter().map(|d| d.kind).collect();
+//!     assert_eq!(kinds, [DeltaType::Added, DeltaType::Deleted]); // both, oldest first
+//!     Ok(())
+//! };
+//! fifo.pop(&mut process).await.unwrap().unwrap();
+//! # });
+//! ```
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};

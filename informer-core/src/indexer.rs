@@ -3,6 +3,26 @@
 //!
 //! Writers are the informer's `handle_deltas` (or a reflector feeding it directly); readers
 //! are listers and handlers. Cloning an `Indexer` is cheap and shares the same cache.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use informer_core::{Indexer, Indexers, Store};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! let mut indexers: Indexers<ConfigMap> = Indexers::new();
+//! indexers.insert("app".into(), Arc::new(|cm: &ConfigMap| {
+//!     cm.metadata.labels.iter().flatten().filter(|(k, _)| *k == "app").map(|(_, v)| v.clone()).collect()
+//! }));
+//! let cache = Indexer::new(indexers);
+//! let mut cm = ConfigMap::default();
+//! cm.metadata.name = Some("web-config".into());
+//! cm.metadata.namespace = Some("prod".into());
+//! cm.metadata.labels = Some([("app".to_string(), "web".to_string())].into());
+//! cache.add(Arc::new(cm)).unwrap();
+//! assert_eq!(cache.by_index("app", "web").unwrap().len(), 1);
+//! assert_eq!(cache.by_index(informer_core::NAMESPACE_INDEX, "prod").unwrap().len(), 1);
+//! assert!(cache.get_by_key("prod/web-config").is_some());
+//! ```
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -133,6 +133,27 @@ async fn cancelled_get_does_not_lose_the_wakeup() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn get_cancelled_while_parked_leaves_the_wakeup_to_others() {
+    let queue = Queue::new();
+    let cancelled = tokio::spawn({
+        let queue = queue.clone();
+        async move { queue.get().await }
+    });
+    let worker = tokio::spawn({
+        let queue = queue.clone();
+        async move { queue.get().await }
+    });
+    settle().await;
+    // The oldest parked `get` goes away before any add: the add must wake the other one.
+    cancelled.abort();
+    let _ = cancelled.await;
+    queue.add(1);
+    let got = tokio::time::timeout(Duration::from_secs(5), worker).await;
+    assert_eq!(got.expect("wake-up lost").unwrap(), Some(1));
+    queue.check_invariants();
+}
+
+#[tokio::test(start_paused = true)]
 async fn many_producers_and_consumers_process_everything() {
     // client-go's TestBasic: 50 producers add items, 10 consumers process them.
     let queue = Queue::new();

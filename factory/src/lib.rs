@@ -107,7 +107,7 @@ enum InformerKey {
 /// What the factory needs of an informer without knowing its type.
 trait Runnable: Send + Sync {
     fn run(&self, shutdown: CancellationToken) -> BoxFuture<'static, ()>;
-    fn has_synced(&self) -> bool;
+    fn wait_for_cache_sync(&self, shutdown: CancellationToken) -> BoxFuture<'static, bool>;
 }
 
 impl<K: Resource + Send + Sync + 'static> Runnable for SharedIndexInformer<K> {
@@ -116,8 +116,9 @@ impl<K: Resource + Send + Sync + 'static> Runnable for SharedIndexInformer<K> {
         Box::pin(async move { informer.run(shutdown).await })
     }
 
-    fn has_synced(&self) -> bool {
-        SharedIndexInformer::has_synced(self)
+    fn wait_for_cache_sync(&self, shutdown: CancellationToken) -> BoxFuture<'static, bool> {
+        let informer = self.clone();
+        Box::pin(async move { informer.wait_for_cache_sync(&shutdown).await })
     }
 }
 
@@ -425,20 +426,22 @@ impl SharedInformerFactory {
             .filter(|e| e.task.is_some())
             .map(|e| (e.name.clone(), e.runnable.clone()))
             .collect();
+        // Give up when the caller's token or the factory's own shutdown fires.
+        let give_up = self.inner.stop.child_token();
+        let _link = {
+            let (caller, give_up) = (shutdown.clone(), give_up.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = caller.cancelled() => give_up.cancel(),
+                    _ = give_up.cancelled() => {}
+                }
+            })
+        };
         let mut results = BTreeMap::new();
         for (name, informer) in started {
-            let synced = loop {
-                if informer.has_synced() {
-                    break true;
-                }
-                tokio::select! {
-                    _ = shutdown.cancelled() => break false,
-                    _ = self.inner.stop.cancelled() => break false,
-                    _ = tokio::time::sleep(Duration::from_millis(10)) => {}
-                }
-            };
-            results.insert(name, synced);
+            results.insert(name, informer.wait_for_cache_sync(give_up.clone()).await);
         }
+        give_up.cancel(); // ends the link task
         results
     }
 

@@ -157,6 +157,19 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> DelayingQueue<T> {
         self.queue.shut_down_with_drain().await;
     }
 
+    /// Every item accepted and not yet finished: those of [`Queue::unfinished`] and those still
+    /// waiting for their ready time (each once).
+    pub fn unfinished(&self) -> Vec<T> {
+        let mut items = self.queue.unfinished();
+        let known: std::collections::HashSet<&T> = items.iter().collect();
+        let waiting: Vec<T> = {
+            let heap = self.shared.lock();
+            heap.ready_at.keys().filter(|item| !known.contains(item)).cloned().collect()
+        };
+        items.extend(waiting);
+        items
+    }
+
     /// Whether the queue is shutting down.
     pub fn shutting_down(&self) -> bool {
         self.queue.shutting_down()

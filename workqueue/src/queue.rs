@@ -292,6 +292,13 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
         }
     }
 
+    /// Every item accepted and not yet finished: queued, being processed, or added again while
+    /// being processed. After shutdown and once the workers stopped, these are the items the
+    /// queue accepted that no worker finished: a controller reports them as dropped.
+    pub fn unfinished(&self) -> Vec<T> {
+        self.shared.lock().items.keys().cloned().collect()
+    }
+
     /// Whether the queue is shutting down (or shut down).
     pub fn shutting_down(&self) -> bool {
         self.shared.lock().shutting_down

@@ -130,6 +130,12 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> RateLimitingQueue<T> {
         self.queue.shut_down_with_drain().await;
     }
 
+    /// Every item accepted and not yet finished, including those waiting for a delayed or
+    /// rate-limited add. See [`DelayingQueue::unfinished`].
+    pub fn unfinished(&self) -> Vec<T> {
+        self.queue.unfinished()
+    }
+
     /// Whether the queue is shutting down.
     pub fn shutting_down(&self) -> bool {
         self.queue.shutting_down()

@@ -187,3 +187,31 @@ fn ready_heap_skips_stale_entries() {
     assert_eq!(heap.pop_ready(at(100)), ["b"]);
     assert_eq!(heap.next_ready_at(), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn unfinished_lists_queued_processing_dirty_and_waiting_items_once() {
+    let queue = DelayingQueue::new();
+    queue.add("processing");
+    queue.add("queued");
+    queue.add_after("waiting", Duration::from_secs(5));
+    queue.add_after("queued", Duration::from_secs(5)); // also waiting: listed once
+    assert_eq!(queue.get().await, Some("processing"));
+    queue.add("processing"); // dirty while processing
+    let mut unfinished = queue.unfinished();
+    unfinished.sort_unstable();
+    assert_eq!(unfinished, ["processing", "queued", "waiting"]);
+    queue.done(&"processing");
+    assert_eq!(queue.get().await, Some("queued"));
+    queue.done(&"queued");
+    assert_eq!(queue.get().await, Some("processing"));
+    queue.done(&"processing");
+    let mut unfinished = queue.unfinished();
+    unfinished.sort_unstable();
+    assert_eq!(unfinished, ["queued", "waiting"], "both still wait for their delayed add");
+    advance(5_000).await;
+    for expected in ["waiting", "queued"] {
+        assert_eq!(queue.get().await, Some(expected), "ready in add_after order");
+        queue.done(&expected);
+    }
+    assert!(queue.unfinished().is_empty());
+}

@@ -1,9 +1,16 @@
-//! Example resource types (and, later, controllers) built on kinformer.
+//! Example resource types and controllers built on kinformer.
+//!
+//! - [`sample_controller`]: Kubernetes' sample-controller (Foo → Deployment); run
+//!   `cargo run -p examples --bin sample-controller`.
+//! - [`demo`]: what the example binaries share (embedded server, per-reconcile lines, summary).
 //!
 //! [`Foo`] is a namespaced custom resource defined the usual kube way, with
 //! `#[derive(CustomResource)]` on its spec, and given typed informers and listers by
 //! `#[derive(Informer)]` on the same struct: `FooInformer`, `FooLister`, `FooNamespaceLister`,
 //! and `Foo::informer(&factory)`. `cargo xtask crds` writes its CRD to `examples/crds/`.
+
+pub mod demo;
+pub mod sample_controller;
 
 use kinformer::Informer;
 use kube::{CustomResource, CustomResourceExt};
@@ -37,5 +44,5 @@ pub struct FooStatus {
 
 /// The CRDs of the example resource types, for `cargo xtask crds` and tests.
 pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
-    vec![Foo::crd()]
+    vec![Foo::crd(), sample_controller::crd()]
 }

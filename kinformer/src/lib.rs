@@ -6,6 +6,9 @@
 //! - [`workqueue`]: the rate-limited work queue between handlers and reconcilers.
 //! - [`factory`]: `SharedInformerFactory`, one shared informer per resource type, with typed
 //!   accessors for the built-in resources (`factory.apps().v1().deployments()`).
+//! - [`controller`]: `Controller` (reconcilers fed by the work queue through handlers on the
+//!   factory's shared informers) and `Manager` (leader election, `/metrics`, `/healthz`,
+//!   `/readyz`, graceful shutdown), plus the `EventRecorder`.
 //! - [`Informer`]: `#[derive(Informer)]` for your own resource types.
 //!
 //! ```no_run
@@ -35,6 +38,7 @@
 //! # let _ = (web, all); Ok(()) }
 //! ```
 
+pub use controller;
 pub use factory;
 pub use informer_core as cache;
 pub use informer_derive::Informer;

@@ -164,7 +164,11 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> DelayingQueue<T> {
         let known: std::collections::HashSet<&T> = items.iter().collect();
         let waiting: Vec<T> = {
             let heap = self.shared.lock();
-            heap.ready_at.keys().filter(|item| !known.contains(item)).cloned().collect()
+            heap.ready_at
+                .keys()
+                .filter(|item| !known.contains(item))
+                .cloned()
+                .collect()
         };
         items.extend(waiting);
         items

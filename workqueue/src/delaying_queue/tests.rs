@@ -207,7 +207,11 @@ async fn unfinished_lists_queued_processing_dirty_and_waiting_items_once() {
     queue.done(&"processing");
     let mut unfinished = queue.unfinished();
     unfinished.sort_unstable();
-    assert_eq!(unfinished, ["queued", "waiting"], "both still wait for their delayed add");
+    assert_eq!(
+        unfinished,
+        ["queued", "waiting"],
+        "both still wait for their delayed add"
+    );
     advance(5_000).await;
     for expected in ["waiting", "queued"] {
         assert_eq!(queue.get().await, Some(expected), "ready in add_after order");

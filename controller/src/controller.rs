@@ -1,0 +1,815 @@
+//! The [`Controller`]: handlers on the factory's shared informers feed a rate-limited work
+//! queue of [`ObjectKey`]s; workers hand each key to a [`Reconciler`] (controller-runtime's
+//! builder and `pkg/internal/controller`, on client-go's informers).
+//!
+//! ```no_run
+//! use controller::{Action, Context, Controller, Request, reconciler_fn};
+//! use factory::SharedInformerFactory;
+//! use k8s_openapi::api::apps::v1::Deployment;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo(client: kube::Client) -> Result<(), controller::ControllerError> {
+//! let factory = SharedInformerFactory::new(client, std::time::Duration::ZERO);
+//! let reconciler = reconciler_fn(|req: Request, ctx: Context<Deployment>| async move {
+//!     let Some(deployment) = ctx.get(&req) else { return Ok::<_, kube::Error>(Action::Done) };
+//!     // ... compare `deployment` with the desired state, write through kube::Api ...
+//!     # let _ = deployment;
+//!     Ok(Action::Done)
+//! });
+//! Controller::new("deployments", &factory)
+//!     .for_resource::<Deployment>()
+//!     .owns::<ConfigMap>()
+//!     .workers(4)
+//!     .run(reconciler, CancellationToken::new())
+//!     .await
+//! # }
+//! ```
+//!
+//! # Guarantees
+//! - One watch per type: handlers go on the factory's shared informers, so any number of
+//!   controllers (and listers) of one type share one list/watch.
+//! - No key is reconciled by two workers at once (the work queue's rule); a key changed while
+//!   it is being reconciled is reconciled again afterwards, so the last reconcile of a key sees
+//!   its last state.
+//! - A deleted primary is reconciled too: its key arrives and [`Context::get`] says it is gone
+//!   (kube-runtime does not reconcile deletions).
+//! - Workers start only once every informer of the controller has synced *and* delivered its
+//!   initial list to this controller's handlers, so the first reconciles see a full cache.
+//! - A panicking reconcile is caught: the worker survives, the panic is logged and counted as
+//!   an error, and the key is retried rate-limited.
+//!
+//! # Shutdown
+//! When the shutdown token fires: the handlers are removed (no new keys), the queue is shut
+//! down (idle workers return), and the reconciles in flight get
+//! [`graceful_shutdown_timeout`](Controller::graceful_shutdown_timeout) to finish; those still
+//! running are then aborted and `run` returns [`ControllerError::ShutdownTimeout`]. Every key
+//! the queue accepted and no worker finished (queued, waiting for a retry, or aborted) is
+//! logged and counted in `kinformer_controller_dropped_keys_total`: nothing is dropped
+//! silently. (A restarted controller reconciles every object again from its initial list.)
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use factory::{FactoryError, FactoryResource, SharedInformerFactory};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use informer_core::{Indexer, InformerError, ResourceEventHandlerRegistration, SharedIndexInformer};
+use kube::Resource;
+use kube::api::{ApiResource, DynamicObject};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+use workqueue::{QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter};
+
+use crate::event_recorder::{EventRecorder, Reporter};
+use crate::handler::{EnqueueHandler, MapFunc, Mapping, OwnerType};
+use crate::manager::{Runnable, hostname};
+use crate::metrics::{ControllerMetrics, Metrics};
+use crate::object_key::ObjectKey;
+use crate::predicate::{All, Predicate};
+use crate::reconciler::{Action, BoxError, Context, ContextInner, Gvk, Reconciler, gvk};
+
+/// How long in-flight reconciles may take to finish after shutdown (controller-runtime's
+/// default graceful shutdown timeout).
+pub const DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a controller waits for its caches before giving up (controller-runtime's
+/// `CacheSyncTimeout` default).
+pub const DEFAULT_CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Errors of building or running a controller.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ControllerError {
+    /// The factory refused an informer (it was shut down).
+    #[error(transparent)]
+    Factory(#[from] FactoryError),
+    /// An informer refused the controller's handler (it was stopped).
+    #[error(transparent)]
+    Informer(#[from] InformerError),
+    /// The metric families could not be registered.
+    #[error("registering controller metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// The builder was given an impossible setting.
+    #[error("invalid controller configuration: {0}")]
+    InvalidConfig(String),
+    /// Some informers did not sync in time (a wrong group or a missing CRD, typically).
+    #[error("controller {controller}: caches not synced within {timeout:?}: {informers:?}")]
+    CacheSyncTimeout {
+        /// The controller's name.
+        controller: String,
+        /// How long it waited.
+        timeout: Duration,
+        /// The informers that had not synced.
+        informers: Vec<String>,
+    },
+    /// Reconciles were still running when the graceful shutdown timeout passed; they were
+    /// aborted and their keys reported as dropped.
+    #[error("controller {controller}: {in_flight} reconciles still running after {timeout:?}; aborted")]
+    ShutdownTimeout {
+        /// The controller's name.
+        controller: String,
+        /// The graceful shutdown timeout.
+        timeout: Duration,
+        /// How many reconciles were aborted.
+        in_flight: usize,
+    },
+}
+
+/// Starts building a controller: `Controller::new(name, &factory).for_resource::<K>()`.
+pub struct Controller<K> {
+    common: Common,
+    primary: Source<K>,
+    primary_type: OwnerType,
+    sources: Vec<Box<dyn ErasedSource>>,
+    /// The first error met while requesting informers, reported by `build`.
+    error: Option<ControllerError>,
+}
+
+/// The settings of a controller that do not depend on its primary type.
+struct Common {
+    name: String,
+    factory: SharedInformerFactory,
+    metrics: Option<Metrics>,
+    recorder: Option<EventRecorder>,
+    predicates: Vec<Arc<dyn Predicate>>,
+    workers: usize,
+    rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
+    graceful_shutdown_timeout: Duration,
+    cache_sync_timeout: Duration,
+}
+
+/// The first step of [`Controller::new`]: choose the primary type.
+#[must_use]
+pub struct ControllerBuilder {
+    common: Common,
+}
+
+impl Controller<()> {
+    // `Controller::new(name, &factory).for_resource::<K>()` reads as controller-runtime's
+    // builder; the primary type is chosen in the second step, so `new` returns the builder.
+    #[allow(clippy::new_ret_no_self)]
+    /// A controller named `name` (its metrics' `controller` label, its work queue's name, its
+    /// log field) on `factory`'s shared informers. Names should be unique in a process.
+    pub fn new(name: impl Into<String>, factory: &SharedInformerFactory) -> ControllerBuilder {
+        ControllerBuilder {
+            common: Common {
+                name: name.into(),
+                factory: factory.clone(),
+                metrics: None,
+                recorder: None,
+                predicates: Vec::new(),
+                workers: 1,
+                rate_limiter: None,
+                graceful_shutdown_timeout: DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
+                cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
+            },
+        }
+    }
+}
+
+impl ControllerBuilder {
+    /// Registers the metrics in `metrics`' registry (the [`Manager`](crate::Manager) passes its
+    /// own). Without it, a controller registers them in a registry of its own.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.common.metrics = Some(metrics);
+        self
+    }
+
+    /// Records events through `recorder`, whose sink task the caller runs. Without it, the
+    /// controller makes one reporting as the controller's name and runs it itself.
+    pub fn recorder(mut self, recorder: EventRecorder) -> Self {
+        self.common.recorder = Some(recorder);
+        self
+    }
+
+    /// The primary type: adds, updates and deletes of `K` enqueue the object's own key.
+    pub fn for_resource<K: FactoryResource>(self) -> Controller<K> {
+        let informer = self.common.factory.informer_for::<K>();
+        let primary_type = OwnerType {
+            group: K::group(&()).into_owned(),
+            kind: K::kind(&()).into_owned(),
+            namespaced: is_namespaced::<K>(),
+        };
+        Controller::with_primary(self.common, informer, SourceKey::Typed(TypeId::of::<K>()), primary_type)
+    }
+
+    /// A dynamic primary type (by group/version/kind), as `for_resource` for typed ones.
+    pub fn for_dynamic(self, resource: &ApiResource, namespaced: bool) -> Controller<DynamicObject> {
+        let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
+        let primary_type = OwnerType {
+            group: resource.group.clone(),
+            kind: resource.kind.clone(),
+            namespaced,
+        };
+        Controller::with_primary(self.common, informer, SourceKey::Dynamic(gvk(resource)), primary_type)
+    }
+}
+
+fn is_namespaced<K: FactoryResource>() -> bool {
+    TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>()
+}
+
+impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
+    fn with_primary(
+        common: Common,
+        informer: Result<SharedIndexInformer<K>, FactoryError>,
+        key: SourceKey,
+        primary_type: OwnerType,
+    ) -> Self {
+        let (informer, error) = match informer {
+            Ok(informer) => (Some(informer), None),
+            Err(e) => (None, Some(e.into())),
+        };
+        Controller {
+            common,
+            primary: Source {
+                informer,
+                mapping: Mapping::Object,
+                key,
+            },
+            primary_type,
+            sources: Vec::new(),
+            error,
+        }
+    }
+
+    fn add_source<C: Resource + Send + Sync + 'static>(
+        mut self,
+        informer: Result<SharedIndexInformer<C>, FactoryError>,
+        mapping: Mapping<C>,
+        key: SourceKey,
+    ) -> Self {
+        match informer {
+            Ok(informer) => self.sources.push(Box::new(Source {
+                informer: Some(informer),
+                mapping,
+                key,
+            })),
+            Err(e) => {
+                self.error.get_or_insert(e.into());
+            }
+        }
+        self
+    }
+
+    /// Children of type `C`: a change to one enqueues the key of its controller owner (the
+    /// ownerReference with `controller: true`) when that owner is of the primary type.
+    #[must_use]
+    pub fn owns<C: FactoryResource>(self) -> Self {
+        let informer = self.common.factory.informer_for::<C>();
+        let mapping = Mapping::Owner(self.primary_type.clone());
+        self.add_source(informer, mapping, SourceKey::Typed(TypeId::of::<C>()))
+    }
+
+    /// Dynamic children (by group/version/kind), as [`owns`](Self::owns).
+    #[must_use]
+    pub fn owns_dynamic(self, resource: &ApiResource, namespaced: bool) -> Self {
+        let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
+        let mapping = Mapping::Owner(self.primary_type.clone());
+        self.add_source(informer, mapping, SourceKey::Dynamic(gvk(resource)))
+    }
+
+    /// Objects of type `W`: a change to one enqueues the keys `mapper` returns for it (for
+    /// the old and the new state of an update).
+    #[must_use]
+    pub fn watches<W: FactoryResource>(self, mapper: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static) -> Self {
+        let informer = self.common.factory.informer_for::<W>();
+        let mapper: MapFunc<W> = Arc::new(mapper);
+        self.add_source(informer, Mapping::Func(mapper), SourceKey::Typed(TypeId::of::<W>()))
+    }
+
+    /// Dynamic objects (by group/version/kind), as [`watches`](Self::watches).
+    #[must_use]
+    pub fn watches_dynamic(
+        self,
+        resource: &ApiResource,
+        namespaced: bool,
+        mapper: impl Fn(&DynamicObject) -> Vec<ObjectKey> + Send + Sync + 'static,
+    ) -> Self {
+        let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
+        let mapper: MapFunc<DynamicObject> = Arc::new(mapper);
+        self.add_source(informer, Mapping::Func(mapper), SourceKey::Dynamic(gvk(resource)))
+    }
+
+    /// Adds a filter every notification (of every source) must pass to enqueue a key; see
+    /// [`predicate`](crate::predicate) for the ready-made ones. Filters combine with "and".
+    #[must_use]
+    pub fn with_event_filter(mut self, predicate: impl Predicate) -> Self {
+        self.common.predicates.push(Arc::new(predicate));
+        self
+    }
+
+    /// How many reconciles may run at once (controller-runtime's `MaxConcurrentReconciles`;
+    /// default 1). Never two of one key.
+    #[must_use]
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.common.workers = workers;
+        self
+    }
+
+    /// The rate limiter of failed and requeued keys (default: client-go's
+    /// [`default_controller_rate_limiter`]: 5 ms doubling per failure up to 1000 s, and an
+    /// overall 10 qps / burst 100 bucket).
+    #[must_use]
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<ObjectKey> + 'static) -> Self {
+        self.common.rate_limiter = Some(Box::new(limiter));
+        self
+    }
+
+    /// How long reconciles in flight may take to finish after shutdown (default 30 s).
+    #[must_use]
+    pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.common.graceful_shutdown_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for the caches before failing with
+    /// [`ControllerError::CacheSyncTimeout`] (default 2 min).
+    #[must_use]
+    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.common.cache_sync_timeout = timeout;
+        self
+    }
+
+    /// Registers the controller's handlers on the shared informers and binds `reconciler`;
+    /// run the result with [`BuiltController::run`] or add it to a [`Manager`](crate::Manager).
+    ///
+    /// From here on the handlers enqueue keys (also while a manager stands by for leadership),
+    /// but nothing is reconciled until the controller runs.
+    pub fn build<R: Reconciler<K>>(self, reconciler: R) -> Result<BuiltController<K, R>, ControllerError> {
+        let Controller {
+            common,
+            primary,
+            sources,
+            error,
+            ..
+        } = self;
+        if let Some(error) = error {
+            return Err(error);
+        }
+        if common.workers == 0 {
+            return Err(ControllerError::InvalidConfig("workers must be at least 1".into()));
+        }
+        let Some(primary_informer) = primary.informer.clone() else {
+            return Err(ControllerError::InvalidConfig("no primary informer".into()));
+        };
+        let metrics = match common.metrics {
+            Some(metrics) => metrics,
+            None => Metrics::new(&prometheus::Registry::new())?,
+        };
+        let rate_limiter = common
+            .rate_limiter
+            .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
+        let queue = RateLimitingQueue::with_config(
+            rate_limiter,
+            QueueConfig::default()
+                .name(common.name.clone())
+                .metrics_provider(metrics.workqueue_provider()),
+        );
+        let (recorder, owns_recorder) = match common.recorder {
+            Some(recorder) => (recorder, false),
+            None => {
+                let reporter = Reporter {
+                    controller: common.name.clone(),
+                    instance: hostname(),
+                };
+                (EventRecorder::new(common.factory.client().clone(), reporter), true)
+            }
+        };
+
+        let predicates = All(common.predicates);
+        let mut typed = HashMap::new();
+        let mut dynamic = HashMap::new();
+        let mut registrations: Vec<Box<dyn ErasedRegistration>> = Vec::new();
+        let all_sources = std::iter::once(&primary as &dyn ErasedSource).chain(sources.iter().map(|s| &**s));
+        for source in all_sources {
+            source.add_to_context(&mut typed, &mut dynamic);
+            match source.register(&queue, &predicates) {
+                Ok(registration) => registrations.push(registration),
+                Err(e) => {
+                    registrations.iter().for_each(|r| r.remove());
+                    return Err(e);
+                }
+            }
+        }
+        let context = Context::new(ContextInner {
+            name: common.name.clone(),
+            client: common.factory.client().clone(),
+            primary: primary_informer.indexer().clone(),
+            typed,
+            dynamic,
+            recorder: recorder.clone(),
+        });
+        debug!(controller = %common.name, sources = registrations.len(), "controller built");
+        Ok(BuiltController {
+            name: common.name.clone(),
+            factory: common.factory,
+            queue,
+            reconciler: Arc::new(reconciler),
+            context,
+            registrations,
+            metrics: metrics.for_controller(&common.name),
+            workers: common.workers,
+            graceful_shutdown_timeout: common.graceful_shutdown_timeout,
+            cache_sync_timeout: common.cache_sync_timeout,
+            recorder,
+            owns_recorder,
+        })
+    }
+
+    /// Builds the controller, starts the factory's informers and runs until `shutdown` fires
+    /// (a controller on its own; a [`Manager`](crate::Manager) does this for its controllers).
+    pub async fn run<R: Reconciler<K>>(
+        self,
+        reconciler: R,
+        shutdown: CancellationToken,
+    ) -> Result<(), ControllerError> {
+        let controller = self.build(reconciler)?;
+        controller.factory.start(&shutdown);
+        controller.run(shutdown).await
+    }
+}
+
+/// Which context map a source's cache goes into.
+#[derive(Clone)]
+enum SourceKey {
+    Typed(TypeId),
+    Dynamic(Gvk),
+}
+
+/// One informer of a controller and how its notifications become keys.
+struct Source<C> {
+    /// `None` only when the factory refused it (then `build` fails first).
+    informer: Option<SharedIndexInformer<C>>,
+    mapping: Mapping<C>,
+    key: SourceKey,
+}
+
+/// A [`Source`] without its type.
+trait ErasedSource: Send + Sync {
+    fn register(
+        &self,
+        queue: &RateLimitingQueue<ObjectKey>,
+        predicates: &All,
+    ) -> Result<Box<dyn ErasedRegistration>, ControllerError>;
+    fn add_to_context(
+        &self,
+        typed: &mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+        dynamic: &mut HashMap<Gvk, Indexer<DynamicObject>>,
+    );
+}
+
+impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
+    fn register(
+        &self,
+        queue: &RateLimitingQueue<ObjectKey>,
+        predicates: &All,
+    ) -> Result<Box<dyn ErasedRegistration>, ControllerError> {
+        let Some(informer) = &self.informer else {
+            return Err(ControllerError::InvalidConfig("an informer is missing".into()));
+        };
+        let registration = informer.add_event_handler(EnqueueHandler {
+            queue: queue.clone(),
+            predicates: predicates.clone(),
+            mapping: self.mapping.clone(),
+        })?;
+        Ok(Box::new(Registration {
+            informer: informer.clone(),
+            registration,
+        }))
+    }
+
+    fn add_to_context(
+        &self,
+        typed: &mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+        dynamic: &mut HashMap<Gvk, Indexer<DynamicObject>>,
+    ) {
+        let Some(informer) = &self.informer else { return };
+        match &self.key {
+            SourceKey::Typed(type_id) => {
+                typed.insert(*type_id, Box::new(informer.indexer().clone()));
+            }
+            SourceKey::Dynamic(gvk) => {
+                let indexer: &dyn Any = informer.indexer();
+                if let Some(indexer) = indexer.downcast_ref::<Indexer<DynamicObject>>() {
+                    dynamic.insert(gvk.clone(), indexer.clone());
+                }
+            }
+        }
+    }
+}
+
+/// A handler registered on an informer, without its type.
+trait ErasedRegistration: Send + Sync {
+    fn has_synced(&self) -> bool;
+    fn remove(&self);
+    fn informer_name(&self) -> String;
+}
+
+struct Registration<C> {
+    informer: SharedIndexInformer<C>,
+    registration: ResourceEventHandlerRegistration<C>,
+}
+
+impl<C: Resource + Send + Sync + 'static> ErasedRegistration for Registration<C> {
+    fn has_synced(&self) -> bool {
+        self.registration.has_synced()
+    }
+
+    fn remove(&self) {
+        // Fails only if already removed or the informer stopped: nothing is left to stop then.
+        let _ = self.informer.remove_event_handler(&self.registration);
+    }
+
+    fn informer_name(&self) -> String {
+        std::any::type_name::<C>().rsplit("::").next().unwrap_or("?").to_owned()
+    }
+}
+
+/// A controller with its handlers registered and its reconciler bound: run it with
+/// [`run`](Self::run), or add it to a [`Manager`](crate::Manager).
+pub struct BuiltController<K, R> {
+    name: String,
+    factory: SharedInformerFactory,
+    queue: RateLimitingQueue<ObjectKey>,
+    reconciler: Arc<R>,
+    context: Context<K>,
+    registrations: Vec<Box<dyn ErasedRegistration>>,
+    metrics: ControllerMetrics,
+    workers: usize,
+    graceful_shutdown_timeout: Duration,
+    cache_sync_timeout: Duration,
+    recorder: EventRecorder,
+    owns_recorder: bool,
+}
+
+impl<K, R> BuiltController<K, R>
+where
+    K: Resource + Send + Sync + 'static,
+    R: Reconciler<K>,
+{
+    /// The controller's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The controller's work queue: add keys to it to trigger reconciles from outside the
+    /// informers (controller-runtime's channel source).
+    pub fn queue(&self) -> &RateLimitingQueue<ObjectKey> {
+        &self.queue
+    }
+
+    /// The context its reconciles get.
+    pub fn context(&self) -> &Context<K> {
+        &self.context
+    }
+
+    /// Whether every informer of the controller has synced and delivered its initial list to
+    /// the controller's handlers.
+    pub fn has_synced(&self) -> bool {
+        self.registrations.iter().all(|r| r.has_synced())
+    }
+
+    /// Waits for the caches, runs the workers until `shutdown` fires, then shuts down as the
+    /// [module docs](self) say. Does not start the informers: the caller (or the
+    /// [`Manager`](crate::Manager)) starts the factory.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ControllerError> {
+        let recorder_stop = CancellationToken::new();
+        let recorder_task = self.owns_recorder.then(|| {
+            let (recorder, stop) = (self.recorder.clone(), recorder_stop.clone());
+            tokio::spawn(async move { recorder.run(stop).await })
+        });
+        let result = self.run_workers(&shutdown).await;
+        recorder_stop.cancel();
+        if let Some(task) = recorder_task
+            && tokio::time::timeout(Duration::from_secs(5), task).await.is_err()
+        {
+            warn!(controller = %self.name, "event recorder did not finish writing within 5s");
+        }
+        self.registrations.iter().for_each(|r| r.remove());
+        result
+    }
+
+    async fn wait_for_sync(&self, shutdown: &CancellationToken) -> Result<bool, ControllerError> {
+        let started = Instant::now();
+        let mut last_report = started;
+        loop {
+            if self.has_synced() {
+                info!(controller = %self.name, elapsed = ?started.elapsed(), "caches synced");
+                return Ok(true);
+            }
+            let unsynced = || -> Vec<String> {
+                self.registrations
+                    .iter()
+                    .filter(|r| !r.has_synced())
+                    .map(|r| r.informer_name())
+                    .collect()
+            };
+            if started.elapsed() >= self.cache_sync_timeout {
+                return Err(ControllerError::CacheSyncTimeout {
+                    controller: self.name.clone(),
+                    timeout: self.cache_sync_timeout,
+                    informers: unsynced(),
+                });
+            }
+            if last_report.elapsed() >= Duration::from_secs(5) {
+                last_report = Instant::now();
+                info!(controller = %self.name, waiting_for = ?unsynced(), elapsed = ?started.elapsed(), "waiting for caches to sync");
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(false),
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+    }
+
+    async fn run_workers(&self, shutdown: &CancellationToken) -> Result<(), ControllerError> {
+        info!(controller = %self.name, workers = self.workers, "starting controller; waiting for caches");
+        let synced = match self.wait_for_sync(shutdown).await {
+            Ok(synced) => synced,
+            Err(e) => {
+                self.stop_intake();
+                self.report_dropped();
+                return Err(e);
+            }
+        };
+        let mut workers = JoinSet::new();
+        if synced {
+            self.metrics.max_concurrent_reconciles.set(self.workers as i64);
+            for _ in 0..self.workers {
+                workers.spawn(
+                    Worker {
+                        name: self.name.clone(),
+                        queue: self.queue.clone(),
+                        reconciler: self.reconciler.clone(),
+                        context: self.context.clone(),
+                        metrics: self.metrics.clone(),
+                    }
+                    .run(),
+                );
+            }
+            info!(controller = %self.name, workers = self.workers, "workers started");
+            shutdown.cancelled().await;
+        }
+        info!(controller = %self.name, "shutting down: no new keys; waiting for reconciles in flight");
+        self.stop_intake();
+        let finished = tokio::time::timeout(self.graceful_shutdown_timeout, async {
+            while workers.join_next().await.is_some() {}
+        })
+        .await
+        .is_ok();
+        let mut result = Ok(());
+        if !finished {
+            let in_flight = workers.len();
+            workers.abort_all();
+            while workers.join_next().await.is_some() {}
+            self.metrics.active_workers.set(0);
+            error!(controller = %self.name, in_flight, timeout = ?self.graceful_shutdown_timeout,
+                "reconciles still running after the graceful shutdown timeout: aborted");
+            result = Err(ControllerError::ShutdownTimeout {
+                controller: self.name.clone(),
+                timeout: self.graceful_shutdown_timeout,
+                in_flight,
+            });
+        }
+        self.report_dropped();
+        info!(controller = %self.name, "controller stopped");
+        result
+    }
+
+    /// Removes the handlers and shuts the queue down: no key enters from here on.
+    fn stop_intake(&self) {
+        self.registrations.iter().for_each(|r| r.remove());
+        self.queue.shut_down();
+    }
+
+    /// Logs and counts every key the queue accepted that no worker finished.
+    fn report_dropped(&self) {
+        let mut dropped = self.queue.unfinished();
+        if dropped.is_empty() {
+            return;
+        }
+        dropped.sort_unstable();
+        self.metrics.dropped_keys.inc_by(dropped.len() as u64);
+        let mut keys = String::new();
+        for key in dropped.iter().take(20) {
+            let _ = write!(keys, "{key} ");
+        }
+        warn!(controller = %self.name, dropped = dropped.len(), keys = %keys.trim_end(),
+            "keys accepted but not reconciled before shutdown");
+    }
+}
+
+/// One worker: takes keys until the queue shuts down.
+struct Worker<K, R> {
+    name: String,
+    queue: RateLimitingQueue<ObjectKey>,
+    reconciler: Arc<R>,
+    context: Context<K>,
+    metrics: ControllerMetrics,
+}
+
+impl<K, R> Worker<K, R>
+where
+    K: Resource + Send + Sync + 'static,
+    R: Reconciler<K>,
+{
+    async fn run(self) {
+        while let Some(key) = self.queue.get().await {
+            self.metrics.active_workers.inc();
+            self.reconcile(&key).await;
+            self.queue.done(&key);
+            self.metrics.active_workers.dec();
+        }
+    }
+
+    async fn reconcile(&self, key: &ObjectKey) {
+        let attempt = self.queue.num_requeues(key);
+        let span = info_span!("reconcile", controller = %self.name, key = %key, attempt,
+            result = tracing::field::Empty);
+        let started = Instant::now();
+        let outcome = AssertUnwindSafe(self.reconciler.reconcile(key.clone(), &self.context))
+            .catch_unwind()
+            .instrument(span.clone())
+            .await;
+        let elapsed = started.elapsed();
+        self.metrics.time.observe(elapsed.as_secs_f64());
+        let _entered = span.enter();
+        let result = match outcome {
+            Ok(Ok(Action::Done)) => {
+                self.queue.forget(key);
+                self.metrics.success.inc();
+                "success"
+            }
+            Ok(Ok(Action::Requeue)) => {
+                self.queue.add_rate_limited(key.clone());
+                self.metrics.requeue.inc();
+                "requeue"
+            }
+            Ok(Ok(Action::RequeueAfter(delay))) => {
+                self.queue.forget(key);
+                self.queue.add_after(key.clone(), delay);
+                self.metrics.requeue_after.inc();
+                "requeue_after"
+            }
+            Ok(Err(e)) => {
+                let e: BoxError = e.into();
+                error!(error = %error_chain(&*e), ?elapsed, "reconcile failed");
+                self.queue.add_rate_limited(key.clone());
+                self.metrics.error.inc();
+                self.metrics.errors.inc();
+                "error"
+            }
+            Err(panic) => {
+                error!(panic = %panic_message(&*panic), ?elapsed, "reconcile panicked");
+                self.queue.add_rate_limited(key.clone());
+                self.metrics.error.inc();
+                self.metrics.errors.inc();
+                self.metrics.panics.inc();
+                "error"
+            }
+        };
+        span.record("result", result);
+        debug!(?elapsed, result, "reconciled");
+    }
+}
+
+/// `error: source: source ...`
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut chain = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let _ = write!(chain, ": {cause}");
+        source = cause.source();
+    }
+    chain
+}
+
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(a non-string panic payload)")
+}
+
+impl<K, R> Runnable for BuiltController<K, R>
+where
+    K: Resource + Send + Sync + 'static,
+    R: Reconciler<K>,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn start(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move { (*self).run(shutdown).await.map_err(BoxError::from) })
+    }
+}

@@ -1,0 +1,234 @@
+//! The event handlers a controller registers on shared informers (controller-runtime's
+//! `pkg/handler`): each turns a notification into [`ObjectKey`]s of the controller's primary
+//! type and adds them to the controller's work queue.
+//!
+//! | source | handler | keys |
+//! |---|---|---|
+//! | `for_resource::<K>()` | [`EnqueueRequestForObject`](Mapping::Object) | the object's own |
+//! | `owns::<C>()` | [`EnqueueRequestForOwner`](Mapping::Owner) | the owner in the child's *controller* ownerReference, if it has the primary's group and kind |
+//! | `watches::<W>(mapper)` | [`EnqueueRequestsFromMapFunc`](Mapping::Func) | whatever `mapper` returns |
+//!
+//! An update enqueues the keys of both the old and the new object (an owner reference or a
+//! mapped key may have changed), as controller-runtime does. Handlers run on the informer's
+//! listener thread: they filter, compute keys and add them to the queue, nothing else. The
+//! only allocations are the keys themselves (and a mapper's `Vec`).
+
+use std::sync::Arc;
+
+use informer_core::{DeletedObject, ResourceEventHandler};
+use kube::Resource;
+use kube::api::ObjectMeta;
+use workqueue::RateLimitingQueue;
+
+use crate::object_key::ObjectKey;
+use crate::predicate::{All, Predicate};
+
+/// A mapper of [`watches`](crate::Controller::watches): the primary keys an object concerns.
+pub type MapFunc<W> = Arc<dyn Fn(&W) -> Vec<ObjectKey> + Send + Sync>;
+
+/// How a notification becomes keys.
+pub(crate) enum Mapping<K> {
+    /// The object's own key (controller-runtime `EnqueueRequestForObject`).
+    Object,
+    /// The key of the object's controller owner of the primary's group and kind
+    /// (`EnqueueRequestForOwner` with `OnlyControllerOwner`).
+    Owner(OwnerType),
+    /// Whatever the mapper returns (`EnqueueRequestsFromMapFunc`).
+    Func(MapFunc<K>),
+}
+
+impl<K> Clone for Mapping<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Mapping::Object => Mapping::Object,
+            Mapping::Owner(owner) => Mapping::Owner(owner.clone()),
+            Mapping::Func(map) => Mapping::Func(map.clone()),
+        }
+    }
+}
+
+/// The primary type an owner reference must name.
+#[derive(Clone, Debug)]
+pub(crate) struct OwnerType {
+    /// API group (`""` for the core group).
+    pub(crate) group: String,
+    pub(crate) kind: String,
+    /// Whether the primary is namespaced (then the owner lives in the child's namespace).
+    pub(crate) namespaced: bool,
+}
+
+impl OwnerType {
+    /// The key of `meta`'s controller owner if it is of this type.
+    fn owner_key(&self, meta: &ObjectMeta) -> Option<ObjectKey> {
+        let owner = meta
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|r| r.controller == Some(true))?;
+        // The group of `apiVersion` (`apps/v1` → `apps`, `v1` → ``); the version may differ
+        // from the one the controller uses, as in controller-runtime.
+        let group = owner.api_version.rsplit_once('/').map_or("", |(group, _)| group);
+        if group != self.group || owner.kind != self.kind {
+            return None;
+        }
+        let namespace = if self.namespaced { meta.namespace.clone() } else { None };
+        Some(ObjectKey {
+            namespace,
+            name: owner.name.clone(),
+        })
+    }
+}
+
+/// The handler registered on one informer of a controller.
+pub(crate) struct EnqueueHandler<K> {
+    pub(crate) queue: RateLimitingQueue<ObjectKey>,
+    pub(crate) predicates: All,
+    pub(crate) mapping: Mapping<K>,
+}
+
+impl<K: Resource> EnqueueHandler<K> {
+    fn enqueue(&self, obj: &K) {
+        match &self.mapping {
+            Mapping::Object => {
+                if let Some(key) = ObjectKey::from_object(obj) {
+                    self.queue.add(key);
+                }
+            }
+            Mapping::Owner(owner) => {
+                if let Some(key) = owner.owner_key(obj.meta()) {
+                    self.queue.add(key);
+                }
+            }
+            Mapping::Func(map) => {
+                for key in map(obj) {
+                    self.queue.add(key);
+                }
+            }
+        }
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHandler<K> {
+    fn on_add(&self, obj: &Arc<K>, _is_in_initial_list: bool) {
+        if self.predicates.create(obj.meta()) {
+            self.enqueue(obj);
+        }
+    }
+
+    fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
+        if !self.predicates.update(old.meta(), new.meta()) {
+            return;
+        }
+        match &self.mapping {
+            // The key cannot change between old and new.
+            Mapping::Object => self.enqueue(new),
+            // The queue merges the two adds when both give the same key.
+            Mapping::Owner(_) | Mapping::Func(_) => {
+                self.enqueue(old);
+                self.enqueue(new);
+            }
+        }
+    }
+
+    fn on_delete(&self, obj: DeletedObject<K>) {
+        let obj = obj.object();
+        if self.predicates.delete(obj.meta()) {
+            self.enqueue(obj);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    fn owned(kind: &str, api_version: &str, controller: bool) -> ObjectMeta {
+        ObjectMeta {
+            name: Some("child".into()),
+            namespace: Some("ns".into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: "parent".into(),
+                uid: "u".into(),
+                controller: Some(controller),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn owner_keys_need_a_controller_reference_of_the_primary_group_and_kind() {
+        let foo = OwnerType {
+            group: "example.com".into(),
+            kind: "Foo".into(),
+            namespaced: true,
+        };
+        let parent = Some(ObjectKey::namespaced("ns", "parent"));
+        assert_eq!(foo.owner_key(&owned("Foo", "example.com/v1", true)), parent);
+        assert_eq!(
+            foo.owner_key(&owned("Foo", "example.com/v2", true)),
+            parent,
+            "any version"
+        );
+        assert_eq!(
+            foo.owner_key(&owned("Foo", "example.com/v1", false)),
+            None,
+            "not the controller"
+        );
+        assert_eq!(foo.owner_key(&owned("Foo", "other.com/v1", true)), None);
+        assert_eq!(foo.owner_key(&owned("Bar", "example.com/v1", true)), None);
+        assert_eq!(foo.owner_key(&ObjectMeta::default()), None);
+
+        let core = OwnerType {
+            group: String::new(),
+            kind: "Namespace".into(),
+            namespaced: false,
+        };
+        assert_eq!(
+            core.owner_key(&owned("Namespace", "v1", true)),
+            Some(ObjectKey::cluster_scoped("parent"))
+        );
+    }
+
+    #[tokio::test]
+    async fn updates_enqueue_old_and_new_owners_and_predicates_filter() {
+        let queue = RateLimitingQueue::new(workqueue::default_controller_rate_limiter());
+        let handler = EnqueueHandler::<ConfigMap> {
+            queue: queue.clone(),
+            predicates: All(vec![Arc::new(crate::predicate::LabelsChanged)]),
+            mapping: Mapping::Owner(OwnerType {
+                group: "example.com".into(),
+                kind: "Foo".into(),
+                namespaced: true,
+            }),
+        };
+        let mut old = ConfigMap {
+            metadata: owned("Foo", "example.com/v1", true),
+            ..ConfigMap::default()
+        };
+        let mut new = old.clone();
+        new.metadata.owner_references.as_mut().unwrap()[0].name = "adopter".into();
+        handler.on_update(&Arc::new(old.clone()), &Arc::new(new.clone()));
+        assert!(queue.is_empty(), "labels did not change: filtered");
+        new.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        handler.on_update(&Arc::new(old.clone()), &Arc::new(new));
+        let mut keys = vec![queue.get().await.unwrap(), queue.get().await.unwrap()];
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                ObjectKey::namespaced("ns", "adopter"),
+                ObjectKey::namespaced("ns", "parent")
+            ]
+        );
+        keys.iter().for_each(|key| queue.done(key));
+        old.metadata.name = Some("other".into());
+        handler.on_delete(DeletedObject::Object(Arc::new(old)));
+        assert_eq!(queue.get().await, Some(ObjectKey::namespaced("ns", "parent")));
+    }
+}

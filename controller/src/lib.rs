@@ -1,0 +1,47 @@
+//! controller: reconcilers fed by a rate-limited work queue through event handlers on
+//! kinformer's shared informers, and a [`Manager`] that runs them with leader election,
+//! `/metrics`, `/healthz` and `/readyz`.
+//!
+//! Where it sits in the data path: at the end of it.
+//!
+//! ```text
+//! SharedInformerFactory ─▶ SharedIndexInformer<K> ─▶ handler (For / Owns / Watches + predicates)
+//!                                                        │ enqueue ObjectKey
+//!                                                        ▼
+//!                          RateLimitingQueue<ObjectKey> ─▶ N workers ─▶ Reconciler::reconcile
+//!                                                        ▲                  │
+//!                                                        └── Action / Err ──┘ (forget, add_rate_limited, add_after)
+//! ```
+//!
+//! A [`Controller`] registers its handlers on the factory's *shared* informers, so two
+//! controllers of one type share one list/watch. See `ARCHITECTURE.md` for the design.
+//!
+//! - [`Controller`] (`controller.rs`): the builder (`for_resource`, `owns`, `watches`,
+//!   `with_event_filter`, `workers`, `rate_limiter`) and the worker loop.
+//! - [`Reconciler`], [`Action`], [`Context`] (`reconciler.rs`): what a controller calls.
+//! - [`predicate`]: event filters; `handler.rs`: the handlers that enqueue keys.
+//! - [`Manager`] (`manager.rs`): runs controllers with leader election ([`LeaderElector`],
+//!   `leader_election.rs`) and serves `/metrics` ([`Metrics`], `metrics.rs`), `/healthz`,
+//!   `/readyz`.
+//! - [`EventRecorder`] (`event_recorder.rs`): Kubernetes Events with client-go's aggregation.
+
+#![warn(missing_docs)]
+
+pub mod controller;
+pub mod event_recorder;
+mod handler;
+pub mod leader_election;
+pub mod manager;
+pub mod metrics;
+mod object_key;
+pub mod predicate;
+mod reconciler;
+
+pub use controller::{BuiltController, Controller, ControllerBuilder, ControllerError};
+pub use event_recorder::{EventRecorder, EventRecorderConfig, EventRecorderStats, EventType, Reporter};
+pub use handler::MapFunc;
+pub use leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
+pub use manager::{Manager, ManagerBuilder, ManagerError, ManagerStatus, Runnable, RunnableFn, runnable_fn};
+pub use metrics::Metrics;
+pub use object_key::{ObjectKey, Request};
+pub use reconciler::{Action, BoxError, Context, FnReconciler, Reconciler, reconciler_fn};

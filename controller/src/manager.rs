@@ -1,0 +1,678 @@
+//! The [`Manager`]: runs controllers (and any other [`Runnable`]) over one shared informer
+//! factory, with leader election, `/metrics`, `/healthz` and `/readyz`, and a bounded
+//! graceful shutdown (controller-runtime's `pkg/manager`).
+//!
+//! ```no_run
+//! use controller::{Action, Context, Manager, Request, reconciler_fn};
+//! use k8s_openapi::api::apps::v1::Deployment;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! let mut manager = Manager::builder(client)
+//!     .leader_election(controller::LeaderElectionConfig::new("kube-system", "my-controller", "pod-a"))
+//!     .build()?;
+//! let reconciler = reconciler_fn(|_req: Request, _ctx: Context<Deployment>| async {
+//!     Ok::<_, kube::Error>(Action::Done)
+//! });
+//! manager.add(manager.controller("deployments").for_resource::<Deployment>().build(reconciler)?);
+//! manager.run(CancellationToken::new()).await?; // also stops on SIGINT/SIGTERM
+//! # Ok(()) }
+//! ```
+//!
+//! # What `run` does
+//! 1. Serves `/metrics` (Prometheus text: the controllers', work queues' and manager's
+//!    series), `/healthz` (200 while running) and `/readyz` (503 until every cache synced;
+//!    then 200, saying `leading` or `standby` under leader election).
+//! 2. Starts the factory's informers and the runnables that need no leadership.
+//! 3. Waits for the caches (failing after `cache_sync_timeout` with the informers that did
+//!    not sync), then starts the controllers: at once without leader election, or once the
+//!    Lease is acquired. A standby keeps its informers running, so its caches are warm and
+//!    its queues hold every key when it takes over.
+//! 4. Runs until the token is cancelled, SIGINT or SIGTERM arrives, a runnable fails, or the
+//!    lease is lost (client-go's `renewDeadline` passed without a renewal: the controllers
+//!    are stopped at once, and `run` returns [`ManagerError::LeadershipLost`], as
+//!    controller-runtime exits, so no two leaders ever act at once).
+//! 5. Stops the runnables (each within the graceful shutdown timeout), then releases the
+//!    Lease, then stops the informers and the HTTP server. Returns `Err` if any component
+//!    failed, so a binary exits non-zero.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use factory::SharedInformerFactory;
+use futures::future::BoxFuture;
+use kube::Client;
+use prometheus::{IntGaugeVec, Opts};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::controller::{Controller, ControllerBuilder};
+use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
+use crate::metrics::Metrics;
+use crate::reconciler::BoxError;
+
+/// Something the [`Manager`] runs: a [`BuiltController`](crate::BuiltController), or your own
+/// task (controller-runtime's `Runnable` and `LeaderElectionRunnable`).
+pub trait Runnable: Send + 'static {
+    /// A name for logs and errors.
+    fn name(&self) -> &str;
+
+    /// Whether it may run only while this process leads (default: true, as controllers).
+    fn needs_leader_election(&self) -> bool {
+        true
+    }
+
+    /// Runs until `shutdown` fires; an `Err` makes the manager shut down and fail.
+    fn start(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, Result<(), BoxError>>;
+}
+
+/// A [`Runnable`] made of a closure.
+pub struct RunnableFn<F> {
+    name: String,
+    needs_leader_election: bool,
+    f: F,
+}
+
+/// A [`Runnable`] running `f(shutdown)`.
+pub fn runnable_fn<F, Fut>(name: impl Into<String>, needs_leader_election: bool, f: F) -> RunnableFn<F>
+where
+    F: FnOnce(CancellationToken) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), BoxError>> + Send + 'static,
+{
+    RunnableFn {
+        name: name.into(),
+        needs_leader_election,
+        f,
+    }
+}
+
+impl<F, Fut> Runnable for RunnableFn<F>
+where
+    F: FnOnce(CancellationToken) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), BoxError>> + Send + 'static,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn needs_leader_election(&self) -> bool {
+        self.needs_leader_election
+    }
+
+    fn start(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin((self.f)(shutdown))
+    }
+}
+
+/// Errors of building or running a [`Manager`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManagerError {
+    /// The metrics/health address could not be bound.
+    #[error("binding the metrics and health endpoint on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// Registering the manager's metrics failed.
+    #[error("registering metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// The leader election configuration is invalid.
+    #[error(transparent)]
+    LeaderElection(#[from] LeaderElectionError),
+    /// The caches did not sync in time.
+    #[error("caches not synced within {timeout:?}: {informers:?}")]
+    CacheSyncTimeout {
+        /// How long the manager waited.
+        timeout: Duration,
+        /// The informers that had not synced (`apiVersion/Kind`).
+        informers: Vec<String>,
+    },
+    /// The lease was lost; the controllers were stopped.
+    #[error("leader election lost: {0}")]
+    LeadershipLost(LeaderElectionError),
+    /// A runnable failed.
+    #[error("{name} failed: {source}")]
+    Runnable {
+        /// The runnable's name.
+        name: String,
+        /// Its error.
+        source: BoxError,
+    },
+    /// Runnables were still running after the graceful shutdown timeout.
+    #[error("runnables still running after the graceful shutdown timeout of {timeout:?}: {names:?}")]
+    ShutdownTimeout {
+        /// The timeout.
+        timeout: Duration,
+        /// The runnables that had not stopped.
+        names: Vec<String>,
+    },
+}
+
+/// Builds a [`Manager`].
+#[must_use]
+pub struct ManagerBuilder {
+    client: Client,
+    factory: Option<SharedInformerFactory>,
+    registry: Option<prometheus::Registry>,
+    metrics_addr: Option<SocketAddr>,
+    leader_election: Option<LeaderElectionConfig>,
+    graceful_shutdown_timeout: Duration,
+    cache_sync_timeout: Duration,
+    handle_signals: bool,
+}
+
+impl ManagerBuilder {
+    /// The informer factory controllers get their informers from (default: one with no
+    /// resync, stripping managedFields).
+    pub fn factory(mut self, factory: SharedInformerFactory) -> Self {
+        self.factory = Some(factory);
+        self
+    }
+
+    /// The Prometheus registry `/metrics` serves (default: a new one).
+    pub fn registry(mut self, registry: prometheus::Registry) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (default `127.0.0.1:8080`; port 0
+    /// picks a free one, see [`Manager::metrics_addr`]).
+    pub fn metrics_addr(mut self, addr: SocketAddr) -> Self {
+        self.metrics_addr = Some(addr);
+        self
+    }
+
+    /// Serves no HTTP endpoint.
+    pub fn no_metrics_server(mut self) -> Self {
+        self.metrics_addr = None;
+        self
+    }
+
+    /// Runs the controllers only while holding this Lease.
+    pub fn leader_election(mut self, config: LeaderElectionConfig) -> Self {
+        self.leader_election = Some(config);
+        self
+    }
+
+    /// How long runnables get to stop after shutdown begins (default 30 s).
+    pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.graceful_shutdown_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for the caches before failing (default 2 min).
+    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.cache_sync_timeout = timeout;
+        self
+    }
+
+    /// Whether SIGINT and SIGTERM start a graceful shutdown (default true).
+    pub fn handle_signals(mut self, on: bool) -> Self {
+        self.handle_signals = on;
+        self
+    }
+
+    /// The manager; binds the HTTP endpoint now, so its address is known before `run`.
+    pub fn build(self) -> Result<Manager, ManagerError> {
+        let factory = self.factory.unwrap_or_else(|| {
+            SharedInformerFactory::builder(self.client.clone())
+                .strip_managed_fields(true)
+                .build()
+        });
+        let registry = self.registry.unwrap_or_default();
+        let metrics = Metrics::new(&registry)?;
+        let leader_status = IntGaugeVec::new(
+            Opts::new(
+                "leader_election_master_status",
+                "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            ),
+            &["name"],
+        )?;
+        registry.register(Box::new(leader_status.clone()))?;
+        let elector = self
+            .leader_election
+            .map(|config| LeaderElector::new(self.client.clone(), config))
+            .transpose()?;
+        let listener = match self.metrics_addr {
+            Some(addr) => {
+                let bind = || -> std::io::Result<std::net::TcpListener> {
+                    let listener = std::net::TcpListener::bind(addr)?;
+                    listener.set_nonblocking(true)?;
+                    Ok(listener)
+                };
+                Some(bind().map_err(|source| ManagerError::Bind { addr, source })?)
+            }
+            None => None,
+        };
+        let metrics_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        Ok(Manager {
+            client: self.client,
+            factory,
+            metrics,
+            status: ManagerStatus {
+                inner: Arc::new(StatusInner {
+                    synced: AtomicBool::new(false),
+                    elector: elector.clone(),
+                }),
+            },
+            elector,
+            leader_status,
+            listener,
+            metrics_addr,
+            runnables: Vec::new(),
+            graceful_shutdown_timeout: self.graceful_shutdown_timeout,
+            cache_sync_timeout: self.cache_sync_timeout,
+            handle_signals: self.handle_signals,
+        })
+    }
+}
+
+/// What `/readyz` reports, readable from outside while the manager runs. Cheap to clone.
+#[derive(Clone)]
+pub struct ManagerStatus {
+    inner: Arc<StatusInner>,
+}
+
+struct StatusInner {
+    synced: AtomicBool,
+    elector: Option<LeaderElector>,
+}
+
+impl ManagerStatus {
+    /// Whether every cache has synced.
+    pub fn is_ready(&self) -> bool {
+        self.inner.synced.load(Ordering::Acquire)
+    }
+
+    /// Whether this process leads (always true without leader election).
+    pub fn is_leader(&self) -> bool {
+        self.inner.elector.as_ref().is_none_or(LeaderElector::is_leader)
+    }
+
+    /// The holder of the lease as last observed (`None` without leader election).
+    pub fn leader(&self) -> Option<String> {
+        self.inner.elector.as_ref().and_then(LeaderElector::leader)
+    }
+}
+
+/// Runs controllers and other runnables over one informer factory. See the [module
+/// docs](self).
+pub struct Manager {
+    client: Client,
+    factory: SharedInformerFactory,
+    metrics: Metrics,
+    status: ManagerStatus,
+    elector: Option<LeaderElector>,
+    leader_status: IntGaugeVec,
+    listener: Option<std::net::TcpListener>,
+    metrics_addr: Option<SocketAddr>,
+    runnables: Vec<Box<dyn Runnable>>,
+    graceful_shutdown_timeout: Duration,
+    cache_sync_timeout: Duration,
+    handle_signals: bool,
+}
+
+impl Manager {
+    /// A builder with controller-runtime's defaults.
+    pub fn builder(client: Client) -> ManagerBuilder {
+        ManagerBuilder {
+            client,
+            factory: None,
+            registry: None,
+            metrics_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            leader_election: None,
+            graceful_shutdown_timeout: Duration::from_secs(30),
+            cache_sync_timeout: Duration::from_secs(120),
+            handle_signals: true,
+        }
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The shared informer factory.
+    pub fn factory(&self) -> &SharedInformerFactory {
+        &self.factory
+    }
+
+    /// The metrics registered in the manager's registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Where `/metrics`, `/healthz` and `/readyz` are served, if anywhere.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// A handle on readiness and leadership.
+    pub fn status(&self) -> ManagerStatus {
+        self.status.clone()
+    }
+
+    /// A controller builder on the manager's factory and metrics registry.
+    pub fn controller(&self, name: impl Into<String>) -> ControllerBuilder {
+        Controller::new(name, &self.factory).metrics(self.metrics.clone())
+    }
+
+    /// Adds a controller or another runnable.
+    pub fn add(&mut self, runnable: impl Runnable) {
+        self.runnables.push(Box::new(runnable));
+    }
+
+    /// Runs everything until `shutdown` fires (or a signal, a failure, a lost lease), then shuts
+    /// down gracefully. See the [module docs](self).
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
+        let Manager {
+            client: _,
+            factory,
+            metrics,
+            status,
+            elector,
+            leader_status,
+            listener,
+            metrics_addr,
+            runnables,
+            graceful_shutdown_timeout,
+            cache_sync_timeout,
+            handle_signals,
+        } = self;
+        let stop = shutdown.child_token();
+        let mut failures: Vec<ManagerError> = Vec::new();
+        // Stopped last: informers and the HTTP server keep serving while runnables finish.
+        let infrastructure = CancellationToken::new();
+        let _signals = handle_signals.then(|| spawn_signal_handler(stop.clone()));
+        let server = match listener {
+            Some(listener) => match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => Some(tokio::spawn(serve(
+                    listener,
+                    metrics.clone(),
+                    status.clone(),
+                    infrastructure.clone(),
+                ))),
+                Err(source) => {
+                    let addr = metrics_addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+                    return Err(ManagerError::Bind { addr, source });
+                }
+            },
+            None => None,
+        };
+        if let Some(addr) = metrics_addr {
+            info!(%addr, "serving /metrics, /healthz and /readyz");
+        }
+
+        let (leader_runnables, other_runnables): (Vec<_>, Vec<_>) =
+            runnables.into_iter().partition(|r| r.needs_leader_election());
+        factory.start(&infrastructure);
+        let mut tasks: JoinSet<(String, Result<(), BoxError>)> = JoinSet::new();
+        let runnables_stop = stop.child_token();
+        for runnable in other_runnables {
+            spawn_runnable(&mut tasks, runnable, runnables_stop.clone());
+        }
+
+        info!("waiting for caches to sync");
+        match wait_for_cache_sync(&factory, cache_sync_timeout, &stop).await {
+            Ok(true) => {
+                status.inner.synced.store(true, Ordering::Release);
+                info!("caches synced");
+            }
+            Ok(false) => {}
+            Err(e) => {
+                error!(error = %e, "caches did not sync");
+                failures.push(e);
+                stop.cancel();
+            }
+        }
+
+        // Leadership: the election task sends the leader runnables' token once leading, and
+        // reports a lost lease; it releases the lease only when `election_stop` fires, after
+        // the runnables stopped.
+        let election_stop = CancellationToken::new();
+        let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<LeaderElectionError>(1);
+        let (leading_tx, mut leading_rx) = tokio::sync::mpsc::channel::<()>(1);
+        let election = match (&elector, stop.is_cancelled()) {
+            (_, true) => None,
+            (None, false) => {
+                let _ = leading_tx.try_send(());
+                None
+            }
+            (Some(elector), false) => {
+                let (elector, election_stop, gauge) = (
+                    elector.clone(),
+                    election_stop.clone(),
+                    leader_status.with_label_values(&[elector.lease_name()]),
+                );
+                gauge.set(0);
+                Some(tokio::spawn(async move {
+                    info!(identity = %elector.identity(), "waiting to acquire the lease");
+                    if !elector.acquire(&election_stop).await {
+                        return;
+                    }
+                    gauge.set(1);
+                    info!(identity = %elector.identity(), "acquired the lease: leading");
+                    let _ = leading_tx.try_send(());
+                    let result = elector.renew(&election_stop).await;
+                    gauge.set(0);
+                    if let Err(e) = result {
+                        let _ = lost_tx.try_send(e);
+                    }
+                }))
+            }
+        };
+
+        let leading = runnables_stop.child_token();
+        let mut leader_runnables = Some(leader_runnables);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                Some(()) = leading_rx.recv(), if leader_runnables.is_some() => {
+                    for runnable in leader_runnables.take().unwrap_or_default() {
+                        spawn_runnable(&mut tasks, runnable, leading.clone());
+                    }
+                }
+                Some(lost) = lost_rx.recv() => {
+                    error!(error = %lost, "leader election lost: stopping the controllers");
+                    leading.cancel();
+                    failures.push(ManagerError::LeadershipLost(lost));
+                    break;
+                }
+                Some(joined) = tasks.join_next() => {
+                    match joined {
+                        Ok((name, Ok(()))) => info!(runnable = %name, "runnable finished"),
+                        Ok((name, Err(source))) => {
+                            error!(runnable = %name, error = %source, "runnable failed: shutting down");
+                            failures.push(ManagerError::Runnable { name, source });
+                            break;
+                        }
+                        Err(e) => {
+                            error!(error = %e, "runnable panicked: shutting down");
+                            failures.push(ManagerError::Runnable { name: "a runnable".into(), source: Box::new(e) });
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+
+        info!("shutting down");
+        stop.cancel();
+        let timeout = graceful_shutdown_timeout;
+        let mut names_left: Vec<String> = Vec::new();
+        let all_done = tokio::time::timeout(timeout, async {
+            while let Some(joined) = tasks.join_next().await {
+                match joined {
+                    Ok((_, Ok(()))) => {}
+                    Ok((name, Err(source))) => failures.push(ManagerError::Runnable { name, source }),
+                    Err(e) if e.is_cancelled() => {}
+                    Err(e) => failures.push(ManagerError::Runnable {
+                        name: "a runnable".into(),
+                        source: Box::new(e),
+                    }),
+                }
+            }
+        })
+        .await;
+        if all_done.is_err() {
+            names_left.push(format!("{} runnables", tasks.len()));
+            tasks.abort_all();
+            warn!(timeout = ?timeout, left = tasks.len(), "runnables still running after the graceful shutdown timeout: aborted");
+            failures.push(ManagerError::ShutdownTimeout {
+                timeout,
+                names: names_left,
+            });
+        }
+        // The runnables have stopped: now the lease may go (released if configured).
+        election_stop.cancel();
+        if let Some(election) = election {
+            let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
+        }
+        infrastructure.cancel();
+        factory.shutdown().await;
+        if let Some(server) = server {
+            let _ = server.await;
+        }
+        info!(failures = failures.len(), "manager stopped");
+        match failures.into_iter().next() {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Waits for the factory's caches; `Err` after `timeout`, `Ok(false)` if `stop` fired first.
+async fn wait_for_cache_sync(
+    factory: &SharedInformerFactory,
+    timeout: Duration,
+    stop: &CancellationToken,
+) -> Result<bool, ManagerError> {
+    let give_up = stop.child_token();
+    let timer = {
+        let give_up = give_up.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(timeout) => give_up.cancel(),
+                () = give_up.cancelled() => {}
+            }
+        })
+    };
+    let results = factory.wait_for_cache_sync(&give_up).await;
+    let timed_out = give_up.is_cancelled() && !stop.is_cancelled();
+    give_up.cancel();
+    let _ = timer.await;
+    let unsynced: Vec<String> = results
+        .into_iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(name, _)| name)
+        .collect();
+    if unsynced.is_empty() {
+        return Ok(true);
+    }
+    if timed_out {
+        return Err(ManagerError::CacheSyncTimeout {
+            timeout,
+            informers: unsynced,
+        });
+    }
+    Ok(false)
+}
+
+fn spawn_runnable(
+    tasks: &mut JoinSet<(String, Result<(), BoxError>)>,
+    runnable: Box<dyn Runnable>,
+    shutdown: CancellationToken,
+) {
+    let name = runnable.name().to_owned();
+    info!(runnable = %name, "starting runnable");
+    let run = runnable.start(shutdown);
+    tasks.spawn(async move { (name, run.await) });
+}
+
+/// Cancels `stop` on SIGINT or SIGTERM; the returned guard ends the task.
+fn spawn_signal_handler(stop: CancellationToken) -> tokio_util::sync::DropGuard {
+    let guard = CancellationToken::new();
+    let done = guard.clone();
+    tokio::spawn(async move {
+        let terminate = async {
+            #[cfg(unix)]
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot listen for SIGTERM");
+                    std::future::pending::<()>().await;
+                }
+            }
+            #[cfg(not(unix))]
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            () = done.cancelled() => return,
+            _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+            () = terminate => info!("SIGTERM: shutting down"),
+        }
+        stop.cancel();
+    });
+    guard.drop_guard()
+}
+
+#[derive(Clone)]
+struct HttpState {
+    metrics: Metrics,
+    status: ManagerStatus,
+}
+
+async fn serve(listener: tokio::net::TcpListener, metrics: Metrics, status: ManagerStatus, stop: CancellationToken) {
+    let app = Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz_handler))
+        .with_state(HttpState { metrics, status });
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await
+    {
+        error!(error = %e, "metrics and health server failed");
+    }
+}
+
+async fn metrics_handler(State(state): State<HttpState>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.encode(),
+    )
+}
+
+async fn readyz_handler(State(state): State<HttpState>) -> (StatusCode, String) {
+    if !state.status.is_ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "caches not synced\n".into());
+    }
+    match &state.status.inner.elector {
+        None => (StatusCode::OK, "ok\n".into()),
+        Some(_) if state.status.is_leader() => (StatusCode::OK, "ok: leading\n".into()),
+        Some(_) => (StatusCode::OK, "ok: standby\n".into()),
+    }
+}
+
+/// The identity of this process for leader election and events: `$HOSTNAME` (a pod's name), or
+/// the host name, or `kinformer`.
+pub fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "kinformer".to_owned())
+}

@@ -1,0 +1,195 @@
+//! What a controller calls: the [`Reconciler`] (controller-runtime's `reconcile.Reconciler`),
+//! its [`Action`], and the [`Context`] it reads from.
+//!
+//! A reconcile gets a key, not an object: it reads the current state from the informer cache
+//! through the context's listers (the primary may be gone: then [`Context::get`] is `None` and
+//! the reconcile cleans up), writes through `kube::Api` with [`Context::client`], and says what
+//! should happen next:
+//!
+//! | outcome | the queue does (client-go / controller-runtime) |
+//! |---|---|
+//! | `Ok(Action::Done)` | `forget` (reset the key's backoff) |
+//! | `Ok(Action::Requeue)` | `add_rate_limited` (retry after the key's backoff) |
+//! | `Ok(Action::RequeueAfter(d))` | `forget`, then `add_after(d)` |
+//! | `Err(e)` or a panic | the error chain is logged, then `add_rate_limited` |
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use factory::FactoryResource;
+use informer_core::{Indexer, Lister};
+use kube::api::{ApiResource, DynamicObject};
+use kube::{Client, Resource};
+
+use crate::event_recorder::EventRecorder;
+use crate::object_key::Request;
+
+/// The error type reconcilers may return: anything that converts into a boxed error
+/// (`std::error::Error` types, `anyhow::Error`, `String`).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What the controller should do with a key after a successful reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// The object is in its desired state: reset the key's backoff.
+    Done,
+    /// Try again after the key's rate-limited backoff (client-go `AddRateLimited`).
+    Requeue,
+    /// Try again once this much time has passed, with the backoff reset (for polling
+    /// something the cluster does not notify about).
+    RequeueAfter(Duration),
+}
+
+/// Brings one object to its desired state. Implemented by your controller, or made from a
+/// closure with [`reconciler_fn`].
+///
+/// A controller never runs two reconciles of one key at once, so a reconcile may read, decide
+/// and write without locking; different keys run concurrently on the controller's workers.
+pub trait Reconciler<K>: Send + Sync + 'static {
+    /// The error a reconcile may fail with; logged with its source chain.
+    type Error: Into<BoxError> + Send + 'static;
+
+    /// Reconciles the object `req` names.
+    fn reconcile(&self, req: Request, ctx: &Context<K>) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+}
+
+/// A [`Reconciler`] made of a closure taking the request and a clone of the context (cheap: it
+/// is a handle), for small controllers.
+///
+/// ```
+/// use controller::{reconciler_fn, Action, Context, Request};
+/// use k8s_openapi::api::core::v1::ConfigMap;
+///
+/// let reconciler = reconciler_fn(|req: Request, ctx: Context<ConfigMap>| async move {
+///     match ctx.get(&req) {
+///         Some(cm) => println!("{req} has {} keys", cm.data.as_ref().map_or(0, |d| d.len())),
+///         None => println!("{req} is gone"),
+///     }
+///     Ok::<_, std::convert::Infallible>(Action::Done)
+/// });
+/// # let _ = reconciler;
+/// ```
+pub fn reconciler_fn<K, F, Fut, E>(f: F) -> FnReconciler<F, K>
+where
+    F: Fn(Request, Context<K>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: Into<BoxError> + Send + 'static,
+{
+    FnReconciler {
+        f,
+        _primary: PhantomData,
+    }
+}
+
+/// See [`reconciler_fn`].
+pub struct FnReconciler<F, K> {
+    f: F,
+    _primary: PhantomData<fn(K)>,
+}
+
+impl<K, F, Fut, E> Reconciler<K> for FnReconciler<F, K>
+where
+    K: 'static,
+    F: Fn(Request, Context<K>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: Into<BoxError> + Send + 'static,
+{
+    type Error = E;
+
+    fn reconcile(&self, req: Request, ctx: &Context<K>) -> impl Future<Output = Result<Action, E>> + Send {
+        (self.f)(req, ctx.clone())
+    }
+}
+
+/// Which informer a dynamic lister comes from: group, version, kind.
+pub(crate) type Gvk = (String, String, String);
+
+pub(crate) fn gvk(resource: &ApiResource) -> Gvk {
+    (resource.group.clone(), resource.version.clone(), resource.kind.clone())
+}
+
+/// What a reconcile reads from and writes with: the listers of the informers the controller
+/// uses, the client, and an event recorder. A cheap handle (clone it freely).
+pub struct Context<K> {
+    inner: Arc<ContextInner<K>>,
+}
+
+impl<K> Clone for Context<K> {
+    fn clone(&self) -> Self {
+        Context {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+pub(crate) struct ContextInner<K> {
+    pub(crate) name: String,
+    pub(crate) client: Client,
+    pub(crate) primary: Indexer<K>,
+    /// `TypeId::of::<C>()` → `Indexer<C>` for every typed informer of the controller.
+    pub(crate) typed: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    /// Every dynamic informer of the controller.
+    pub(crate) dynamic: HashMap<Gvk, Indexer<DynamicObject>>,
+    pub(crate) recorder: EventRecorder,
+}
+
+impl<K> Context<K> {
+    pub(crate) fn new(inner: ContextInner<K>) -> Self {
+        Context { inner: Arc::new(inner) }
+    }
+
+    /// The controller's name.
+    pub fn controller_name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The client, for writes (and reads the cache cannot answer).
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// Records Kubernetes Events on objects.
+    pub fn recorder(&self) -> &EventRecorder {
+        &self.inner.recorder
+    }
+
+    /// The cache of the primary type (to query its indexes).
+    pub fn indexer(&self) -> &Indexer<K> {
+        &self.inner.primary
+    }
+}
+
+impl<K: Resource + 'static> Context<K> {
+    /// The primary object `req` names, from the cache; `None` if it does not exist (deleted).
+    pub fn get(&self, req: &Request) -> Option<Arc<K>> {
+        self.inner.primary.get_by_key(&req.cache_key())
+    }
+
+    /// A lister of the primary type.
+    pub fn lister(&self) -> Lister<K> {
+        Lister::new(self.inner.primary.clone())
+    }
+
+    /// A lister of `C`, if the controller owns or watches `C` (or `C` is its primary type).
+    pub fn lister_for<C: FactoryResource>(&self) -> Option<Lister<C>> {
+        self.indexer_for::<C>().map(Lister::new)
+    }
+
+    /// The cache of `C` (to query its indexes), if the controller owns or watches `C`.
+    pub fn indexer_for<C: FactoryResource>(&self) -> Option<Indexer<C>> {
+        self.inner
+            .typed
+            .get(&TypeId::of::<C>())
+            .and_then(|indexer| indexer.downcast_ref::<Indexer<C>>())
+            .cloned()
+    }
+
+    /// A lister of a dynamic resource the controller owns or watches.
+    pub fn dynamic_lister(&self, resource: &ApiResource) -> Option<Lister<DynamicObject>> {
+        self.inner.dynamic.get(&gvk(resource)).cloned().map(Lister::new)
+    }
+}

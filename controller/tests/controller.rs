@@ -1,0 +1,687 @@
+//! Controllers over envtest (real HTTP, the real `kube::Client`): what is enqueued from the
+//! primary, owned and watched types; deletion; retries and RequeueAfter; no concurrent
+//! reconcile of one key; panics; event filters; shared watches; shutdown with reconciles in
+//! flight.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Widget, WidgetSpec, configmap, envtest_with_widgets, eventually, gather, sample};
+use controller::predicate::LabelsChanged;
+use controller::{Action, Context, Controller, ControllerError, ObjectKey, Request, reconciler_fn};
+use factory::SharedInformerFactory;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn owner_reference(widget: &Widget) -> OwnerReference {
+    OwnerReference {
+        api_version: Widget::api_version(&()).into_owned(),
+        kind: Widget::kind(&()).into_owned(),
+        name: widget.name_any(),
+        uid: widget.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// What a reconcile saw: the key and whether the lister had the primary.
+type Seen = Arc<Mutex<Vec<(String, bool)>>>;
+
+fn count(seen: &Seen, key: &str, exists: bool) -> usize {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|(k, e)| k == key && *e == exists)
+        .count()
+}
+
+#[tokio::test]
+async fn reconciles_primary_and_owned_children_and_a_deleted_primary_once() {
+    let env = envtest_with_widgets().await;
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let seen: Seen = Arc::default();
+    let reconciler = {
+        let seen = seen.clone();
+        reconciler_fn(move |req: Request, ctx: Context<Widget>| {
+            let seen = seen.clone();
+            async move {
+                let widget = ctx.get(&req);
+                seen.lock().unwrap().push((req.to_string(), widget.is_some()));
+                let Some(widget) = widget else { return Ok(Action::Done) };
+                // Widgets named owner-* get an owned ConfigMap, created if missing.
+                if req.name.starts_with("owner-") {
+                    let children = ctx.lister_for::<ConfigMap>().expect("owned type has a lister");
+                    let namespace = req.namespace.clone().unwrap_or_default();
+                    if children.namespaced(&namespace).get(&req.name).is_none() {
+                        let mut cm = configmap(&namespace, &req.name, &widget.spec.size.to_string());
+                        cm.metadata.owner_references = Some(vec![owner_reference(&widget)]);
+                        let api: Api<ConfigMap> = Api::namespaced(ctx.client().clone(), &namespace);
+                        match api.create(&PostParams::default(), &cm).await {
+                            Ok(_) => {}
+                            Err(kube::Error::Api(e)) if e.code == 409 => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+                Ok(Action::Done)
+            }
+        })
+    };
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("widgets", &factory)
+            .for_resource::<Widget>()
+            .owns::<ConfigMap>()
+            .workers(2)
+            .run(reconciler, shutdown.clone()),
+    );
+    let widgets: Api<Widget> = Api::namespaced(client.clone(), "default");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+
+    // Create: reconciled, and the child is created.
+    widgets
+        .create(&pp, &Widget::new("owner-a", WidgetSpec { size: 1 }))
+        .await
+        .unwrap();
+    eventually(WAIT, "owner-a reconciled and its child created", || {
+        let cms = cms.clone();
+        async move { cms.get_opt("owner-a").await.unwrap().is_some() }
+    })
+    .await;
+    let after_create = count(&seen, "default/owner-a", true);
+    assert!(after_create >= 1);
+
+    // Update of the primary.
+    let patch = serde_json::json!({"spec": {"size": 2}});
+    widgets
+        .patch("owner-a", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(WAIT, "primary update reconciled", || {
+        let n = count(&seen, "default/owner-a", true);
+        async move { n > after_create }
+    })
+    .await;
+
+    // Update of the owned child enqueues the owner.
+    let before = count(&seen, "default/owner-a", true);
+    let patch = serde_json::json!({"metadata": {"labels": {"touched": "yes"}}});
+    cms.patch("owner-a", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(WAIT, "child update reconciles the owner", || {
+        let n = count(&seen, "default/owner-a", true);
+        async move { n > before }
+    })
+    .await;
+
+    // Deleting the child enqueues the owner, which recreates it.
+    let before = count(&seen, "default/owner-a", true);
+    let uid = cms.get("owner-a").await.unwrap().metadata.uid;
+    cms.delete("owner-a", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "child recreated by the owner's reconcile", || {
+        let (cms, uid) = (cms.clone(), uid.clone());
+        async move {
+            cms.get_opt("owner-a")
+                .await
+                .unwrap()
+                .is_some_and(|cm| cm.metadata.uid != uid)
+        }
+    })
+    .await;
+    assert!(count(&seen, "default/owner-a", true) > before);
+
+    // A deleted primary (without children) is reconciled with "not found", once.
+    widgets
+        .create(&pp, &Widget::new("plain", WidgetSpec { size: 1 }))
+        .await
+        .unwrap();
+    eventually(WAIT, "plain reconciled", || {
+        let n = count(&seen, "default/plain", true);
+        async move { n >= 1 }
+    })
+    .await;
+    widgets.delete("plain", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "deleted primary reconciled as gone", || {
+        let n = count(&seen, "default/plain", false);
+        async move { n >= 1 }
+    })
+    .await;
+    // A later key reconciled proves the deletion produced no second reconcile meanwhile.
+    widgets
+        .create(&pp, &Widget::new("barrier", WidgetSpec { size: 1 }))
+        .await
+        .unwrap();
+    eventually(WAIT, "barrier reconciled", || {
+        let n = count(&seen, "default/barrier", true);
+        async move { n >= 1 }
+    })
+    .await;
+    assert_eq!(count(&seen, "default/plain", false), 1, "{:?}", seen.lock().unwrap());
+
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_resets() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let calls: Arc<Mutex<HashMap<String, Vec<Instant>>>> = Arc::default();
+    let reconciler = {
+        let calls = calls.clone();
+        reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+            let calls = calls.clone();
+            async move {
+                let n = {
+                    let mut calls = calls.lock().unwrap();
+                    let times = calls.entry(req.name.clone()).or_default();
+                    times.push(Instant::now());
+                    times.len()
+                };
+                match req.name.as_str() {
+                    // Fails five times, then succeeds.
+                    "flaky" if n <= 5 => Err(format!("attempt {n} failed")),
+                    "poll" if n == 1 => Ok(Action::RequeueAfter(Duration::from_millis(400))),
+                    _ => Ok(Action::Done),
+                }
+            }
+        })
+    };
+    let built = Controller::new("backoff", &factory)
+        .for_resource::<ConfigMap>()
+        .build(reconciler)
+        .unwrap();
+    let queue = built.queue().clone();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let run = tokio::spawn(built.run(shutdown.clone()));
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &configmap("default", "flaky", "1"))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &configmap("default", "poll", "1"))
+        .await
+        .unwrap();
+    eventually(WAIT, "flaky succeeded on its sixth attempt", || {
+        let n = calls.lock().unwrap().get("flaky").map_or(0, Vec::len);
+        async move { n >= 6 }
+    })
+    .await;
+    let flaky = calls.lock().unwrap()["flaky"].clone();
+    // client-go's per-item exponential limiter: 5 ms, 10 ms, 20 ms, 40 ms, 80 ms. A delayed
+    // add never fires early, so each gap is at least its delay.
+    for (i, pair) in flaky.windows(2).enumerate() {
+        let wanted = Duration::from_millis(5 << i);
+        assert!(
+            pair[1] - pair[0] >= wanted,
+            "retry {i}: gap {:?} < {wanted:?}",
+            pair[1] - pair[0]
+        );
+    }
+    let key = ObjectKey::namespaced("default", "flaky");
+    eventually(WAIT, "success forgets the backoff", || {
+        let n = queue.num_requeues(&key);
+        async move { n == 0 }
+    })
+    .await;
+
+    eventually(WAIT, "poll requeued after its delay", || {
+        let n = calls.lock().unwrap().get("poll").map_or(0, Vec::len);
+        async move { n >= 2 }
+    })
+    .await;
+    let poll = calls.lock().unwrap()["poll"].clone();
+    assert!(
+        poll[1] - poll[0] >= Duration::from_millis(400),
+        "{:?}",
+        poll[1] - poll[0]
+    );
+    // A third reconcile would come from a second requeue; give it twice the delay to show up.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        calls.lock().unwrap()["poll"].len(),
+        2,
+        "RequeueAfter fired more than once"
+    );
+
+    // After success, a new failure starts over at the base delay.
+    let patch = serde_json::json!({"data": {"v": "2"}});
+    calls.lock().unwrap().remove("flaky");
+    cms.patch("flaky", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(WAIT, "flaky fails again", || {
+        let n = calls.lock().unwrap().get("flaky").map_or(0, Vec::len);
+        async move { n >= 1 }
+    })
+    .await;
+    eventually(WAIT, "first requeue after reset", || {
+        let n = queue.num_requeues(&key);
+        async move { n >= 1 }
+    })
+    .await;
+
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_workers_never_reconcile_one_key_concurrently_and_see_the_final_state() {
+    const KEYS: usize = 100;
+    const UPDATES: usize = 10_000;
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for k in 0..KEYS {
+        cms.create(&PostParams::default(), &configmap("default", &format!("k{k}"), "0"))
+            .await
+            .unwrap();
+    }
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let reconciles = Arc::new(AtomicUsize::new(0));
+    let last_seen: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let reconciler = {
+        let (in_flight, overlaps, reconciles, last_seen) = (
+            in_flight.clone(),
+            overlaps.clone(),
+            reconciles.clone(),
+            last_seen.clone(),
+        );
+        reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
+            let (in_flight, overlaps, reconciles, last_seen) = (
+                in_flight.clone(),
+                overlaps.clone(),
+                reconciles.clone(),
+                last_seen.clone(),
+            );
+            async move {
+                if !in_flight.lock().unwrap().insert(req.name.clone()) {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                let value = ctx
+                    .get(&req)
+                    .and_then(|cm| cm.data.as_ref().and_then(|d| d.get("v").cloned()))
+                    .unwrap_or_default();
+                // Hold the key a while so concurrent deliveries would overlap.
+                tokio::time::sleep(Duration::from_micros(500)).await;
+                last_seen.lock().unwrap().insert(req.name.clone(), value);
+                reconciles.fetch_add(1, Ordering::SeqCst);
+                in_flight.lock().unwrap().remove(&req.name);
+                Ok::<_, std::convert::Infallible>(Action::Done)
+            }
+        })
+    };
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("concurrency", &factory)
+            .for_resource::<ConfigMap>()
+            .workers(8)
+            .run(reconciler, shutdown.clone()),
+    );
+    // 8 writers, each owning keys k % 8 == w, so each key's updates are ordered.
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let cms = cms.clone();
+        writers.push(tokio::spawn(async move {
+            let mut finals = BTreeMap::new();
+            let own: Vec<usize> = (0..KEYS).filter(|k| k % 8 == w).collect();
+            for u in 0..UPDATES / 8 {
+                let k = own[u % own.len()];
+                let value = format!("{u}");
+                let patch = serde_json::json!({"data": {"v": value}});
+                cms.patch(&format!("k{k}"), &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .unwrap();
+                finals.insert(format!("k{k}"), value);
+            }
+            finals
+        }));
+    }
+    let mut finals = BTreeMap::new();
+    for writer in writers {
+        finals.extend(writer.await.unwrap());
+    }
+    assert_eq!(finals.len(), KEYS);
+    eventually(
+        Duration::from_secs(60),
+        "every key's last reconcile saw its final state",
+        || {
+            let done = finals.iter().all(|(k, v)| last_seen.lock().unwrap().get(k) == Some(v));
+            async move { done }
+        },
+    )
+    .await;
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "a key was reconciled by two workers at once"
+    );
+    let n = reconciles.load(Ordering::SeqCst);
+    assert!((KEYS..=KEYS + UPDATES).contains(&n), "{n} reconciles");
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_panicking_reconcile_is_counted_and_retried_and_the_worker_survives() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let metrics = controller::Metrics::new(&registry).unwrap();
+    let attempts: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let reconciler = {
+        let attempts = attempts.clone();
+        reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+            let attempts = attempts.clone();
+            async move {
+                let n = {
+                    let mut attempts = attempts.lock().unwrap();
+                    let n = attempts.entry(req.name.clone()).or_default();
+                    *n += 1;
+                    *n
+                };
+                if req.name == "bomb" && n == 1 {
+                    panic!("reconcile exploded");
+                }
+                Ok::<_, std::convert::Infallible>(Action::Done)
+            }
+        })
+    };
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("panics", &factory)
+            .metrics(metrics)
+            .for_resource::<ConfigMap>()
+            .run(reconciler, shutdown.clone()),
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &configmap("default", "bomb", "1"))
+        .await
+        .unwrap();
+    eventually(WAIT, "bomb retried after its panic", || {
+        let n = attempts.lock().unwrap().get("bomb").copied().unwrap_or(0);
+        async move { n >= 2 }
+    })
+    .await;
+    // The single worker survived: it still reconciles other keys.
+    cms.create(&PostParams::default(), &configmap("default", "after", "1"))
+        .await
+        .unwrap();
+    eventually(WAIT, "the worker goes on", || {
+        let n = attempts.lock().unwrap().get("after").copied().unwrap_or(0);
+        async move { n >= 1 }
+    })
+    .await;
+    let text = gather(&registry);
+    assert_eq!(
+        sample(
+            &text,
+            r#"controller_runtime_reconcile_panics_total{controller="panics"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"controller_runtime_reconcile_errors_total{controller="panics"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"controller_runtime_reconcile_total{controller="panics",result="error"}"#
+        ),
+        1.0
+    );
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn event_filters_drop_updates_that_do_not_pass() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let reconciler = {
+        let seen = seen.clone();
+        reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(req.name);
+                Ok::<_, std::convert::Infallible>(Action::Done)
+            }
+        })
+    };
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in ["quiet", "barrier"] {
+        cms.create(&PostParams::default(), &configmap("default", name, "1"))
+            .await
+            .unwrap();
+    }
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("filtered", &factory)
+            .for_resource::<ConfigMap>()
+            .with_event_filter(LabelsChanged)
+            .run(reconciler, shutdown.clone()),
+    );
+    let n = |name: &str| seen.lock().unwrap().iter().filter(|s| *s == name).count();
+    eventually(WAIT, "initial adds pass", || {
+        let ok = n("quiet") == 1 && n("barrier") == 1;
+        async move { ok }
+    })
+    .await;
+    // A data change does not pass LabelsChanged; a label change on another key, notified
+    // after it by the same informer, does. Once that one is reconciled, the first was dropped.
+    let data = serde_json::json!({"data": {"v": "2"}});
+    cms.patch("quiet", &PatchParams::default(), &Patch::Merge(&data))
+        .await
+        .unwrap();
+    let labels = serde_json::json!({"metadata": {"labels": {"x": "y"}}});
+    cms.patch("barrier", &PatchParams::default(), &Patch::Merge(&labels))
+        .await
+        .unwrap();
+    eventually(WAIT, "label change passes", || {
+        let ok = n("barrier") == 2;
+        async move { ok }
+    })
+    .await;
+    assert_eq!(n("quiet"), 1);
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn two_controllers_on_one_type_share_one_list_and_watch() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &configmap("default", "shared", "1"))
+        .await
+        .unwrap();
+    env.faults().clear_requests();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let counts = [Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0))];
+    let shutdown = CancellationToken::new();
+    let mut built = Vec::new();
+    for (i, count) in counts.iter().enumerate() {
+        let count = count.clone();
+        let reconciler = reconciler_fn(move |_req: Request, _ctx: Context<ConfigMap>| {
+            count.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, std::convert::Infallible>(Action::Done) }
+        });
+        built.push(
+            Controller::new(format!("shared-{i}"), &factory)
+                .for_resource::<ConfigMap>()
+                .build(reconciler)
+                .unwrap(),
+        );
+    }
+    factory.start(&shutdown);
+    let runs: Vec<_> = built
+        .into_iter()
+        .map(|c| tokio::spawn(c.run(shutdown.clone())))
+        .collect();
+    eventually(WAIT, "both controllers reconciled the configmap", || {
+        let ok = counts.iter().all(|c| c.load(Ordering::SeqCst) >= 1);
+        async move { ok }
+    })
+    .await;
+    let configmap_requests: Vec<_> = env
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with("/configmaps"))
+        .collect();
+    let lists = configmap_requests.iter().filter(|r| !r.is_watch).count();
+    let watches = configmap_requests.iter().filter(|r| r.is_watch).count();
+    assert_eq!((lists, watches), (1, 1), "{configmap_requests:?}");
+    shutdown.cancel();
+    for run in runs {
+        run.await.unwrap().unwrap();
+    }
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dynamic_primary_is_reconciled_like_a_typed_one() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    type Log = Arc<Mutex<Vec<(String, Option<String>)>>>;
+    let seen: Log = Arc::default();
+    let reconciler = {
+        let seen = seen.clone();
+        reconciler_fn(move |req: Request, ctx: Context<DynamicObject>| {
+            let seen = seen.clone();
+            async move {
+                let value = ctx
+                    .get(&req)
+                    .and_then(|obj| obj.data["data"]["v"].as_str().map(str::to_owned));
+                seen.lock().unwrap().push((req.to_string(), value));
+                Ok::<_, std::convert::Infallible>(Action::Done)
+            }
+        })
+    };
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("dynamic", &factory)
+            .for_dynamic(&resource, true)
+            .run(reconciler, shutdown.clone()),
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &configmap("default", "dyn", "42"))
+        .await
+        .unwrap();
+    eventually(WAIT, "dynamic object reconciled with its data", || {
+        let ok = seen
+            .lock()
+            .unwrap()
+            .contains(&("default/dyn".into(), Some("42".into())));
+        async move { ok }
+    })
+    .await;
+    cms.delete("dyn", &DeleteParams::default()).await.unwrap();
+    eventually(WAIT, "dynamic deletion reconciled", || {
+        let ok = seen.lock().unwrap().contains(&("default/dyn".into(), None));
+        async move { ok }
+    })
+    .await;
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_with_reconciles_in_flight_returns_within_the_bound_and_loses_no_key() {
+    const KEYS: usize = 12;
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for k in 0..KEYS {
+        cms.create(&PostParams::default(), &configmap("default", &format!("s{k}"), "0"))
+            .await
+            .unwrap();
+    }
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let metrics = controller::Metrics::new(&registry).unwrap();
+    let started = Arc::new(AtomicUsize::new(0));
+    let reconciled: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let reconciler = {
+        let (started, reconciled) = (started.clone(), reconciled.clone());
+        reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+            let (started, reconciled) = (started.clone(), reconciled.clone());
+            async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                // s0 never finishes: it must be aborted at the bound.
+                let work = if req.name == "s0" {
+                    Duration::from_secs(3600)
+                } else {
+                    Duration::from_millis(200)
+                };
+                tokio::time::sleep(work).await;
+                reconciled.lock().unwrap().insert(req.name);
+                Ok::<_, std::convert::Infallible>(Action::Done)
+            }
+        })
+    };
+    let bound = Duration::from_millis(1500);
+    let built = Controller::new("draining", &factory)
+        .metrics(metrics)
+        .for_resource::<ConfigMap>()
+        .workers(2)
+        .graceful_shutdown_timeout(bound)
+        .build(reconciler)
+        .unwrap();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let run = tokio::spawn(built.run(shutdown.clone()));
+    eventually(WAIT, "reconciles in flight", || {
+        let n = started.load(Ordering::SeqCst);
+        async move { n >= 2 }
+    })
+    .await;
+    let began = Instant::now();
+    shutdown.cancel();
+    let result = run.await.unwrap();
+    let took = began.elapsed();
+    assert!(
+        matches!(result, Err(ControllerError::ShutdownTimeout { in_flight: 1, .. })),
+        "{result:?}"
+    );
+    assert!(took >= bound && took < bound + Duration::from_secs(2), "took {took:?}");
+    let done = reconciled.lock().unwrap().clone();
+    assert!(!done.contains("s0"));
+    let dropped = sample(
+        &gather(&registry),
+        r#"kinformer_controller_dropped_keys_total{controller="draining"}"#,
+    ) as usize;
+    assert_eq!(done.len() + dropped, KEYS, "reconciled {done:?}, dropped {dropped}");
+    assert!(dropped >= 1, "s0 was aborted and must be reported");
+    env.shutdown().await;
+}

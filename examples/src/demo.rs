@@ -1,0 +1,176 @@
+//! What the example binaries share: the embedded API server, a reconciler wrapper that prints
+//! one line per reconcile and keeps the figures of the summary table, and the table itself.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kinformer::controller::{Action, Context, Reconciler, Request};
+use kube::api::{Api, PostParams};
+
+/// An error of the example programs, shown to the user as one line.
+pub type DemoError = Box<dyn std::error::Error + Send + Sync>;
+
+/// envtest started in-process, with its kubeconfig written to a file kubectl can use.
+pub struct Embedded {
+    /// The server.
+    pub server: envtest::Server,
+    /// The kubeconfig pointing at it.
+    pub kubeconfig: PathBuf,
+}
+
+/// Starts envtest on a free loopback port and writes its kubeconfig under the temp directory.
+pub async fn start_embedded(program: &str) -> Result<Embedded, DemoError> {
+    let server = envtest::Server::start(envtest::Config::default()).await?;
+    let kubeconfig = std::env::temp_dir().join(format!("{program}-{}.kubeconfig", std::process::id()));
+    server.write_kubeconfig(&kubeconfig)?;
+    Ok(Embedded { server, kubeconfig })
+}
+
+/// Creates `crds` and waits until the server serves them.
+pub async fn install_crds(client: &kube::Client, crds: &[CustomResourceDefinition]) -> Result<(), DemoError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in crds {
+        match api.create(&PostParams::default(), crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        loop {
+            let established = api.get_opt(&name).await?.is_some_and(|crd| {
+                crd.status
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+            });
+            if established {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("CRD {name} not established within 10s").into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
+}
+
+/// One reconcile as the summary counts it.
+#[derive(Clone, Debug)]
+struct Sample {
+    result: &'static str,
+    took: Duration,
+}
+
+/// The figures of the summary table: every reconcile's result and duration.
+#[derive(Clone, Default)]
+pub struct Stats {
+    samples: Arc<Mutex<Vec<Sample>>>,
+}
+
+/// The summary of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Reconciles run.
+    pub reconciles: usize,
+    /// Reconciles that failed.
+    pub errors: usize,
+    /// Reconciles that asked to be run again (`Requeue`, `RequeueAfter`).
+    pub requeues: usize,
+    /// Median reconcile duration.
+    pub p50: Duration,
+    /// 99th percentile reconcile duration.
+    pub p99: Duration,
+}
+
+impl Stats {
+    fn record(&self, result: &'static str, took: Duration) {
+        self.samples
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Sample { result, took });
+    }
+
+    /// The figures so far.
+    pub fn summary(&self) -> Summary {
+        let samples = self.samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut took: Vec<Duration> = samples.iter().map(|s| s.took).collect();
+        took.sort_unstable();
+        let percentile = |p: f64| -> Duration {
+            if took.is_empty() {
+                return Duration::ZERO;
+            }
+            let rank = ((p * took.len() as f64).ceil() as usize).clamp(1, took.len());
+            took[rank - 1]
+        };
+        Summary {
+            reconciles: samples.len(),
+            errors: samples.iter().filter(|s| s.result == "error").count(),
+            requeues: samples.iter().filter(|s| s.result.starts_with("requeue")).count(),
+            p50: percentile(0.50),
+            p99: percentile(0.99),
+        }
+    }
+}
+
+/// Wraps a reconciler: prints one line per reconcile (when `verbose`) and records it in
+/// [`Stats`].
+pub struct Instrumented<R> {
+    /// The wrapped reconciler.
+    pub inner: R,
+    /// Where the figures go.
+    pub stats: Stats,
+    /// Whether to print a line per reconcile.
+    pub verbose: bool,
+}
+
+impl<K, R> Reconciler<K> for Instrumented<R>
+where
+    K: Send + Sync + 'static,
+    R: Reconciler<K>,
+    R::Error: std::fmt::Display,
+{
+    type Error = R::Error;
+
+    async fn reconcile(&self, req: Request, ctx: &Context<K>) -> Result<Action, Self::Error> {
+        let started = Instant::now();
+        let shown = req.to_string();
+        let outcome = self.inner.reconcile(req, ctx).await;
+        let took = started.elapsed();
+        let (result, detail) = match &outcome {
+            Ok(Action::Done) => ("success", String::new()),
+            Ok(Action::Requeue) => ("requeue", String::new()),
+            Ok(Action::RequeueAfter(d)) => ("requeue_after", format!(" after {d:?}")),
+            Err(e) => ("error", format!(": {e}")),
+        };
+        self.stats.record(result, took);
+        if self.verbose {
+            println!(
+                "  reconcile {:<10} {shown:<28} {result}{detail} ({:.1} ms)",
+                ctx.controller_name(),
+                took.as_secs_f64() * 1e3
+            );
+        }
+        outcome
+    }
+}
+
+/// Prints the summary table.
+pub fn print_summary(objects: &[(&str, usize)], summary: &Summary) {
+    println!();
+    println!("  ┌──────────────────────────┬──────────┐");
+    for (what, n) in objects {
+        println!("  │ {what:<24} │ {n:>8} │");
+    }
+    println!("  │ {:<24} │ {:>8} │", "reconciles", summary.reconciles);
+    println!("  │ {:<24} │ {:>8} │", "errors", summary.errors);
+    println!("  │ {:<24} │ {:>8} │", "requeues", summary.requeues);
+    let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1e3);
+    println!("  │ {:<24} │ {:>8} │", "p50 reconcile latency", ms(summary.p50));
+    println!("  │ {:<24} │ {:>8} │", "p99 reconcile latency", ms(summary.p99));
+    println!("  └──────────────────────────┴──────────┘");
+}

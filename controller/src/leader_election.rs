@@ -79,6 +79,9 @@
 //!   before then (they measure from when they saw that renewal, which is later), so this holds
 //!   for every valid configuration, not only when `retry_period + renew_deadline <
 //!   lease_duration` as client-go needs. With client-go's defaults nothing changes.
+//! - [`LeaderElector::is_leader`] means "leads now" (acquired, and neither lost, released nor
+//!   expired), not client-go's `IsLeader` ("the last observed record names us"), which stays
+//!   true after a failed renewal; [`LeaderElector::leader`] is client-go's `GetLeader`.
 //! - `renew` returns [`LeaderElectionError::LeadershipLost`] as soon as it sees another holder
 //!   whose lease is valid, instead of retrying until `renew_deadline`.
 //! - The first renewal comes `retry_period` after acquiring, not at once.
@@ -431,7 +434,8 @@ impl LeaderElector {
 
     /// Tries at once, then every `retry_period × (1 + U[0, 1.2))` (client-go's
     /// `wait.JitterUntil`), until this replica holds the Lease (`true`) or `shutdown` fires
-    /// (`false`; a lease acquired just as it fired is given back as on cancel).
+    /// (`false`; a lease acquired just as it fired is given back as on cancel). An attempt that
+    /// hangs is abandoned after `renew_deadline`.
     pub async fn acquire(&self, shutdown: &CancellationToken) -> bool {
         let inner = &*self.inner;
         info!(identity = %inner.config.identity, lease = %inner.lease, "attempting to acquire the lease");
@@ -734,13 +738,14 @@ impl LeaderElector {
 
     /// client-go's `release`: if the last observed record names us, write an empty holder with
     /// `leaseDurationSeconds: 1` (keeping `leaseTransitions`), conditional on the cached
-    /// resourceVersion so a new holder is never overwritten. Bounded by `renew_deadline`.
-    async fn release(&self) -> bool {
+    /// resourceVersion so a new holder is never overwritten. Bounded by `renew_deadline`; a
+    /// failure is logged (the lease then expires).
+    async fn release(&self) {
         let inner = &*self.inner;
         let release = async {
             let mut observation = inner.observation.lock().await;
             let Some((lease, record, _)) = observation.held_by(&inner.config.identity) else {
-                return Ok(());
+                return Ok(false);
             };
             let now = MicroTime(jiff::Timestamp::now());
             let released = LeaderElectionRecord {
@@ -753,21 +758,15 @@ impl LeaderElector {
             let lease = self.update(lease, &released).await?;
             observation.written(lease, Instant::now());
             self.publish_leader(&observation);
-            Ok::<(), kube::Error>(())
+            Ok::<bool, kube::Error>(true)
         };
         match tokio::time::timeout(inner.config.renew_deadline, release).await {
-            Ok(Ok(())) => {
-                info!(identity = %inner.config.identity, lease = %inner.lease, "released the lease");
-                true
-            }
+            Ok(Ok(true)) => info!(identity = %inner.config.identity, lease = %inner.lease, "released the lease"),
+            Ok(Ok(false)) => {}
             Ok(Err(e)) => {
                 error!(identity = %inner.config.identity, lease = %inner.lease, error = %e, "failed to release the lease");
-                false
             }
-            Err(_) => {
-                error!(identity = %inner.config.identity, lease = %inner.lease, "timed out releasing the lease");
-                false
-            }
+            Err(_) => error!(identity = %inner.config.identity, lease = %inner.lease, "timed out releasing the lease"),
         }
     }
 

@@ -45,7 +45,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
-use factory::SharedInformerFactory;
+use factory::{FactoryError, SharedInformerFactory};
 use futures::future::BoxFuture;
 use kube::Client;
 use prometheus::{IntGaugeVec, Opts};
@@ -423,17 +423,17 @@ impl Manager {
         }
 
         info!("waiting for caches to sync");
-        match wait_for_cache_sync(&factory, cache_sync_timeout, &stop).await {
-            Ok(true) => {
+        match factory.wait_for_cache_sync_timeout(&stop, cache_sync_timeout).await {
+            Ok(()) => {
                 status.inner.synced.store(true, Ordering::Release);
                 info!("caches synced");
             }
-            Ok(false) => {}
-            Err(e) => {
-                error!(error = %e, "caches did not sync");
-                failures.push(e);
+            Err(FactoryError::CacheSyncTimeout { timeout, informers }) => {
+                error!(?timeout, ?informers, "caches did not sync");
+                failures.push(ManagerError::CacheSyncTimeout { timeout, informers });
                 stop.cancel();
             }
+            Err(e) => info!(reason = %e, "stopped before the caches synced"),
         }
 
         // Leadership: the election task sends the leader runnables' token once leading, and
@@ -549,43 +549,6 @@ impl Manager {
             None => Ok(()),
         }
     }
-}
-
-/// Waits for the factory's caches; `Err` after `timeout`, `Ok(false)` if `stop` fired first.
-async fn wait_for_cache_sync(
-    factory: &SharedInformerFactory,
-    timeout: Duration,
-    stop: &CancellationToken,
-) -> Result<bool, ManagerError> {
-    let give_up = stop.child_token();
-    let timer = {
-        let give_up = give_up.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(timeout) => give_up.cancel(),
-                () = give_up.cancelled() => {}
-            }
-        })
-    };
-    let results = factory.wait_for_cache_sync(&give_up).await;
-    let timed_out = give_up.is_cancelled() && !stop.is_cancelled();
-    give_up.cancel();
-    let _ = timer.await;
-    let unsynced: Vec<String> = results
-        .into_iter()
-        .filter(|(_, ok)| !ok)
-        .map(|(name, _)| name)
-        .collect();
-    if unsynced.is_empty() {
-        return Ok(true);
-    }
-    if timed_out {
-        return Err(ManagerError::CacheSyncTimeout {
-            timeout,
-            informers: unsynced,
-        });
-    }
-    Ok(false)
 }
 
 fn spawn_runnable(

@@ -77,6 +77,22 @@ pub enum FactoryError {
     /// Configuring the informer failed.
     #[error(transparent)]
     Informer(#[from] InformerError),
+    /// Some informers did not sync within the time given to
+    /// [`wait_for_cache_sync_timeout`](SharedInformerFactory::wait_for_cache_sync_timeout): a
+    /// wrong group or version, a CRD that is not installed, or missing RBAC, typically.
+    #[error("informers not synced within {timeout:?}: {}", informers.join(", "))]
+    CacheSyncTimeout {
+        /// How long the factory waited.
+        timeout: Duration,
+        /// The informers that had not synced (`apiVersion/Kind`).
+        informers: Vec<String>,
+    },
+    /// Shutdown fired before the informers synced.
+    #[error("shut down before the informers synced: {}", informers.join(", "))]
+    CacheSyncCancelled {
+        /// The informers that had not synced (`apiVersion/Kind`).
+        informers: Vec<String>,
+    },
 }
 
 /// The list options a tweak may change for every informer of a factory (client-go
@@ -443,6 +459,36 @@ impl SharedInformerFactory {
         }
         give_up.cancel(); // ends the link task
         results
+    }
+
+    /// [`wait_for_cache_sync`](Self::wait_for_cache_sync) with a time limit: `Ok` when every
+    /// started informer synced, else an error naming the ones that did not, so a typo in a CRD
+    /// group fails a controller with a message instead of hanging it.
+    pub async fn wait_for_cache_sync_timeout(
+        &self,
+        shutdown: &CancellationToken,
+        timeout: Duration,
+    ) -> Result<(), FactoryError> {
+        let give_up = shutdown.child_token();
+        let results = tokio::select! {
+            results = self.wait_for_cache_sync(&give_up) => results,
+            () = tokio::time::sleep(timeout) => {
+                give_up.cancel();
+                self.wait_for_cache_sync(&give_up).await
+            }
+        };
+        let informers: Vec<String> = results
+            .into_iter()
+            .filter(|(_, ok)| !ok)
+            .map(|(name, _)| name)
+            .collect();
+        if informers.is_empty() {
+            Ok(())
+        } else if shutdown.is_cancelled() || self.inner.stop.is_cancelled() {
+            Err(FactoryError::CacheSyncCancelled { informers })
+        } else {
+            Err(FactoryError::CacheSyncTimeout { timeout, informers })
+        }
     }
 
     /// Stops every informer and waits for them to finish. Later requests for informers fail.

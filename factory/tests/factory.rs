@@ -185,3 +185,42 @@ async fn dynamic_informers_are_shared_by_group_version_kind_and_transforms_apply
     assert!(raw.metadata.managed_fields.is_none());
     factory.shutdown().await;
 }
+
+#[tokio::test]
+async fn wait_for_cache_sync_timeout_names_the_informers_that_did_not_sync() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
+    factory.informer_for::<ConfigMap>().unwrap();
+    // A typo in a group: the server answers 404 to every list, so it never syncs.
+    let typo = ApiResource {
+        group: "exmaple.com".into(),
+        version: "v1".into(),
+        api_version: "exmaple.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    factory.dynamic_informer_for(&typo, true).unwrap();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let result = factory
+        .wait_for_cache_sync_timeout(&shutdown, Duration::from_millis(1500))
+        .await;
+    assert_eq!(
+        result,
+        Err(FactoryError::CacheSyncTimeout {
+            timeout: Duration::from_millis(1500),
+            informers: vec!["exmaple.com/v1/Widget (dynamic)".into()],
+        })
+    );
+    assert!(result.unwrap_err().to_string().contains("exmaple.com/v1/Widget"));
+    shutdown.cancel();
+    let cancelled = factory
+        .wait_for_cache_sync_timeout(&shutdown, Duration::from_secs(60))
+        .await;
+    assert!(
+        matches!(cancelled, Err(FactoryError::CacheSyncCancelled { .. })),
+        "{cancelled:?}"
+    );
+    factory.shutdown().await;
+    env.shutdown().await;
+}

@@ -43,3 +43,29 @@ pub use factory;
 pub use informer_core as cache;
 pub use informer_derive::Informer;
 pub use workqueue;
+
+// What kinformer's API exposes, so a controller crate needs no direct dependency on these
+// (and cannot end up with a second, mismatched version of them).
+pub use k8s_openapi;
+pub use kube;
+pub use serde_json;
+pub use tokio_util::sync::CancellationToken;
+
+/// The names a controller uses most: `use kinformer::prelude::*;`.
+///
+/// A crate that depends only on kinformer (plus serde, schemars and tokio) can still derive
+/// kube's `CustomResource`, pointing it at kinformer's copies of kube's crates:
+/// `#[kube(crates(kube_core = "kinformer::kube::core", k8s_openapi = "kinformer::k8s_openapi",
+/// serde_json = "kinformer::serde_json"))]`.
+pub mod prelude {
+    pub use crate::CancellationToken;
+    pub use crate::Informer;
+    pub use crate::cache::{Lister, Selector};
+    pub use crate::controller::{
+        Action, Context, Controller, EventType, LeaderElectionConfig, Manager, ObjectKey, Reconciler, Request,
+        reconciler_fn,
+    };
+    pub use crate::factory::SharedInformerFactory;
+    pub use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+    pub use kube::{Client, CustomResource, CustomResourceExt, Resource, ResourceExt};
+}

@@ -38,9 +38,10 @@
 //!   are written. client-go's refresh only keeps series from expiring; with 30 minutes a hot loop
 //!   shows `count: 2` for half an hour. 30 s costs at most one patch per *active* series per
 //!   period; an idle series is not rewritten (it finishes within 6 minutes anyway).
-//! - One task writes, one request at a time; a failed write is retried on a schedule
-//!   (12 tries, 10 s ± 25%) without holding up other events, where client-go sleeps in a
-//!   goroutine per event. Transport errors, timeouts, `429` and `5xx` are retried; client-go gives
+//! - One task writes, one request at a time (a server slower than the event rate fills the
+//!   queue and `publish` drops, as client-go's full broadcaster does); a failed write is retried
+//!   on a schedule (12 tries, 10 s ± 25%) without holding up other events, where client-go
+//!   sleeps in a goroutine per event. Transport errors, timeouts, `429` and `5xx` are retried; client-go gives
 //!   up on any `Status` error, losing events to a briefly overloaded server. Other rejections
 //!   (`403`, `422`, ...) are logged and counted as failed.
 //! - The fallback is decided by the first create, not by discovery when the recorder is built
@@ -109,6 +110,9 @@ const REASON_LIMIT: usize = 128;
 const NOTE_LIMIT: usize = 1024;
 /// Shortest timer period: `tokio::time::interval` panics on zero.
 const MIN_PERIOD: Duration = Duration::from_millis(1);
+/// Longest timer period or retry delay: `Instant + Duration` panics on overflow, so larger
+/// settings (`Duration::MAX` to switch the refresh off) are cut to a year.
+const MAX_PERIOD: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// The `type` of an Event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -177,6 +181,7 @@ pub struct EventRecorderConfig {
     /// `maxTriesPerEvent`).
     pub max_tries: u32,
     /// Delay before a failed write is retried, ± 25% jitter. Default 10 s (client-go's).
+    /// This and the periods above are cut to one year; `Duration::MAX` switches the refresh off.
     pub retry_delay: Duration,
     /// Time limit of one API request. Default 10 s.
     pub request_timeout: Duration,
@@ -715,8 +720,8 @@ struct Sink<'a> {
 impl Sink<'_> {
     async fn run(&mut self, queue: &mut mpsc::Receiver<Message>, shutdown: &CancellationToken) {
         let config = &self.inner.config;
-        let refresh_period = config.refresh_period.max(MIN_PERIOD);
-        let finish_period = config.finish_time.max(MIN_PERIOD);
+        let refresh_period = config.refresh_period.clamp(MIN_PERIOD, MAX_PERIOD);
+        let finish_period = config.finish_time.clamp(MIN_PERIOD, MAX_PERIOD);
         let mut refresh = tokio::time::interval_at(Instant::now() + refresh_period, refresh_period);
         refresh.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut finish = tokio::time::interval_at(Instant::now() + finish_period, finish_period);
@@ -738,9 +743,10 @@ impl Sink<'_> {
                 },
             }
         }
-        // What was published before shutdown is still queued: aggregate it, then write every
-        // pending count once.
-        while let Ok(message) = queue.try_recv() {
+        // What was published before shutdown is still queued: aggregate it (only that much, so
+        // a publisher in a hot loop cannot keep us here), then write every pending count once.
+        for _ in 0..queue.len() {
+            let Ok(message) = queue.try_recv() else { break };
             self.handle(message).await;
         }
         self.write_pending().await;
@@ -837,7 +843,10 @@ impl Sink<'_> {
         let tries = entry.retry.map_or(0, |r| r.tries).saturating_add(1);
         let config = &self.inner.config;
         if err.is_retryable() && tries < config.max_tries {
-            let delay = config.retry_delay.mul_f64(rand::random_range(0.75..1.25));
+            let delay = config
+                .retry_delay
+                .min(MAX_PERIOD)
+                .mul_f64(rand::random_range(0.75..1.25));
             let at = Instant::now() + delay;
             entry.retry = Some(Retry { at, tries });
             self.next_retry = Some(self.next_retry.map_or(at, |next| next.min(at)));

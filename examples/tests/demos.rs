@@ -1,0 +1,228 @@
+//! The example binaries end to end: the sample-controller demo converges and says so, kubectl
+//! sees what a `--keep-running` demo left behind, the README's walkthrough is the `greeter`
+//! binary verbatim, and `greeter` reconciles against an envtest it reaches through KUBECONFIG.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+
+/// Kills the child if the test ends early.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn sample_controller_demo_converges_and_prints_its_summary() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+        .args(["--embedded", "--timeout", "90"])
+        .env_remove("KUBECONFIG")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{stdout}\n{stderr}", out.status);
+    for line in [
+        "▸ caches synced",
+        "converged: 4 Foos (foo-1, foo-2, foo-3, foo-5), each with its Deployment scaled and available",
+        "recreated: Deployment foo-3 (deleted behind the controller's back)",
+        "conflict: Foo conflict reported with Event ErrResourceExists; Deployment taken left untouched",
+        "RESULT: converged",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
+    }
+    // One readable line per reconcile, and the summary table's rows.
+    assert!(stdout.contains("reconcile foo        default/foo-1"), "{stdout}");
+    assert!(
+        stdout.contains("default/conflict             error: Resource \"taken\" already exists"),
+        "{stdout}"
+    );
+    for row in [
+        "│ Foos",
+        "│ Deployments",
+        "│ reconciles",
+        "│ errors",
+        "│ p50 reconcile latency",
+        "│ p99 reconcile latency",
+    ] {
+        assert!(stdout.contains(row), "missing {row:?}:\n{stdout}");
+    }
+}
+
+#[test]
+fn sample_controller_fails_with_a_message_when_it_cannot_converge_in_time() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+        .args(["--embedded", "--quiet", "--timeout", "0"])
+        .env_remove("KUBECONFIG")
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("did not converge: timed out waiting for"), "{stderr}");
+}
+
+fn kubectl_available() -> bool {
+    Command::new("kubectl")
+        .args(["version", "--client"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn kubectl(home: &Path, kubeconfig: &str, args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .args(args)
+        .args(["--kubeconfig", kubeconfig, "--request-timeout=20s"])
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn kubectl_sees_the_foos_deployments_and_events_of_a_keep_running_demo() {
+    if !kubectl_available() {
+        eprintln!("SKIPPED: kubectl is not installed (CI installs v1.32)");
+        return;
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+        .args(["--embedded", "--quiet", "--keep-running"])
+        .env_remove("KUBECONFIG")
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let _guard = Guard(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut kubeconfig = None;
+    let mut seen = Vec::new();
+    while kubeconfig.is_none() {
+        let line = rx
+            .recv_timeout(Duration::from_secs(90))
+            .unwrap_or_else(|_| panic!("no kubeconfig line: {seen:?}"));
+        kubeconfig = line.strip_prefix("KUBECONFIG=").map(str::to_owned);
+        seen.push(line);
+    }
+    assert!(seen.iter().any(|l| l.starts_with("RESULT: converged")), "{seen:?}");
+    let kubeconfig = kubeconfig.unwrap();
+    let home = temp_dir("sample-controller-kubectl");
+
+    let foos = kubectl(&home, &kubeconfig, &["get", "foos", "-o", "name"]);
+    for foo in [
+        "foo.samplecontroller.k8s.io/foo-1",
+        "foo.samplecontroller.k8s.io/conflict",
+    ] {
+        assert!(foos.contains(foo), "{foos}");
+    }
+    assert!(!foos.contains("foo-4"), "{foos}");
+    let deployments = kubectl(&home, &kubeconfig, &["get", "deployments", "-o", "name"]);
+    for deployment in [
+        "deployment.apps/foo-1",
+        "deployment.apps/foo-3",
+        "deployment.apps/taken",
+    ] {
+        assert!(deployments.contains(deployment), "{deployments}");
+    }
+    // envtest serves no Table, so kubectl shows NAME and AGE only: read the fields from YAML.
+    let all = kubectl(
+        &home,
+        &kubeconfig,
+        &["get", "foos,deployments,events.events.k8s.io", "-o", "yaml"],
+    );
+    assert!(
+        all.contains("foo-5") && all.contains("Synced") && all.contains("ErrResourceExists"),
+        "{all}"
+    );
+    let _ = std::fs::remove_dir_all(&home);
+}
+
+#[test]
+fn readme_walkthrough_is_the_greeter_binary() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let greeter = include_str!("../src/bin/greeter.rs");
+    let block = readme
+        .split("<!-- walkthrough: examples/src/bin/greeter.rs -->\n```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```\n").next())
+        .expect("README has the walkthrough block");
+    assert_eq!(
+        block, greeter,
+        "README's walkthrough and examples/src/bin/greeter.rs differ"
+    );
+}
+
+#[tokio::test]
+async fn greeter_reconciles_against_the_cluster_of_its_kubeconfig() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let dir = temp_dir("greeter");
+    let kubeconfig = dir.join("kubeconfig");
+    env.write_kubeconfig(&kubeconfig).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_greeter"))
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOME", &dir)
+        .env("RUST_LOG", "error")
+        .spawn()
+        .unwrap();
+    let _guard = Guard(child);
+    let gvk = GroupVersionKind::gvk("example.com", "v1", "Greeting");
+    let resource = ApiResource::from_gvk(&gvk);
+    let greetings: Api<DynamicObject> = Api::namespaced_with(env.client(), "default", &resource);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut greeting = DynamicObject::new("hello", &resource);
+    greeting.data = serde_json::json!({"spec": {"message": "hi there"}});
+    // The greeter installs its CRD at start-up.
+    while greetings.create(&PostParams::default(), &greeting).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the Greeting CRD never got served"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    loop {
+        let cm = cms.get_opt("hello").await.unwrap();
+        let message = cm.as_ref().and_then(|cm| cm.data.as_ref()?.get("message").cloned());
+        if message.as_deref() == Some("hi there") {
+            let owner = &cm.unwrap().metadata.owner_references.unwrap()[0];
+            assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Greeting", "hello"));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no ConfigMap for the Greeting");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

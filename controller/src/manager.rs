@@ -417,9 +417,11 @@ impl Manager {
             runnables.into_iter().partition(|r| r.needs_leader_election());
         factory.start(&infrastructure);
         let mut tasks: JoinSet<(String, Result<(), BoxError>)> = JoinSet::new();
+        // Names of the runnables started and not finished, for the shutdown timeout error.
+        let mut running: Vec<String> = Vec::new();
         let runnables_stop = stop.child_token();
         for runnable in other_runnables {
-            spawn_runnable(&mut tasks, runnable, runnables_stop.clone());
+            spawn_runnable(&mut tasks, &mut running, runnable, runnables_stop.clone());
         }
 
         info!("waiting for caches to sync");
@@ -473,26 +475,32 @@ impl Manager {
         };
 
         let leading = runnables_stop.child_token();
+        let mut leadership_lost = false;
         let mut leader_runnables = Some(leader_runnables);
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
                 Some(()) = leading_rx.recv(), if leader_runnables.is_some() => {
                     for runnable in leader_runnables.take().unwrap_or_default() {
-                        spawn_runnable(&mut tasks, runnable, leading.clone());
+                        spawn_runnable(&mut tasks, &mut running, runnable, leading.clone());
                     }
                 }
                 Some(lost) = lost_rx.recv() => {
-                    error!(error = %lost, "leader election lost: stopping the controllers");
+                    error!(error = %lost, "leader election lost: stopping the controllers now");
                     leading.cancel();
                     failures.push(ManagerError::LeadershipLost(lost));
+                    leadership_lost = true;
                     break;
                 }
                 Some(joined) = tasks.join_next() => {
                     match joined {
-                        Ok((name, Ok(()))) => info!(runnable = %name, "runnable finished"),
+                        Ok((name, Ok(()))) => {
+                            info!(runnable = %name, "runnable finished");
+                            running.retain(|n| *n != name);
+                        }
                         Ok((name, Err(source))) => {
                             error!(runnable = %name, error = %source, "runnable failed: shutting down");
+                            running.retain(|n| *n != name);
                             failures.push(ManagerError::Runnable { name, source });
                             break;
                         }
@@ -508,16 +516,23 @@ impl Manager {
 
         info!("shutting down");
         stop.cancel();
-        let timeout = graceful_shutdown_timeout;
-        let mut names_left: Vec<String> = Vec::new();
+        // Another process may lead already: no grace period for reconciles in flight (as
+        // controller-runtime, which drops its graceful shutdown timeout to zero here).
+        let timeout = if leadership_lost {
+            Duration::ZERO
+        } else {
+            graceful_shutdown_timeout
+        };
         let all_done = tokio::time::timeout(timeout, async {
             while let Some(joined) = tasks.join_next().await {
                 match joined {
-                    Ok((_, Ok(()))) => {}
-                    Ok((name, Err(source))) => failures.push(ManagerError::Runnable { name, source }),
-                    Err(e) if e.is_cancelled() => {}
+                    Ok((name, Ok(()))) => running.retain(|n| *n != name),
+                    Ok((name, Err(source))) => {
+                        running.retain(|n| *n != name);
+                        failures.push(ManagerError::Runnable { name, source });
+                    }
                     Err(e) => failures.push(ManagerError::Runnable {
-                        name: "a runnable".into(),
+                        name: "a runnable (panicked)".into(),
                         source: Box::new(e),
                     }),
                 }
@@ -525,13 +540,15 @@ impl Manager {
         })
         .await;
         if all_done.is_err() {
-            names_left.push(format!("{} runnables", tasks.len()));
             tasks.abort_all();
-            warn!(timeout = ?timeout, left = tasks.len(), "runnables still running after the graceful shutdown timeout: aborted");
-            failures.push(ManagerError::ShutdownTimeout {
-                timeout,
-                names: names_left,
-            });
+            while tasks.join_next().await.is_some() {}
+            if !leadership_lost {
+                warn!(?timeout, left = ?running, "runnables still running after the graceful shutdown timeout: aborted");
+                failures.push(ManagerError::ShutdownTimeout {
+                    timeout,
+                    names: running,
+                });
+            }
         }
         // The runnables have stopped: now the lease may go (released if configured).
         election_stop.cancel();
@@ -553,10 +570,12 @@ impl Manager {
 
 fn spawn_runnable(
     tasks: &mut JoinSet<(String, Result<(), BoxError>)>,
+    running: &mut Vec<String>,
     runnable: Box<dyn Runnable>,
     shutdown: CancellationToken,
 ) {
     let name = runnable.name().to_owned();
+    running.push(name.clone());
     info!(runnable = %name, "starting runnable");
     let run = runnable.start(shutdown);
     tasks.spawn(async move { (name, run.await) });

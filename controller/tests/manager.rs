@@ -337,3 +337,101 @@ async fn one_leader_among_managers_and_takeovers_within_client_go_bounds() {
     }
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn losing_the_lease_stops_the_controllers_at_once_and_fails_the_manager() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let reconciles = Arc::new(AtomicUsize::new(0));
+    let manager = elected_manager(client.clone(), "loser", true, reconciles.clone());
+    let status = manager.status();
+    let run = tokio::spawn(manager.run(CancellationToken::new()));
+    eventually(WAIT, "leading", || {
+        let ok = status.is_leader();
+        async move { ok }
+    })
+    .await;
+    // Every lease request fails from now on: renewals cannot succeed.
+    env.faults().fail_next("/apis/coordination.k8s.io", 500, 100_000, 0);
+    let cut = Instant::now();
+    let result = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("manager returned")
+        .unwrap();
+    let took = cut.elapsed();
+    assert!(
+        matches!(result, Err(controller::ManagerError::LeadershipLost(_))),
+        "{result:?}"
+    );
+    // Renew deadline 1.5 s, plus one jittered retry period, plus a margin.
+    assert!(took < Duration::from_millis(1500 + 360 + 700), "took {took:?}");
+    assert!(!status.is_leader());
+    env.faults().clear();
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn caches_that_never_sync_fail_the_manager_naming_them() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let mut manager = Manager::builder(env.client())
+        .no_metrics_server()
+        .handle_signals(false)
+        .cache_sync_timeout(Duration::from_millis(1500))
+        .build()
+        .unwrap();
+    let typo = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("exmaple.com", "v1", "Widget"));
+    let reconciler = reconciler_fn(|_req: Request, _ctx: Context<kube::api::DynamicObject>| async {
+        Ok::<_, std::convert::Infallible>(Action::Done)
+    });
+    let built = manager
+        .controller("typo")
+        .for_dynamic(&typo, true)
+        .build(reconciler)
+        .unwrap();
+    manager.add(built);
+    let result = manager.run(CancellationToken::new()).await;
+    match result {
+        Err(controller::ManagerError::CacheSyncTimeout { informers, .. }) => {
+            assert_eq!(informers, ["exmaple.com/v1/Widget (dynamic)"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_failing_runnable_stops_the_manager_with_its_error() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let mut manager = Manager::builder(env.client())
+        .no_metrics_server()
+        .handle_signals(false)
+        .build()
+        .unwrap();
+    let stopped_cleanly = Arc::new(AtomicBool::new(false));
+    let flag = stopped_cleanly.clone();
+    manager.add(controller::runnable_fn("patient", false, move |stop| async move {
+        stop.cancelled().await;
+        flag.store(true, Ordering::SeqCst);
+        Ok(())
+    }));
+    manager.add(controller::runnable_fn("doomed", false, |_stop| async {
+        Err("out of coffee".into())
+    }));
+    let result = tokio::time::timeout(WAIT, manager.run(CancellationToken::new()))
+        .await
+        .unwrap();
+    match result {
+        Err(controller::ManagerError::Runnable { name, source }) => {
+            assert_eq!(
+                (name.as_str(), source.to_string().as_str()),
+                ("doomed", "out of coffee")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        stopped_cleanly.load(Ordering::SeqCst),
+        "the other runnable was stopped gracefully"
+    );
+    env.shutdown().await;
+}

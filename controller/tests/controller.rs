@@ -685,3 +685,89 @@ async fn shutdown_with_reconciles_in_flight_returns_within_the_bound_and_loses_n
     assert!(dropped >= 1, "s0 was aborted and must be reported");
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn watches_map_any_object_to_keys_and_dynamic_children_enqueue_their_owner() {
+    use k8s_openapi::api::core::v1::Secret;
+    let env = envtest_with_widgets().await;
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let seen: Seen = Arc::default();
+    let reconciler = {
+        let seen = seen.clone();
+        reconciler_fn(move |req: Request, ctx: Context<Widget>| {
+            let seen = seen.clone();
+            async move {
+                // Every type the controller uses has a lister; others do not.
+                assert!(ctx.lister_for::<ConfigMap>().is_some() && ctx.lister_for::<Widget>().is_some());
+                assert!(ctx.dynamic_lister(&ApiResource::erase::<Secret>(&())).is_some());
+                assert!(
+                    ctx.lister_for::<Secret>().is_none(),
+                    "Secrets are watched dynamically only"
+                );
+                seen.lock().unwrap().push((req.to_string(), ctx.get(&req).is_some()));
+                Ok::<_, std::convert::Infallible>(Action::Done)
+            }
+        })
+    };
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("mapped", &factory)
+            .for_resource::<Widget>()
+            // A ConfigMap labelled widget=<name> concerns that Widget.
+            .watches::<ConfigMap>(|cm| {
+                let widget = cm.labels().get("widget").cloned();
+                widget
+                    .map(|name| vec![ObjectKey::namespaced(cm.namespace().unwrap_or_default(), name)])
+                    .unwrap_or_default()
+            })
+            .owns_dynamic(&ApiResource::erase::<Secret>(&()), true)
+            .run(reconciler, shutdown.clone()),
+    );
+    let widgets: Api<Widget> = Api::namespaced(client.clone(), "default");
+    let widget = widgets
+        .create(&PostParams::default(), &Widget::new("w", WidgetSpec { size: 1 }))
+        .await
+        .unwrap();
+    eventually(WAIT, "w reconciled", || {
+        let n = count(&seen, "default/w", true);
+        async move { n == 1 }
+    })
+    .await;
+
+    // A labelled ConfigMap maps to the Widget's key.
+    let mut cm = configmap("default", "pointer", "1");
+    cm.metadata.labels = Some([("widget".to_string(), "w".to_string())].into());
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap();
+    eventually(WAIT, "mapped ConfigMap enqueued its Widget", || {
+        let n = count(&seen, "default/w", true);
+        async move { n == 2 }
+    })
+    .await;
+
+    // A Secret controlled by the Widget, seen through a dynamic informer, enqueues it too.
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("owned-secret".into()),
+            namespace: Some("default".into()),
+            owner_references: Some(vec![owner_reference(&widget)]),
+            ..Default::default()
+        },
+        ..Secret::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    eventually(WAIT, "owned dynamic Secret enqueued its Widget", || {
+        let n = count(&seen, "default/w", true);
+        async move { n == 3 }
+    })
+    .await;
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}

@@ -189,6 +189,13 @@ impl ControllerBuilder {
         self
     }
 
+    /// How long reconciles in flight may take to finish after shutdown (default 30 s; the
+    /// [`Manager`](crate::Manager) sets it a little below its own bound). Also settable later.
+    pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.common.graceful_shutdown_timeout = timeout;
+        self
+    }
+
     /// The primary type: adds, updates and deletes of `K` enqueue the object's own key.
     pub fn for_resource<K: FactoryResource>(self) -> Controller<K> {
         let informer = self.common.factory.informer_for::<K>();
@@ -197,7 +204,7 @@ impl ControllerBuilder {
             kind: K::kind(&()).into_owned(),
             namespaced: is_namespaced::<K>(),
         };
-        Controller::with_primary(self.common, informer, SourceKey::Typed(TypeId::of::<K>()), primary_type)
+        Controller::with_primary(self.common, informer, typed_source::<K>(), primary_type)
     }
 
     /// A dynamic primary type (by group/version/kind), as `for_resource` for typed ones.
@@ -208,8 +215,20 @@ impl ControllerBuilder {
             kind: resource.kind.clone(),
             namespaced,
         };
-        Controller::with_primary(self.common, informer, SourceKey::Dynamic(gvk(resource)), primary_type)
+        Controller::with_primary(self.common, informer, dynamic_source(resource), primary_type)
     }
+}
+
+/// Where a typed source's cache goes, and its name (`apiVersion/Kind`, as the factory's).
+fn typed_source<K: FactoryResource>() -> (SourceKey, String) {
+    let name = format!("{}/{}", K::api_version(&()), K::kind(&()));
+    (SourceKey::Typed(TypeId::of::<K>()), name)
+}
+
+/// Where a dynamic source's cache goes, and its name (as the factory's).
+fn dynamic_source(resource: &ApiResource) -> (SourceKey, String) {
+    let name = format!("{}/{} (dynamic)", resource.api_version, resource.kind);
+    (SourceKey::Dynamic(gvk(resource)), name)
 }
 
 fn is_namespaced<K: FactoryResource>() -> bool {
@@ -220,7 +239,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     fn with_primary(
         common: Common,
         informer: Result<SharedIndexInformer<K>, FactoryError>,
-        key: SourceKey,
+        (key, name): (SourceKey, String),
         primary_type: OwnerType,
     ) -> Self {
         let (informer, error) = match informer {
@@ -231,6 +250,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             common,
             primary: Source {
                 informer,
+                name,
                 mapping: Mapping::Object,
                 key,
             },
@@ -244,11 +264,12 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         mut self,
         informer: Result<SharedIndexInformer<C>, FactoryError>,
         mapping: Mapping<C>,
-        key: SourceKey,
+        (key, name): (SourceKey, String),
     ) -> Self {
         match informer {
             Ok(informer) => self.sources.push(Box::new(Source {
                 informer: Some(informer),
+                name,
                 mapping,
                 key,
             })),
@@ -265,7 +286,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     pub fn owns<C: FactoryResource>(self) -> Self {
         let informer = self.common.factory.informer_for::<C>();
         let mapping = Mapping::Owner(self.primary_type.clone());
-        self.add_source(informer, mapping, SourceKey::Typed(TypeId::of::<C>()))
+        self.add_source(informer, mapping, typed_source::<C>())
     }
 
     /// Dynamic children (by group/version/kind), as [`owns`](Self::owns).
@@ -273,7 +294,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     pub fn owns_dynamic(self, resource: &ApiResource, namespaced: bool) -> Self {
         let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
         let mapping = Mapping::Owner(self.primary_type.clone());
-        self.add_source(informer, mapping, SourceKey::Dynamic(gvk(resource)))
+        self.add_source(informer, mapping, dynamic_source(resource))
     }
 
     /// Objects of type `W`: a change to one enqueues the keys `mapper` returns for it (for
@@ -282,7 +303,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     pub fn watches<W: FactoryResource>(self, mapper: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static) -> Self {
         let informer = self.common.factory.informer_for::<W>();
         let mapper: MapFunc<W> = Arc::new(mapper);
-        self.add_source(informer, Mapping::Func(mapper), SourceKey::Typed(TypeId::of::<W>()))
+        self.add_source(informer, Mapping::Func(mapper), typed_source::<W>())
     }
 
     /// Dynamic objects (by group/version/kind), as [`watches`](Self::watches).
@@ -295,7 +316,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     ) -> Self {
         let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
         let mapper: MapFunc<DynamicObject> = Arc::new(mapper);
-        self.add_source(informer, Mapping::Func(mapper), SourceKey::Dynamic(gvk(resource)))
+        self.add_source(informer, Mapping::Func(mapper), dynamic_source(resource))
     }
 
     /// Adds a filter every notification (of every source) must pass to enqueue a key; see
@@ -448,6 +469,8 @@ enum SourceKey {
 struct Source<C> {
     /// `None` only when the factory refused it (then `build` fails first).
     informer: Option<SharedIndexInformer<C>>,
+    /// `apiVersion/Kind`, for logs and errors.
+    name: String,
     mapping: Mapping<C>,
     key: SourceKey,
 }
@@ -483,6 +506,7 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
         Ok(Box::new(Registration {
             informer: informer.clone(),
             registration,
+            name: self.name.clone(),
         }))
     }
 
@@ -516,6 +540,7 @@ trait ErasedRegistration: Send + Sync {
 struct Registration<C> {
     informer: SharedIndexInformer<C>,
     registration: ResourceEventHandlerRegistration<C>,
+    name: String,
 }
 
 impl<C: Resource + Send + Sync + 'static> ErasedRegistration for Registration<C> {
@@ -529,7 +554,7 @@ impl<C: Resource + Send + Sync + 'static> ErasedRegistration for Registration<C>
     }
 
     fn informer_name(&self) -> String {
-        std::any::type_name::<C>().rsplit("::").next().unwrap_or("?").to_owned()
+        self.name.clone()
     }
 }
 
@@ -644,19 +669,21 @@ where
         if synced {
             self.metrics.max_concurrent_reconciles.set(self.workers as i64);
             for _ in 0..self.workers {
-                workers.spawn(
-                    Worker {
-                        name: self.name.clone(),
-                        queue: self.queue.clone(),
-                        reconciler: self.reconciler.clone(),
-                        context: self.context.clone(),
-                        metrics: self.metrics.clone(),
-                    }
-                    .run(),
-                );
+                workers.spawn(self.worker().run());
             }
             info!(controller = %self.name, workers = self.workers, "workers started");
-            shutdown.cancelled().await;
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    Some(ended) = workers.join_next() => {
+                        // Reconcile panics are caught, so this is a bug in the worker itself;
+                        // keep the controller at full strength rather than idle.
+                        error!(controller = %self.name, error = ?ended.err(), "a worker ended unexpectedly: restarting it");
+                        self.metrics.active_workers.set(0);
+                        workers.spawn(self.worker().run());
+                    }
+                }
+            }
         }
         info!(controller = %self.name, "shutting down: no new keys; waiting for reconciles in flight");
         self.stop_intake();
@@ -682,6 +709,16 @@ where
         self.report_dropped();
         info!(controller = %self.name, "controller stopped");
         result
+    }
+
+    fn worker(&self) -> Worker<K, R> {
+        Worker {
+            name: self.name.clone(),
+            queue: self.queue.clone(),
+            reconciler: self.reconciler.clone(),
+            context: self.context.clone(),
+            metrics: self.metrics.clone(),
+        }
     }
 
     /// Removes the handlers and shuts the queue down: no key enters from here on.
@@ -735,7 +772,9 @@ where
         let span = info_span!("reconcile", controller = %self.name, key = %key, attempt,
             result = tracing::field::Empty);
         let started = Instant::now();
-        let outcome = AssertUnwindSafe(self.reconciler.reconcile(key.clone(), &self.context))
+        // The call itself is inside the caught future: a closure reconciler may panic before it
+        // returns its future, and that panic must be caught like one inside it.
+        let outcome = AssertUnwindSafe(async { self.reconciler.reconcile(key.clone(), &self.context).await })
             .catch_unwind()
             .instrument(span.clone())
             .await;
@@ -749,27 +788,27 @@ where
                 "success"
             }
             Ok(Ok(Action::Requeue)) => {
-                self.queue.add_rate_limited(key.clone());
+                self.retry(key, None);
                 self.metrics.requeue.inc();
                 "requeue"
             }
             Ok(Ok(Action::RequeueAfter(delay))) => {
                 self.queue.forget(key);
-                self.queue.add_after(key.clone(), delay);
+                self.retry(key, Some(delay));
                 self.metrics.requeue_after.inc();
                 "requeue_after"
             }
             Ok(Err(e)) => {
                 let e: BoxError = e.into();
                 error!(error = %error_chain(&*e), ?elapsed, "reconcile failed");
-                self.queue.add_rate_limited(key.clone());
+                self.retry(key, None);
                 self.metrics.error.inc();
                 self.metrics.errors.inc();
                 "error"
             }
             Err(panic) => {
                 error!(panic = %panic_message(&*panic), ?elapsed, "reconcile panicked");
-                self.queue.add_rate_limited(key.clone());
+                self.retry(key, None);
                 self.metrics.error.inc();
                 self.metrics.errors.inc();
                 self.metrics.panics.inc();
@@ -778,6 +817,22 @@ where
         };
         span.record("result", result);
         debug!(?elapsed, result, "reconciled");
+    }
+}
+
+impl<K, R> Worker<K, R> {
+    /// Schedules a retry (rate-limited, or after `delay`); once the queue is shutting down it
+    /// would be ignored, so the key is reported as dropped instead.
+    fn retry(&self, key: &ObjectKey, delay: Option<Duration>) {
+        if self.queue.shutting_down() {
+            self.metrics.dropped_keys.inc();
+            warn!(controller = %self.name, key = %key, "retry asked for during shutdown: key dropped");
+            return;
+        }
+        match delay {
+            Some(delay) => self.queue.add_after(key.clone(), delay),
+            None => self.queue.add_rate_limited(key.clone()),
+        }
     }
 }
 
@@ -798,6 +853,15 @@ fn panic_message(panic: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(a non-string panic payload)")
+}
+
+/// A controller that is dropped (never run, or its `run` future aborted) takes its handlers off
+/// the shared informers, so they stop feeding a queue nobody reads.
+impl<K, R> Drop for BuiltController<K, R> {
+    fn drop(&mut self) {
+        self.registrations.iter().for_each(|r| r.remove());
+        self.queue.shut_down();
+    }
 }
 
 impl<K, R> Runnable for BuiltController<K, R>

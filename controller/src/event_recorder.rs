@@ -4,8 +4,9 @@
 //! (`ctx.recorder().publish(&foo, EventType::Normal, "Synced", "Reconcile", "Foo synced")`).
 //! Publishing never blocks: it puts the event on a bounded queue (1000, client-go's broadcaster
 //! queue) and, when that is full, drops it (logged and counted). The sink task,
-//! [`EventRecorder::run`], is spawned by the [`Manager`](crate::Manager) (or by a standalone
-//! [`Controller`](crate::Controller) for the recorder it owns); it aggregates repeats and writes
+//! [`EventRecorder::run`], is run by the [`Controller`](crate::Controller) that made the
+//! recorder (each controller reports under its own name, as client-go components do), or by
+//! whoever passed a recorder to the builder; it aggregates repeats and writes
 //! `events.k8s.io/v1` Events.
 //!
 //! ```text

@@ -36,6 +36,7 @@
 //!    Lease, then stops the informers and the HTTP server. Returns `Err` if any component
 //!    failed, so a binary exits non-zero.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -262,6 +263,7 @@ impl ManagerBuilder {
             status: ManagerStatus {
                 inner: Arc::new(StatusInner {
                     synced: AtomicBool::new(false),
+                    stopping: AtomicBool::new(false),
                     elector: elector.clone(),
                 }),
             },
@@ -285,6 +287,8 @@ pub struct ManagerStatus {
 
 struct StatusInner {
     synced: AtomicBool,
+    /// Set when shutdown begins: `/readyz` turns 503 so no traffic is sent to a leaving pod.
+    stopping: AtomicBool,
     elector: Option<LeaderElector>,
 }
 
@@ -362,9 +366,13 @@ impl Manager {
         self.status.clone()
     }
 
-    /// A controller builder on the manager's factory and metrics registry.
+    /// A controller builder on the manager's factory and metrics registry. Its graceful
+    /// shutdown timeout is set a little below the manager's (90%), so the controller reports
+    /// what it dropped before the manager would abort it.
     pub fn controller(&self, name: impl Into<String>) -> ControllerBuilder {
-        Controller::new(name, &self.factory).metrics(self.metrics.clone())
+        Controller::new(name, &self.factory)
+            .metrics(self.metrics.clone())
+            .graceful_shutdown_timeout(self.graceful_shutdown_timeout.mul_f64(0.9))
     }
 
     /// Adds a controller or another runnable.
@@ -416,12 +424,10 @@ impl Manager {
         let (leader_runnables, other_runnables): (Vec<_>, Vec<_>) =
             runnables.into_iter().partition(|r| r.needs_leader_election());
         factory.start(&infrastructure);
-        let mut tasks: JoinSet<(String, Result<(), BoxError>)> = JoinSet::new();
-        // Names of the runnables started and not finished, for the shutdown timeout error.
-        let mut running: Vec<String> = Vec::new();
+        let mut tasks = RunningTasks::default();
         let runnables_stop = stop.child_token();
         for runnable in other_runnables {
-            spawn_runnable(&mut tasks, &mut running, runnable, runnables_stop.clone());
+            tasks.spawn(runnable, runnables_stop.clone());
         }
 
         info!("waiting for caches to sync");
@@ -482,31 +488,31 @@ impl Manager {
                 () = stop.cancelled() => break,
                 Some(()) = leading_rx.recv(), if leader_runnables.is_some() => {
                     for runnable in leader_runnables.take().unwrap_or_default() {
-                        spawn_runnable(&mut tasks, &mut running, runnable, leading.clone());
+                        tasks.spawn(runnable, leading.clone());
                     }
                 }
-                Some(lost) = lost_rx.recv() => {
+                lost = lost_rx.recv(), if election.is_some() => {
+                    // `None`: the election task ended without a word (it panicked), so nobody
+                    // renews the lease: as good as lost.
+                    let lost = match lost {
+                        Some(lost) => ManagerError::LeadershipLost(lost),
+                        None => ManagerError::Runnable {
+                            name: "leader election".into(),
+                            source: "the leader election task ended unexpectedly".into(),
+                        },
+                    };
                     error!(error = %lost, "leader election lost: stopping the controllers now");
                     leading.cancel();
-                    failures.push(ManagerError::LeadershipLost(lost));
+                    failures.push(lost);
                     leadership_lost = true;
                     break;
                 }
-                Some(joined) = tasks.join_next() => {
-                    match joined {
-                        Ok((name, Ok(()))) => {
-                            info!(runnable = %name, "runnable finished");
-                            running.retain(|n| *n != name);
-                        }
-                        Ok((name, Err(source))) => {
+                Some((name, result)) = tasks.join_next() => {
+                    match result {
+                        Ok(()) => info!(runnable = %name, "runnable finished"),
+                        Err(source) => {
                             error!(runnable = %name, error = %source, "runnable failed: shutting down");
-                            running.retain(|n| *n != name);
                             failures.push(ManagerError::Runnable { name, source });
-                            break;
-                        }
-                        Err(e) => {
-                            error!(error = %e, "runnable panicked: shutting down");
-                            failures.push(ManagerError::Runnable { name: "a runnable".into(), source: Box::new(e) });
                             break;
                         }
                     }
@@ -515,6 +521,7 @@ impl Manager {
         }
 
         info!("shutting down");
+        status.inner.stopping.store(true, Ordering::Release);
         stop.cancel();
         // Another process may lead already: no grace period for reconciles in flight (as
         // controller-runtime, which drops its graceful shutdown timeout to zero here).
@@ -524,30 +531,22 @@ impl Manager {
             graceful_shutdown_timeout
         };
         let all_done = tokio::time::timeout(timeout, async {
-            while let Some(joined) = tasks.join_next().await {
-                match joined {
-                    Ok((name, Ok(()))) => running.retain(|n| *n != name),
-                    Ok((name, Err(source))) => {
-                        running.retain(|n| *n != name);
-                        failures.push(ManagerError::Runnable { name, source });
-                    }
-                    Err(e) => failures.push(ManagerError::Runnable {
-                        name: "a runnable (panicked)".into(),
-                        source: Box::new(e),
-                    }),
+            while let Some((name, result)) = tasks.join_next().await {
+                if let Err(source) = result {
+                    failures.push(ManagerError::Runnable { name, source });
                 }
             }
         })
         .await;
         if all_done.is_err() {
-            tasks.abort_all();
-            while tasks.join_next().await.is_some() {}
+            let left = tasks.abort_all().await;
             if !leadership_lost {
-                warn!(?timeout, left = ?running, "runnables still running after the graceful shutdown timeout: aborted");
-                failures.push(ManagerError::ShutdownTimeout {
-                    timeout,
-                    names: running,
-                });
+                warn!(
+                    ?timeout,
+                    ?left,
+                    "runnables still running after the graceful shutdown timeout: aborted"
+                );
+                failures.push(ManagerError::ShutdownTimeout { timeout, names: left });
             }
         }
         // The runnables have stopped: now the lease may go (released if configured).
@@ -568,44 +567,76 @@ impl Manager {
     }
 }
 
-fn spawn_runnable(
-    tasks: &mut JoinSet<(String, Result<(), BoxError>)>,
-    running: &mut Vec<String>,
-    runnable: Box<dyn Runnable>,
-    shutdown: CancellationToken,
-) {
-    let name = runnable.name().to_owned();
-    running.push(name.clone());
-    info!(runnable = %name, "starting runnable");
-    let run = runnable.start(shutdown);
-    tasks.spawn(async move { (name, run.await) });
+/// The runnables' tasks, with their names (also for tasks that panicked or were aborted).
+#[derive(Default)]
+struct RunningTasks {
+    tasks: JoinSet<Result<(), BoxError>>,
+    names: HashMap<tokio::task::Id, String>,
 }
 
-/// Cancels `stop` on SIGINT or SIGTERM; the returned guard ends the task.
+impl RunningTasks {
+    fn spawn(&mut self, runnable: Box<dyn Runnable>, shutdown: CancellationToken) {
+        let name = runnable.name().to_owned();
+        info!(runnable = %name, "starting runnable");
+        let handle = self.tasks.spawn(runnable.start(shutdown));
+        self.names.insert(handle.id(), name);
+    }
+
+    /// The next runnable to end, with its result (a panic becomes an error).
+    async fn join_next(&mut self) -> Option<(String, Result<(), BoxError>)> {
+        let (id, result) = match self.tasks.join_next_with_id().await? {
+            Ok((id, result)) => (id, result),
+            Err(e) => (e.id(), Err(format!("panicked: {e}").into())),
+        };
+        let name = self.names.remove(&id).unwrap_or_else(|| "a runnable".to_owned());
+        Some((name, result))
+    }
+
+    /// Aborts what is still running, waits until it ended, and returns its names.
+    async fn abort_all(&mut self) -> Vec<String> {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        let mut left: Vec<String> = self.names.drain().map(|(_, name)| name).collect();
+        left.sort();
+        left
+    }
+}
+
+/// Cancels `stop` on SIGINT or SIGTERM; a second signal exits the process at once with status
+/// 1 (as controller-runtime). The returned guard ends the task.
 fn spawn_signal_handler(stop: CancellationToken) -> tokio_util::sync::DropGuard {
     let guard = CancellationToken::new();
     let done = guard.clone();
     tokio::spawn(async move {
-        let terminate = async {
-            #[cfg(unix)]
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut signal) => {
-                    signal.recv().await;
-                }
-                Err(e) => {
-                    warn!(error = %e, "cannot listen for SIGTERM");
-                    std::future::pending::<()>().await;
-                }
+        #[cfg(unix)]
+        let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => Some(signal),
+            Err(e) => {
+                warn!(error = %e, "cannot listen for SIGTERM");
+                None
             }
-            #[cfg(not(unix))]
-            std::future::pending::<()>().await;
         };
-        tokio::select! {
-            () = done.cancelled() => return,
-            _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
-            () = terminate => info!("SIGTERM: shutting down"),
+        for signals in 0.. {
+            let terminated = async {
+                #[cfg(unix)]
+                if let Some(signal) = terminate.as_mut() {
+                    signal.recv().await;
+                    return;
+                }
+                std::future::pending::<()>().await;
+            };
+            tokio::select! {
+                () = done.cancelled() => return,
+                _ = tokio::signal::ctrl_c() => {}
+                () = terminated => {}
+            }
+            if signals > 0 {
+                error!("second signal: exiting without waiting for the graceful shutdown");
+                std::process::exit(1);
+            }
+            info!("signal received: shutting down (a second one exits at once)");
+            stop.cancel();
         }
-        stop.cancel();
     });
     guard.drop_guard()
 }
@@ -638,6 +669,9 @@ async fn metrics_handler(State(state): State<HttpState>) -> ([(axum::http::Heade
 }
 
 async fn readyz_handler(State(state): State<HttpState>) -> (StatusCode, String) {
+    if state.status.inner.stopping.load(Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());
+    }
     if !state.status.is_ready() {
         return (StatusCode::SERVICE_UNAVAILABLE, "caches not synced\n".into());
     }

@@ -176,16 +176,45 @@ async fn reconciles_primary_and_owned_children_and_a_deleted_primary_once() {
     env.shutdown().await;
 }
 
+/// The controller's rate limiter (client-go's default), recording what the controller asks of
+/// it: `when` with the delay it returned, and `forget`.
+#[derive(Clone)]
+struct RecordingLimiter {
+    inner: Arc<workqueue::MaxOfRateLimiter<ObjectKey>>,
+    log: Arc<Mutex<Vec<LimiterCall>>>,
+}
+
+/// A key's name, and the delay `when` returned (`None`: a `forget`).
+type LimiterCall = (String, Option<Duration>);
+
+impl workqueue::RateLimiter<ObjectKey> for RecordingLimiter {
+    fn when(&self, item: &ObjectKey) -> Duration {
+        let delay = self.inner.when(item);
+        self.log.lock().unwrap().push((item.name.clone(), Some(delay)));
+        delay
+    }
+    fn forget(&self, item: &ObjectKey) {
+        self.log.lock().unwrap().push((item.name.clone(), None));
+        self.inner.forget(item);
+    }
+    fn num_requeues(&self, item: &ObjectKey) -> usize {
+        self.inner.num_requeues(item)
+    }
+}
+
 #[tokio::test]
 async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_resets() {
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
     let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let metrics = controller::Metrics::new(&registry).unwrap();
     let calls: Arc<Mutex<HashMap<String, Vec<Instant>>>> = Arc::default();
+    let fail_again = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reconciler = {
-        let calls = calls.clone();
+        let (calls, fail_again) = (calls.clone(), fail_again.clone());
         reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
-            let calls = calls.clone();
+            let (calls, fail_again) = (calls.clone(), fail_again.clone());
             async move {
                 let n = {
                     let mut calls = calls.lock().unwrap();
@@ -194,37 +223,51 @@ async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_re
                     times.len()
                 };
                 match req.name.as_str() {
-                    // Fails five times, then succeeds.
+                    // Fails five times, then succeeds; fails once more when told to.
                     "flaky" if n <= 5 => Err(format!("attempt {n} failed")),
+                    "flaky" if fail_again.swap(false, Ordering::SeqCst) => Err("once more".to_string()),
                     "poll" if n == 1 => Ok(Action::RequeueAfter(Duration::from_millis(400))),
+                    "again" if n == 1 => Ok(Action::Requeue),
                     _ => Ok(Action::Done),
                 }
             }
         })
     };
+    let limiter = RecordingLimiter {
+        inner: Arc::new(workqueue::default_controller_rate_limiter()),
+        log: Arc::default(),
+    };
     let built = Controller::new("backoff", &factory)
+        .metrics(metrics)
         .for_resource::<ConfigMap>()
+        .rate_limiter(limiter.clone())
         .build(reconciler)
         .unwrap();
-    let queue = built.queue().clone();
     let shutdown = CancellationToken::new();
     factory.start(&shutdown);
     let run = tokio::spawn(built.run(shutdown.clone()));
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    cms.create(&PostParams::default(), &configmap("default", "flaky", "1"))
-        .await
-        .unwrap();
-    cms.create(&PostParams::default(), &configmap("default", "poll", "1"))
-        .await
-        .unwrap();
-    eventually(WAIT, "flaky succeeded on its sixth attempt", || {
-        let n = calls.lock().unwrap().get("flaky").map_or(0, Vec::len);
-        async move { n >= 6 }
+    for name in ["flaky", "poll", "again"] {
+        cms.create(&PostParams::default(), &configmap("default", name, "1"))
+            .await
+            .unwrap();
+    }
+    let of = |name: &str| -> Vec<Option<Duration>> {
+        let log = limiter.log.lock().unwrap();
+        log.iter().filter(|(n, _)| n == name).map(|(_, d)| *d).collect()
+    };
+    let ms = |m: u64| Some(Duration::from_millis(m));
+    // client-go's per-item exponential limiter, asked once per failure, then forgotten once
+    // by the success: 5 ms, 10 ms, 20 ms, 40 ms, 80 ms.
+    eventually(WAIT, "flaky forgotten after its success", || {
+        let ok = of("flaky").last() == Some(&None);
+        async move { ok }
     })
     .await;
+    assert_eq!(of("flaky"), [ms(5), ms(10), ms(20), ms(40), ms(80), None]);
+    // A delayed add never fires early: each retry came at least its delay after the failure.
     let flaky = calls.lock().unwrap()["flaky"].clone();
-    // client-go's per-item exponential limiter: 5 ms, 10 ms, 20 ms, 40 ms, 80 ms. A delayed
-    // add never fires early, so each gap is at least its delay.
+    assert_eq!(flaky.len(), 6);
     for (i, pair) in flaky.windows(2).enumerate() {
         let wanted = Duration::from_millis(5 << i);
         assert!(
@@ -233,13 +276,21 @@ async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_re
             pair[1] - pair[0]
         );
     }
-    let key = ObjectKey::namespaced("default", "flaky");
-    eventually(WAIT, "success forgets the backoff", || {
-        let n = queue.num_requeues(&key);
-        async move { n == 0 }
+
+    // After the success, a new failure starts over at the base delay.
+    fail_again.store(true, Ordering::SeqCst);
+    let patch = serde_json::json!({"data": {"v": "2"}});
+    cms.patch("flaky", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(WAIT, "flaky failed again and recovered", || {
+        let n = of("flaky").len();
+        async move { n >= 8 }
     })
     .await;
+    assert_eq!(of("flaky")[6..], [ms(5), None], "the success reset the backoff");
 
+    // RequeueAfter: forgotten, then one more reconcile no earlier than the delay.
     eventually(WAIT, "poll requeued after its delay", || {
         let n = calls.lock().unwrap().get("poll").map_or(0, Vec::len);
         async move { n >= 2 }
@@ -251,30 +302,33 @@ async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_re
         "{:?}",
         poll[1] - poll[0]
     );
-    // A third reconcile would come from a second requeue; give it twice the delay to show up.
+    // Requeue: rate-limited (one `when`), then done.
+    eventually(WAIT, "again requeued, reconciled again and forgotten", || {
+        let ok = of("again") == [ms(5), None];
+        async move { ok }
+    })
+    .await;
+    // A third reconcile of poll would come from a second requeue; give it twice the delay.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(
         calls.lock().unwrap()["poll"].len(),
         2,
         "RequeueAfter fired more than once"
     );
-
-    // After success, a new failure starts over at the base delay.
-    let patch = serde_json::json!({"data": {"v": "2"}});
-    calls.lock().unwrap().remove("flaky");
-    cms.patch("flaky", &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-    eventually(WAIT, "flaky fails again", || {
-        let n = calls.lock().unwrap().get("flaky").map_or(0, Vec::len);
-        async move { n >= 1 }
-    })
-    .await;
-    eventually(WAIT, "first requeue after reset", || {
-        let n = queue.num_requeues(&key);
-        async move { n >= 1 }
-    })
-    .await;
+    assert_eq!(
+        of("poll"),
+        [None, None],
+        "RequeueAfter and Done both forget; no rate limiting"
+    );
+    let text = gather(&registry);
+    let result = |r: &str| {
+        let series = format!(r#"controller_runtime_reconcile_total{{controller="backoff",result="{r}"}}"#);
+        sample(&text, &series)
+    };
+    assert_eq!(
+        (result("requeue"), result("requeue_after"), result("error")),
+        (1.0, 1.0, 6.0)
+    );
 
     shutdown.cancel();
     run.await.unwrap().unwrap();
@@ -392,14 +446,18 @@ async fn a_panicking_reconcile_is_counted_and_retried_and_the_worker_survives() 
     let reconciler = {
         let attempts = attempts.clone();
         reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
-            let attempts = attempts.clone();
+            let n = {
+                let mut attempts = attempts.lock().unwrap();
+                let n = attempts.entry(req.name.clone()).or_default();
+                *n += 1;
+                *n
+            };
+            // A closure may panic before it returns its future ...
+            if req.name == "early" && n == 1 {
+                panic!("reconcile exploded before its future");
+            }
             async move {
-                let n = {
-                    let mut attempts = attempts.lock().unwrap();
-                    let n = attempts.entry(req.name.clone()).or_default();
-                    *n += 1;
-                    *n
-                };
+                // ... or inside it.
                 if req.name == "bomb" && n == 1 {
                     panic!("reconcile exploded");
                 }
@@ -415,12 +473,14 @@ async fn a_panicking_reconcile_is_counted_and_retried_and_the_worker_survives() 
             .run(reconciler, shutdown.clone()),
     );
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    cms.create(&PostParams::default(), &configmap("default", "bomb", "1"))
-        .await
-        .unwrap();
-    eventually(WAIT, "bomb retried after its panic", || {
-        let n = attempts.lock().unwrap().get("bomb").copied().unwrap_or(0);
-        async move { n >= 2 }
+    for name in ["bomb", "early"] {
+        cms.create(&PostParams::default(), &configmap("default", name, "1"))
+            .await
+            .unwrap();
+    }
+    eventually(WAIT, "bomb and early retried after their panics", || {
+        let attempts = attempts.lock().unwrap().clone();
+        async move { attempts.get("bomb") >= Some(&2) && attempts.get("early") >= Some(&2) }
     })
     .await;
     // The single worker survived: it still reconciles other keys.
@@ -433,26 +493,22 @@ async fn a_panicking_reconcile_is_counted_and_retried_and_the_worker_survives() 
     })
     .await;
     let text = gather(&registry);
-    assert_eq!(
-        sample(
-            &text,
-            r#"controller_runtime_reconcile_panics_total{controller="panics"}"#
-        ),
-        1.0
+    let panics = sample(
+        &text,
+        r#"controller_runtime_reconcile_panics_total{controller="panics"}"#,
     );
-    assert_eq!(
-        sample(
-            &text,
-            r#"controller_runtime_reconcile_errors_total{controller="panics"}"#
-        ),
-        1.0
+    let errors = sample(
+        &text,
+        r#"controller_runtime_reconcile_errors_total{controller="panics"}"#,
     );
+    let results = sample(
+        &text,
+        r#"controller_runtime_reconcile_total{controller="panics",result="error"}"#,
+    );
+    assert_eq!((panics, errors, results), (2.0, 2.0, 2.0));
     assert_eq!(
-        sample(
-            &text,
-            r#"controller_runtime_reconcile_total{controller="panics",result="error"}"#
-        ),
-        1.0
+        sample(&text, r#"controller_runtime_active_workers{controller="panics"}"#),
+        0.0
     );
     shutdown.cancel();
     run.await.unwrap().unwrap();
@@ -698,14 +754,15 @@ async fn watches_map_any_object_to_keys_and_dynamic_children_enqueue_their_owner
         reconciler_fn(move |req: Request, ctx: Context<Widget>| {
             let seen = seen.clone();
             async move {
-                // Every type the controller uses has a lister; others do not.
-                assert!(ctx.lister_for::<ConfigMap>().is_some() && ctx.lister_for::<Widget>().is_some());
-                assert!(ctx.dynamic_lister(&ApiResource::erase::<Secret>(&())).is_some());
-                assert!(
-                    ctx.lister_for::<Secret>().is_none(),
-                    "Secrets are watched dynamically only"
-                );
-                seen.lock().unwrap().push((req.to_string(), ctx.get(&req).is_some()));
+                // Every type the controller uses has a lister; others do not. Recorded, and
+                // asserted by the test body (a panic here would only be retried).
+                let listers_ok = ctx.lister_for::<ConfigMap>().is_some()
+                    && ctx.lister_for::<Widget>().is_some()
+                    && ctx.dynamic_lister(&ApiResource::erase::<Secret>(&())).is_some()
+                    && ctx.lister_for::<Secret>().is_none();
+                seen.lock()
+                    .unwrap()
+                    .push((req.to_string(), ctx.get(&req).is_some() && listers_ok));
                 Ok::<_, std::convert::Infallible>(Action::Done)
             }
         })
@@ -767,6 +824,63 @@ async fn watches_map_any_object_to_keys_and_dynamic_children_enqueue_their_owner
         async move { n == 3 }
     })
     .await;
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn workers_start_only_once_every_informer_of_the_controller_synced() {
+    use k8s_openapi::api::core::v1::Secret;
+    let env = envtest_with_widgets().await;
+    let client = env.client();
+    Api::<Widget>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &Widget::new("early", WidgetSpec { size: 1 }))
+        .await
+        .unwrap();
+    // The owned type's first lists fail: its informer syncs only after the reflector's backoff,
+    // long after the Widget informer did.
+    env.faults().fail_next("/api/v1/secrets", 500, 2, 0);
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let secrets = factory.informer_for::<Secret>().unwrap();
+    let widgets = factory.informer_for::<Widget>().unwrap();
+    let synced_at_reconcile: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let reconciler = {
+        let (synced, secrets) = (synced_at_reconcile.clone(), secrets.clone());
+        reconciler_fn(move |_req: Request, _ctx: Context<Widget>| {
+            synced.lock().unwrap().push(secrets.has_synced());
+            async { Ok::<_, std::convert::Infallible>(Action::Done) }
+        })
+    };
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("gated", &factory)
+            .for_resource::<Widget>()
+            .owns::<Secret>()
+            .run(reconciler, shutdown.clone()),
+    );
+    eventually(WAIT, "the Widget informer synced first", || {
+        let ok = widgets.has_synced();
+        async move { ok }
+    })
+    .await;
+    assert!(!secrets.has_synced(), "the Secret lists were to fail first");
+    assert!(
+        synced_at_reconcile.lock().unwrap().is_empty(),
+        "a worker ran before every cache synced"
+    );
+    eventually(WAIT, "early reconciled", || {
+        let n = synced_at_reconcile.lock().unwrap().len();
+        async move { n >= 1 }
+    })
+    .await;
+    assert!(synced_at_reconcile.lock().unwrap().iter().all(|ok| *ok));
+    let secret_lists = env
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/v1/secrets" && !r.is_watch)
+        .count();
+    assert!(secret_lists >= 3, "{secret_lists} lists of secrets");
     shutdown.cancel();
     run.await.unwrap().unwrap();
     env.shutdown().await;

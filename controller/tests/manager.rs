@@ -132,7 +132,7 @@ fn elected_manager(
     client: kube::Client,
     identity: &str,
     release_on_cancel: bool,
-    reconciles: Arc<AtomicUsize>,
+    reconciles: Arc<Mutex<Vec<Instant>>>,
 ) -> Manager {
     let config = LeaderElectionConfig::new("default", "kinformer-test", identity)
         .lease_duration(Duration::from_secs(2))
@@ -140,14 +140,20 @@ fn elected_manager(
         .retry_period(Duration::from_millis(300))
         .release_on_cancel(release_on_cancel);
     let mut manager = Manager::builder(client)
-        .no_metrics_server()
+        .metrics_addr(local())
         .handle_signals(false)
         .leader_election(config)
         .build()
         .unwrap();
-    let reconciler = reconciler_fn(move |_req: Request, _ctx: Context<ConfigMap>| {
-        reconciles.fetch_add(1, Ordering::SeqCst);
-        async { Ok::<_, std::convert::Infallible>(Action::Done) }
+    let reconciler = reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+        reconciles.lock().unwrap().push(Instant::now());
+        async move {
+            // "slow" holds its worker: a lost lease must abort it.
+            if req.name == "slow" {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+            Ok::<_, std::convert::Infallible>(Action::Done)
+        }
     });
     let built = manager
         .controller(format!("cms-{identity}"))
@@ -221,12 +227,14 @@ async fn one_leader_among_managers_and_takeovers_within_client_go_bounds() {
         })
     };
 
-    let counts: Vec<Arc<AtomicUsize>> = (0..3).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+    let counts: Vec<Arc<Mutex<Vec<Instant>>>> = (0..3).map(|_| Arc::default()).collect();
+    let n = |i: usize| counts[i].lock().unwrap().len();
     // a releases the lease on shutdown; b does not (it is "dropped").
     let a = elected_manager(client.clone(), "a", true, counts[0].clone());
     let b = elected_manager(client.clone(), "b", false, counts[1].clone());
     let c = elected_manager(client.clone(), "c", true, counts[2].clone());
     let (sa, sb, sc) = (a.status(), b.status(), c.status());
+    let (addr_a, addr_b) = (a.metrics_addr().unwrap(), b.metrics_addr().unwrap());
     statuses.lock().unwrap().extend([sa.clone(), sb.clone(), sc.clone()]);
     let (stop_a, stop_b, stop_c) = (
         CancellationToken::new(),
@@ -246,22 +254,25 @@ async fn one_leader_among_managers_and_takeovers_within_client_go_bounds() {
     })
     .await;
     assert!(!sb.is_leader());
+    assert_eq!(http_get(addr_a, "/readyz").await, (200, "ok: leading\n".into()));
+    assert_eq!(http_get(addr_b, "/readyz").await, (200, "ok: standby\n".into()));
 
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     cms.create(&PostParams::default(), &configmap("default", "x", "1"))
         .await
         .unwrap();
     eventually(WAIT, "the leader reconciles", || {
-        let ok = counts[0].load(Ordering::SeqCst) >= 1;
+        let ok = n(0) >= 1;
         async move { ok }
     })
     .await;
-    assert_eq!(counts[1].load(Ordering::SeqCst), 0, "the standby must not reconcile");
+    assert_eq!(n(1), 0, "the standby must not reconcile");
 
     // a shuts down and releases: b takes over within about one retry period (jittered).
     stop_a.cancel();
     run_a.await.unwrap().unwrap();
     let released = Instant::now();
+    assert!(counts[0].lock().unwrap().iter().all(|t| *t < released));
     eventually(WAIT, "b leads after a released", || {
         let ok = sb.is_leader();
         async move { ok }
@@ -274,10 +285,12 @@ async fn one_leader_among_managers_and_takeovers_within_client_go_bounds() {
     );
     // b's warm cache and queue: it reconciles at once.
     eventually(WAIT, "b reconciles after taking over", || {
-        let ok = counts[1].load(Ordering::SeqCst) >= 1;
+        let ok = n(1) >= 1;
         async move { ok }
     })
     .await;
+    // b reconciled only after a had stopped: the controllers never ran side by side.
+    assert!(counts[1].lock().unwrap().iter().all(|t| *t > released));
 
     // c stands by; b stops without releasing: c leads once the lease expired.
     let run_c = tokio::spawn(c.run(stop_c.clone()));
@@ -290,6 +303,7 @@ async fn one_leader_among_managers_and_takeovers_within_client_go_bounds() {
     stop_b.cancel();
     run_b.await.unwrap().unwrap();
     let dropped = Instant::now();
+    assert_eq!(n(2), 0, "c reconciled while b led");
     eventually(WAIT, "c leads after b's lease expired", || {
         let ok = sc.is_leader();
         async move { ok }
@@ -342,12 +356,22 @@ async fn one_leader_among_managers_and_takeovers_within_client_go_bounds() {
 async fn losing_the_lease_stops_the_controllers_at_once_and_fails_the_manager() {
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
-    let reconciles = Arc::new(AtomicUsize::new(0));
+    let reconciles: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let manager = elected_manager(client.clone(), "loser", true, reconciles.clone());
     let status = manager.status();
     let run = tokio::spawn(manager.run(CancellationToken::new()));
     eventually(WAIT, "leading", || {
         let ok = status.is_leader();
+        async move { ok }
+    })
+    .await;
+    // A reconcile in flight (it would take 30 s) when the lease goes.
+    Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &configmap("default", "slow", "1"))
+        .await
+        .unwrap();
+    eventually(WAIT, "slow reconcile started", || {
+        let ok = !reconciles.lock().unwrap().is_empty();
         async move { ok }
     })
     .await;
@@ -366,6 +390,9 @@ async fn losing_the_lease_stops_the_controllers_at_once_and_fails_the_manager() 
     // Renew deadline 1.5 s, plus one jittered retry period, plus a margin.
     assert!(took < Duration::from_millis(1500 + 360 + 700), "took {took:?}");
     assert!(!status.is_leader());
+    // `run` returned: the in-flight reconcile was aborted, not waited for (30 s), and no
+    // reconcile started after the lease was lost.
+    assert!(reconciles.lock().unwrap().iter().all(|t| *t < cut));
     env.faults().clear();
     env.shutdown().await;
 }

@@ -311,6 +311,13 @@ impl Rest {
         }
         let stored = inner.put(&info.key(), body);
         crate::crd::on_write(&self.registry, &mut inner, info, &stored, false);
+        let has_owners = !object::owner_uids(&stored).is_empty();
+        drop(inner);
+        // A dependent created after its owner was deleted is collected too, as by
+        // kube-controller-manager's garbage collector (it watches every create).
+        if has_owners {
+            self.gc.notify_one();
+        }
         Ok((201, (*stored).clone()))
     }
 

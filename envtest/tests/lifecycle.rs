@@ -260,3 +260,29 @@ async fn bearer_token_is_enforced_and_kubeconfig_works() {
     let _ = std::fs::remove_dir_all(&dir);
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_dependent_created_after_its_owner_was_deleted_is_collected() {
+    let env = Server::start(Config::default()).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let mut owner = ConfigMap::default();
+    owner.metadata.name = Some("gone".into());
+    let owner = api.create(&PostParams::default(), &owner).await.unwrap();
+    api.delete("gone", &DeleteParams::background()).await.unwrap();
+    // A controller whose cache lags creates a child of the deleted owner: the collector (woken
+    // by the create, not only by deletes) removes it; an unowned object stays.
+    let oref = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": owner.metadata.uid}]);
+    let late: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "late", "ownerReferences": oref}})).unwrap();
+    api.create(&PostParams::default(), &late).await.unwrap();
+    let mut free = ConfigMap::default();
+    free.metadata.name = Some("free".into());
+    api.create(&PostParams::default(), &free).await.unwrap();
+    wait_for(T, "the orphaned dependent to be collected", || {
+        let api = api.clone();
+        async move { api.get_opt("late").await.unwrap().is_none() }
+    })
+    .await;
+    assert!(api.get_opt("free").await.unwrap().is_some());
+    env.shutdown().await;
+}

@@ -44,7 +44,7 @@ struct Args {
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     timeout: u64,
     /// Where to serve /metrics, /healthz and /readyz (default: a free loopback port in the
-    /// demo, 127.0.0.1:8080 against a cluster).
+    /// demo, 0.0.0.0:8080 against a cluster).
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<SocketAddr>,
     /// The namespace of the demo's objects and of the leader election Lease.
@@ -91,21 +91,18 @@ async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), Dem
     let client = Client::try_from(config)?;
     demo::install_crds(&client, &[sample_controller::crd()]).await?;
     let identity = format!("{}-{}", kinformer::controller::manager::hostname(), std::process::id());
+    // In a pod, probes and Prometheus reach the endpoint from outside: listen on every interface.
     let mut manager = Manager::builder(client)
-        .metrics_addr(args.metrics_addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))))
+        .metrics_addr(args.metrics_addr.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 8080))))
         .leader_election(LeaderElectionConfig::new(
             &args.namespace,
             "sample-controller",
             identity,
         ))
         .build()?;
-    let stats = Stats::default();
-    let verbose = !args.quiet;
-    manager.add(sample_controller::controller(&manager, |inner| Instrumented {
-        inner,
-        stats: stats.clone(),
-        verbose,
-    })?);
+    // No per-reconcile lines or figures here (they would grow without end): the controller's
+    // logs and /metrics say what it does.
+    manager.add(sample_controller::controller(&manager, |inner| inner)?);
     println!(
         "sample-controller: watching Foos; metrics on http://{}/metrics",
         display_addr(&manager)

@@ -2,6 +2,9 @@
 //!
 //! - [`sample_controller`]: Kubernetes' sample-controller (Foo → Deployment); run
 //!   `cargo run -p examples --bin sample-controller`.
+//! - [`replicaset_lite`]: kube-controller-manager's ReplicaSet controller (ReplicaSet → Pods)
+//!   with client-go's expectations and a Pod index by controller; run
+//!   `cargo run -p examples --bin replicaset-lite`.
 //! - [`demo`]: what the example binaries share (embedded server, per-reconcile lines, summary).
 //!
 //! [`Foo`] is a namespaced custom resource defined the usual kube way, with
@@ -10,6 +13,7 @@
 //! and `Foo::informer(&factory)`. `cargo xtask crds` writes its CRD to `examples/crds/`.
 
 pub mod demo;
+pub mod replicaset_lite;
 pub mod sample_controller;
 
 use kinformer::Informer;

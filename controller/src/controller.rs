@@ -58,7 +58,9 @@ use std::time::Duration;
 use factory::{FactoryError, FactoryResource, SharedInformerFactory};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use informer_core::{Indexer, InformerError, ResourceEventHandlerRegistration, SharedIndexInformer};
+use informer_core::{
+    Indexer, InformerError, ResourceEventHandler, ResourceEventHandlerRegistration, SharedIndexInformer,
+};
 use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
 use tokio::task::JoinSet;
@@ -68,7 +70,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 use workqueue::{QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter};
 
 use crate::event_recorder::{EventRecorder, Reporter};
-use crate::handler::{EnqueueHandler, MapFunc, Mapping, OwnerType};
+use crate::handler::{EnqueueHandler, Enqueuer, MapFunc, Mapping, OwnerType};
 use crate::manager::{Runnable, hostname};
 use crate::metrics::{ControllerMetrics, Metrics};
 use crate::object_key::ObjectKey;
@@ -251,7 +253,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             primary: Source {
                 informer,
                 name,
-                mapping: Mapping::Object,
+                handling: Handling::Map(Mapping::Object),
                 key,
             },
             primary_type,
@@ -263,14 +265,14 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     fn add_source<C: Resource + Send + Sync + 'static>(
         mut self,
         informer: Result<SharedIndexInformer<C>, FactoryError>,
-        mapping: Mapping<C>,
+        handling: Handling<C>,
         (key, name): (SourceKey, String),
     ) -> Self {
         match informer {
             Ok(informer) => self.sources.push(Box::new(Source {
                 informer: Some(informer),
                 name,
-                mapping,
+                handling,
                 key,
             })),
             Err(e) => {
@@ -286,7 +288,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     pub fn owns<C: FactoryResource>(self) -> Self {
         let informer = self.common.factory.informer_for::<C>();
         let mapping = Mapping::Owner(self.primary_type.clone());
-        self.add_source(informer, mapping, typed_source::<C>())
+        self.add_source(informer, Handling::Map(mapping), typed_source::<C>())
     }
 
     /// Dynamic children (by group/version/kind), as [`owns`](Self::owns).
@@ -294,7 +296,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     pub fn owns_dynamic(self, resource: &ApiResource, namespaced: bool) -> Self {
         let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
         let mapping = Mapping::Owner(self.primary_type.clone());
-        self.add_source(informer, mapping, dynamic_source(resource))
+        self.add_source(informer, Handling::Map(mapping), dynamic_source(resource))
     }
 
     /// Objects of type `W`: a change to one enqueues the keys `mapper` returns for it (for
@@ -303,7 +305,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     pub fn watches<W: FactoryResource>(self, mapper: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static) -> Self {
         let informer = self.common.factory.informer_for::<W>();
         let mapper: MapFunc<W> = Arc::new(mapper);
-        self.add_source(informer, Mapping::Func(mapper), typed_source::<W>())
+        self.add_source(informer, Handling::Map(Mapping::Func(mapper)), typed_source::<W>())
     }
 
     /// Dynamic objects (by group/version/kind), as [`watches`](Self::watches).
@@ -316,7 +318,43 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     ) -> Self {
         let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
         let mapper: MapFunc<DynamicObject> = Arc::new(mapper);
-        self.add_source(informer, Mapping::Func(mapper), dynamic_source(resource))
+        self.add_source(informer, Handling::Map(Mapping::Func(mapper)), dynamic_source(resource))
+    }
+
+    /// Objects of type `W`, through a handler of your own that is given the controller's queue
+    /// (controller-runtime's `Watches(object, handler)`): for a handler that must act before it
+    /// enqueues, such as client-go's expectations, which must count an observed Pod before the
+    /// reconcile it wakes can run. The event filters do not apply to it. Its informer's cache is
+    /// in the context as for any other source.
+    ///
+    /// ```no_run
+    /// # use controller::{Controller, ObjectKey};
+    /// # use informer_core::ResourceEventHandlerFuncs;
+    /// # use k8s_openapi::api::apps::v1::ReplicaSet;
+    /// # use k8s_openapi::api::core::v1::Pod;
+    /// # fn demo(factory: &factory::SharedInformerFactory) {
+    /// let controller = Controller::new("replicaset", factory)
+    ///     .for_resource::<ReplicaSet>()
+    ///     .watches_with::<Pod, _>(|queue| {
+    ///         ResourceEventHandlerFuncs::new().on_add(move |pod: &std::sync::Arc<Pod>, _| {
+    ///             // ... note the Pod as observed, then wake its owner:
+    ///             let owner = pod.metadata.owner_references.as_ref().and_then(|r| r.first());
+    ///             if let (Some(owner), Some(ns)) = (owner, &pod.metadata.namespace) {
+    ///                 queue.add(ObjectKey::namespaced(ns, &owner.name));
+    ///             }
+    ///         })
+    ///     });
+    /// # let _ = controller; }
+    /// ```
+    #[must_use]
+    pub fn watches_with<W: FactoryResource, H: ResourceEventHandler<W>>(
+        self,
+        make: impl FnOnce(Enqueuer) -> H + Send + 'static,
+    ) -> Self {
+        let informer = self.common.factory.informer_for::<W>();
+        let make: MakeHandler<W> = Box::new(move |queue| Box::new(make(queue)));
+        let handling = Handling::Custom(std::sync::Mutex::new(Some(make)));
+        self.add_source(informer, handling, typed_source::<W>())
     }
 
     /// Adds a filter every notification (of every source) must pass to enqueue a key; see
@@ -471,8 +509,34 @@ struct Source<C> {
     informer: Option<SharedIndexInformer<C>>,
     /// `apiVersion/Kind`, for logs and errors.
     name: String,
-    mapping: Mapping<C>,
+    handling: Handling<C>,
     key: SourceKey,
+}
+
+/// How a source's notifications reach the queue.
+enum Handling<C> {
+    /// Through an [`EnqueueHandler`] with the controller's event filters.
+    Map(Mapping<C>),
+    /// Through the user's own handler, made once at build time with the queue.
+    Custom(std::sync::Mutex<Option<MakeHandler<C>>>),
+}
+
+/// Makes a custom handler, given the controller's queue.
+type MakeHandler<C> = Box<dyn FnOnce(Enqueuer) -> Box<dyn ResourceEventHandler<C>> + Send>;
+
+/// A boxed custom handler, registered as a handler.
+struct BoxedHandler<C>(Box<dyn ResourceEventHandler<C>>);
+
+impl<C: Send + Sync + 'static> ResourceEventHandler<C> for BoxedHandler<C> {
+    fn on_add(&self, obj: &Arc<C>, is_in_initial_list: bool) {
+        self.0.on_add(obj, is_in_initial_list);
+    }
+    fn on_update(&self, old: &Arc<C>, new: &Arc<C>) {
+        self.0.on_update(old, new);
+    }
+    fn on_delete(&self, obj: informer_core::DeletedObject<C>) {
+        self.0.on_delete(obj);
+    }
 }
 
 /// A [`Source`] without its type.
@@ -498,11 +562,22 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
         let Some(informer) = &self.informer else {
             return Err(ControllerError::InvalidConfig("an informer is missing".into()));
         };
-        let registration = informer.add_event_handler(EnqueueHandler {
-            queue: queue.clone(),
-            predicates: predicates.clone(),
-            mapping: self.mapping.clone(),
-        })?;
+        let registration = match &self.handling {
+            Handling::Map(mapping) => informer.add_event_handler(EnqueueHandler {
+                queue: queue.clone(),
+                predicates: predicates.clone(),
+                mapping: mapping.clone(),
+            })?,
+            Handling::Custom(make) => {
+                let make = make.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let Some(make) = make else {
+                    return Err(ControllerError::InvalidConfig(
+                        "a custom handler was already used".into(),
+                    ));
+                };
+                informer.add_event_handler(BoxedHandler(make(Enqueuer { queue: queue.clone() })))?
+            }
+        };
         Ok(Box::new(Registration {
             informer: informer.clone(),
             registration,

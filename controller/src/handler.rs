@@ -79,6 +79,25 @@ impl OwnerType {
     }
 }
 
+/// The controller's work queue as a custom handler sees it
+/// ([`watches_with`](crate::Controller::watches_with)): it may add keys, nothing else.
+#[derive(Clone)]
+pub struct Enqueuer {
+    pub(crate) queue: RateLimitingQueue<ObjectKey>,
+}
+
+impl Enqueuer {
+    /// Enqueues `key` now (merged with a pending add of the same key).
+    pub fn add(&self, key: ObjectKey) {
+        self.queue.add(key);
+    }
+
+    /// Enqueues `key` once `delay` has passed.
+    pub fn add_after(&self, key: ObjectKey, delay: std::time::Duration) {
+        self.queue.add_after(key, delay);
+    }
+}
+
 /// The handler registered on one informer of a controller.
 pub(crate) struct EnqueueHandler<K> {
     pub(crate) queue: RateLimitingQueue<ObjectKey>,

@@ -39,7 +39,7 @@ mod reconciler;
 
 pub use controller::{BuiltController, Controller, ControllerBuilder, ControllerError};
 pub use event_recorder::{EventRecorder, EventRecorderConfig, EventRecorderStats, EventType, Reporter};
-pub use handler::MapFunc;
+pub use handler::{Enqueuer, MapFunc};
 pub use leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
 pub use manager::{Manager, ManagerBuilder, ManagerError, ManagerStatus, Runnable, RunnableFn, runnable_fn};
 pub use metrics::Metrics;

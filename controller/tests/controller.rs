@@ -885,3 +885,73 @@ async fn workers_start_only_once_every_informer_of_the_controller_synced() {
     run.await.unwrap().unwrap();
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_custom_handler_gets_the_queue_and_the_event_filters_do_not_apply_to_it() {
+    use controller::predicate::GenerationChanged;
+    use informer_core::ResourceEventHandlerFuncs;
+    let env = envtest_with_widgets().await;
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    // What the custom handler observed, in order, before it enqueued.
+    let observed: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<(String, usize, bool)>>> = Arc::default();
+    let reconciler = {
+        let (seen, observed) = (seen.clone(), observed.clone());
+        reconciler_fn(move |req: Request, ctx: Context<Widget>| {
+            let entry = (
+                req.to_string(),
+                observed.lock().unwrap().len(),
+                ctx.lister_for::<ConfigMap>().is_some(),
+            );
+            seen.lock().unwrap().push(entry);
+            async { Ok::<_, std::convert::Infallible>(Action::Done) }
+        })
+    };
+    let shutdown = CancellationToken::new();
+    let handler_log = observed.clone();
+    let run = tokio::spawn(
+        Controller::new("custom", &factory)
+            .for_resource::<Widget>()
+            // Would drop every ConfigMap update (they have no generation) if it applied.
+            .with_event_filter(GenerationChanged)
+            .watches_with::<ConfigMap, _>(move |queue| {
+                let on_update = handler_log.clone();
+                ResourceEventHandlerFuncs::new().on_update(move |_old, cm: &Arc<ConfigMap>| {
+                    on_update.lock().unwrap().push(cm.name_any());
+                    if let Some(widget) = cm.labels().get("widget") {
+                        queue.add(ObjectKey::namespaced("default", widget));
+                    }
+                })
+            })
+            .run(reconciler, shutdown.clone()),
+    );
+    Api::<Widget>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &Widget::new("w", WidgetSpec { size: 1 }))
+        .await
+        .unwrap();
+    let mut cm = configmap("default", "pointer", "1");
+    cm.metadata.labels = Some([("widget".to_string(), "w".to_string())].into());
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    eventually(WAIT, "w reconciled once", || {
+        let n = seen.lock().unwrap().len();
+        async move { n == 1 }
+    })
+    .await;
+    let patch = serde_json::json!({"data": {"v": "2"}});
+    cms.patch("pointer", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    eventually(WAIT, "the custom handler's key reconciled", || {
+        let n = seen.lock().unwrap().len();
+        async move { n == 2 }
+    })
+    .await;
+    // The handler had recorded the update before the reconcile it enqueued ran.
+    let second = seen.lock().unwrap()[1].clone();
+    assert_eq!(second, ("default/w".to_string(), 1, true));
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}

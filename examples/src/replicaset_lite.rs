@@ -19,8 +19,9 @@
 //! use kinformer::controller::Manager;
 //!
 //! let mut manager = Manager::builder(client).build()?;
-//! let reconciler = ReplicaSetController::new(manager.factory())?; // index + expectations observer
-//! manager.add(replicaset_lite::controller(&manager, reconciler)?);
+//! let reconciler = ReplicaSetController::new(manager.factory())?; // Pod index + expectations
+//! let expectations = reconciler.expectations(); // lowered by the Pod handler before it enqueues
+//! manager.add(replicaset_lite::controller(&manager, expectations, reconciler)?);
 //! manager.add(replicaset_lite::fake_kubelet(manager.factory())?); // envtest only: no kubelets there
 //! manager.run(kinformer::CancellationToken::new()).await?;
 //! # Ok(()) }
@@ -40,11 +41,10 @@
 //! expectation older than [`EXPECTATIONS_TIMEOUT`] (5 minutes, client-go's) is ignored, so a
 //! lost watch event cannot stall a ReplicaSet forever.
 //!
-//! The observer runs on its own listener, not the one that enqueues the ReplicaSet (the
-//! controller's `.owns::<Pod>()` handler), so the reconcile woken by the last Pod may run
-//! before that Pod is counted. Such a reconcile therefore asks to be requeued
-//! ([`Action::Requeue`], rate-limited) instead of relying on a later event, as client-go can
-//! because one handler both lowers the count and enqueues.
+//! The observer is also what enqueues the ReplicaSet of a Pod (registered with the controller's
+//! `watches_with`, which hands it the queue): it lowers the count first, then enqueues, as
+//! client-go's one Pod handler does, so the reconcile woken by the last Pod always sees it
+//! counted, and a reconcile that finds expectations pending can simply end.
 //!
 //! # Compared with upstream
 //! Not done: adoption and release of Pods by label selector (only Pods carrying the controller
@@ -72,8 +72,8 @@ use kinformer::cache::{
     meta_namespace_key,
 };
 use kinformer::controller::{
-    Action, BuiltController, Context, ControllerError, EventRecorder, EventType, Manager, ObjectKey, Reconciler,
-    Request, Runnable, runnable_fn,
+    Action, BuiltController, Context, ControllerError, Enqueuer, EventRecorder, EventType, Manager, ObjectKey,
+    Reconciler, Request, Runnable, runnable_fn,
 };
 use kinformer::factory::SharedInformerFactory;
 use kinformer::factory::generated::apps::v1::ReplicaSetLister;
@@ -122,12 +122,17 @@ pub fn add_pod_controller_uid_indexer(pods: &SharedIndexInformer<Pod>) -> Result
 
 /// The key (`namespace/name`) of the ReplicaSet controlling `pod`, if one does.
 fn controlling_replicaset(pod: &Pod) -> Option<String> {
+    controlling_replicaset_key(pod).map(|key| key.cache_key())
+}
+
+/// The key of the ReplicaSet in `pod`'s controller ownerReference.
+fn controlling_replicaset_key(pod: &Pod) -> Option<ObjectKey> {
     let owner = pod.owner_references().iter().find(|r| r.controller == Some(true))?;
     let group = owner.api_version.rsplit_once('/').map_or("", |(group, _)| group);
     if owner.kind != "ReplicaSet" || group != "apps" {
         return None;
     }
-    Some(ObjectKey::namespaced(pod.namespace().unwrap_or_default(), &owner.name).cache_key())
+    Some(ObjectKey::namespaced(pod.namespace().unwrap_or_default(), &owner.name))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -272,12 +277,33 @@ impl ControllerExpectations {
 /// is no longer active, and a replacement is due at once, not when the kubelet lets go.
 pub struct ExpectationsObserver {
     expectations: ControllerExpectations,
+    /// The controller's queue: the owner is enqueued after its expectation was lowered.
+    queue: Option<Enqueuer>,
 }
 
 impl ExpectationsObserver {
-    /// Lowers `expectations`.
+    /// Lowers `expectations` (and enqueues nothing).
     pub fn new(expectations: ControllerExpectations) -> Self {
-        ExpectationsObserver { expectations }
+        ExpectationsObserver {
+            expectations,
+            queue: None,
+        }
+    }
+
+    /// Lowers `expectations`, then enqueues the Pod's ReplicaSet into `queue`: one handler does
+    /// both, in that order, as client-go's `addPod`/`updatePod`/`deletePod`, so the reconcile a
+    /// Pod wakes always sees it counted.
+    pub fn with_queue(expectations: ControllerExpectations, queue: Enqueuer) -> Self {
+        ExpectationsObserver {
+            expectations,
+            queue: Some(queue),
+        }
+    }
+
+    fn enqueue_owner(&self, pod: &Pod) {
+        if let (Some(queue), Some(key)) = (&self.queue, controlling_replicaset_key(pod)) {
+            queue.add(key);
+        }
     }
 
     fn deleted(&self, pod: &Pod) {
@@ -295,17 +321,22 @@ impl ResourceEventHandler<Pod> for ExpectationsObserver {
         } else if let Some(rs) = controlling_replicaset(pod) {
             self.expectations.creation_observed(&rs);
         }
+        self.enqueue_owner(pod);
     }
 
-    fn on_update(&self, _old: &Arc<Pod>, new: &Arc<Pod>) {
+    fn on_update(&self, old: &Arc<Pod>, new: &Arc<Pod>) {
         // Idempotent: the deletion set holds each Pod once.
         if new.metadata.deletion_timestamp.is_some() {
             self.deleted(new);
         }
+        // Status changes (Ready) concern the owner's status; an owner change concerns both.
+        self.enqueue_owner(old);
+        self.enqueue_owner(new);
     }
 
     fn on_delete(&self, pod: DeletedObject<Pod>) {
         self.deleted(pod.object());
+        self.enqueue_owner(pod.object());
     }
 }
 
@@ -376,6 +407,8 @@ pub struct ReplicaSetController {
     pods: Indexer<Pod>,
     expectations: ControllerExpectations,
     writes: PodWrites,
+    /// How many reconciles found expectations pending and left the Pods alone.
+    expectation_waits: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ReplicaSetController {
@@ -386,14 +419,19 @@ impl ReplicaSetController {
         let pods = factory.core().v1().pods()?;
         add_pod_controller_uid_indexer(pods.informer())?;
         let expectations = ControllerExpectations::default();
-        // Stays registered as long as the informer runs, as the controller's own handlers.
-        pods.add_event_handler(ExpectationsObserver::new(expectations.clone()))?;
         Ok(ReplicaSetController {
             replicasets: factory.apps().v1().replicasets()?.lister(),
             pods: pods.informer().indexer().clone(),
             expectations,
             writes: PodWrites::default(),
+            expectation_waits: Arc::default(),
         })
+    }
+
+    /// How many reconciles so far found expectations pending and touched no Pod (a handle:
+    /// it keeps counting after the reconciler moved into a controller).
+    pub fn expectation_waits(&self) -> Arc<std::sync::atomic::AtomicUsize> {
+        self.expectation_waits.clone()
     }
 
     /// The expectations, shared with the Pod informer's observer.
@@ -577,8 +615,11 @@ impl Reconciler<ReplicaSet> for ReplicaSetController {
         managed?;
 
         if !needs_sync {
+            // The Pod events still to come lower the count and enqueue this ReplicaSet again.
+            self.expectation_waits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::debug!(replicaset = %key, pending = ?self.expectations.pending(&key), "waiting for expectations");
-            return Ok(Action::Requeue);
+            return Ok(Action::Done);
         }
         // Ready Pods become available only after minReadySeconds, which no event announces.
         let min_ready = rs.spec.as_ref().and_then(|s| s.min_ready_seconds).unwrap_or(0);
@@ -594,14 +635,18 @@ impl Reconciler<ReplicaSet> for ReplicaSetController {
 
 /// The ReplicaSet controller on `manager`'s factory: ReplicaSets, and the Pods they own (see
 /// the module example).
+/// Pods reach the queue through the [`ExpectationsObserver`] (`watches_with`), which lowers
+/// `expectations` before it enqueues their ReplicaSet; pass the reconciler's
+/// ([`ReplicaSetController::expectations`]).
 pub fn controller<R: Reconciler<ReplicaSet>>(
     manager: &Manager,
+    expectations: ControllerExpectations,
     reconciler: R,
 ) -> Result<BuiltController<ReplicaSet, R>, ControllerError> {
     manager
         .controller("replicaset")
         .for_resource::<ReplicaSet>()
-        .owns::<Pod>()
+        .watches_with::<Pod, _>(move |queue| ExpectationsObserver::with_queue(expectations, queue))
         .workers(2)
         .build(reconciler)
 }

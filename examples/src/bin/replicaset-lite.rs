@@ -97,8 +97,10 @@ async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), Dem
         .build()?;
     let inner = ReplicaSetController::new(manager.factory())?;
     let stats = Stats::default();
+    let expectations = inner.expectations();
     manager.add(replicaset_lite::controller(
         &manager,
+        expectations,
         Instrumented {
             inner,
             stats,
@@ -142,8 +144,10 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
     let inner = ReplicaSetController::new(&factory)?;
     let writes = inner.writes();
     let stats = Stats::default();
+    let expectations = inner.expectations();
     manager.add(replicaset_lite::controller(
         &manager,
+        expectations,
         Instrumented {
             inner,
             stats: stats.clone(),

@@ -224,6 +224,10 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
         println!("(Ctrl-C to stop)");
         let _ = run.await;
     } else {
+        // Foo conflict is still being retried with backoff, by design: the controller reports
+        // its key as dropped when it stops (a warning on stderr), as it does for any key it
+        // accepted and did not finish.
+        println!("stopping (Foo conflict's retry is pending: its key is reported as dropped)");
         shutdown.cancel();
         run.await??;
     }

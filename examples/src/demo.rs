@@ -174,3 +174,52 @@ pub fn print_summary(objects: &[(&str, usize)], summary: &Summary) {
     println!("  │ {:<24} │ {:>8} │", "p99 reconcile latency", ms(summary.p99));
     println!("  └──────────────────────────┴──────────┘");
 }
+
+/// Logs to stderr through `tracing`, filtered by RUST_LOG (default: warnings), in colour only
+/// on a terminal.
+pub fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,controller=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// The kubeconfig of the cluster to run against: `explicit` (`--kubeconfig`), else KUBECONFIG;
+/// `None` (run the embedded demo) when neither is set or `embedded` (`--embedded`) is.
+pub fn cluster_kubeconfig(explicit: Option<&std::path::Path>, embedded: bool) -> Option<PathBuf> {
+    if embedded {
+        return None;
+    }
+    explicit.map(std::path::Path::to_path_buf).or_else(|| {
+        std::env::var_os("KUBECONFIG")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+/// A client for the current context of the kubeconfig at `path`.
+pub async fn client_from_kubeconfig(path: &std::path::Path) -> Result<kube::Client, DemoError> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Polls `cond` every 25 ms until it is true; an error once `deadline` passed, naming `what`.
+pub async fn wait_until<F, Fut>(deadline: Instant, what: &str, mut cond: F) -> Result<(), DemoError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<bool, DemoError>>,
+{
+    loop {
+        if cond().await? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}

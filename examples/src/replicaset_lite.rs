@@ -651,6 +651,41 @@ pub fn controller<R: Reconciler<ReplicaSet>>(
         .build(reconciler)
 }
 
+/// A ReplicaSet of `replicas` pause Pods labelled `app: <name>`.
+pub fn example_replicaset(name: &str, replicas: i32) -> ReplicaSet {
+    let labels = std::collections::BTreeMap::from([("app".to_string(), name.to_string())]);
+    ReplicaSet {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(k8s_openapi::api::apps::v1::ReplicaSetSpec {
+            replicas: Some(replicas),
+            selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..Default::default()
+            },
+            template: Some(k8s_openapi::api::core::v1::PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                    containers: vec![k8s_openapi::api::core::v1::Container {
+                        name: "app".into(),
+                        image: Some("registry.k8s.io/pause:3.10".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            }),
+            ..k8s_openapi::api::apps::v1::ReplicaSetSpec::default()
+        }),
+        status: None,
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Pods and status
 // ---------------------------------------------------------------------------------------------

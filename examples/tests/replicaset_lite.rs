@@ -12,9 +12,8 @@ use examples::demo::{Instrumented, Stats};
 use examples::replicaset_lite::{
     self, ControllerExpectations, POD_CONTROLLER_UID_INDEX, PodWrites, ReplicaCounts, ReplicaSetController, WriteCounts,
 };
-use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
 use kinformer::controller::{Manager, ManagerError};
 use kinformer::factory::SharedInformerFactory;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -227,38 +226,8 @@ impl Harness {
     }
 }
 
-/// A ReplicaSet of `replicas` Pods labelled `app: <name>`.
 fn replicaset(name: &str, replicas: i32) -> ReplicaSet {
-    let labels: std::collections::BTreeMap<String, String> = [("app".to_string(), name.to_string())].into();
-    ReplicaSet {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(ReplicaSetSpec {
-            replicas: Some(replicas),
-            selector: LabelSelector {
-                match_labels: Some(labels.clone()),
-                ..LabelSelector::default()
-            },
-            template: Some(PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![Container {
-                        name: "app".into(),
-                        image: Some("registry.k8s.io/pause:3.10".into()),
-                        ..Container::default()
-                    }],
-                    ..PodSpec::default()
-                }),
-            }),
-            ..ReplicaSetSpec::default()
-        }),
-        status: None,
-    }
+    replicaset_lite::example_replicaset(name, replicas)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

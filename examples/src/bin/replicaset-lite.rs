@@ -8,7 +8,6 @@
 //! `--timeout`). With `--kubeconfig PATH` or KUBECONFIG it runs against that cluster, with
 //! leader election, until SIGINT or SIGTERM.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,12 +16,11 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use examples::demo::{self, DemoError, Instrumented, Stats};
 use examples::replicaset_lite::{self, PodWrites, ReplicaCounts, ReplicaSetController, WriteCounts};
-use k8s_openapi::api::apps::v1::{ReplicaSet, ReplicaSetSpec};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
 use kinformer::controller::{LeaderElectionConfig, Manager};
 use kinformer::factory::SharedInformerFactory;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -58,21 +56,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,controller=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let kubeconfig = args.kubeconfig.clone().or_else(|| {
-        std::env::var_os("KUBECONFIG")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    });
+    demo::init_tracing();
+    let kubeconfig = demo::cluster_kubeconfig(args.kubeconfig.as_deref(), args.embedded);
     let result = match kubeconfig {
-        Some(path) if !args.embedded => run_against_cluster(&args, path).await,
-        _ => run_demo(&args).await,
+        Some(path) => run_against_cluster(&args, path).await,
+        None => run_demo(&args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -86,10 +74,7 @@ async fn main() -> ExitCode {
 /// Against a real cluster: the controller with leader election, until a signal. Its kubelets
 /// run the Pods, so no fake kubelet.
 async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), DemoError> {
-    let options = kube::config::KubeConfigOptions::default();
-    let config =
-        kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&kubeconfig)?, &options).await?;
-    let client = Client::try_from(config)?;
+    let client = demo::client_from_kubeconfig(&kubeconfig).await?;
     let identity = format!("{}-{}", kinformer::controller::manager::hostname(), std::process::id());
     let mut manager = Manager::builder(client)
         .metrics_addr(args.metrics_addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))))
@@ -163,7 +148,7 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
 
     let deadline = started + Duration::from_secs(args.timeout);
     let outcome = async {
-        wait_until(deadline, "the caches to sync", || {
+        demo::wait_until(deadline, "the caches to sync", || {
             let ready = status.is_ready();
             async move { Ok(ready) }
         })
@@ -251,41 +236,6 @@ struct Report {
     needed: WriteCounts,
 }
 
-/// A ReplicaSet of `replicas` pause Pods labelled `app: <name>`.
-fn replicaset(name: &str, replicas: i32) -> ReplicaSet {
-    let labels = BTreeMap::from([("app".to_string(), name.to_string())]);
-    ReplicaSet {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(labels.clone()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(ReplicaSetSpec {
-            replicas: Some(replicas),
-            selector: LabelSelector {
-                match_labels: Some(labels.clone()),
-                ..LabelSelector::default()
-            },
-            template: Some(PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![Container {
-                        name: "app".into(),
-                        image: Some("registry.k8s.io/pause:3.10".into()),
-                        ..Container::default()
-                    }],
-                    ..PodSpec::default()
-                }),
-            }),
-            ..ReplicaSetSpec::default()
-        }),
-        status: None,
-    }
-}
-
 /// One ReplicaSet the scenario waits for: its replicas, and the most live Pods it may ever
 /// have in this step (the larger of its replicas before and after, so a scale-down may pass
 /// through its old count, but nothing may overshoot).
@@ -317,7 +267,9 @@ async fn scenario(
 
     println!("▸ creating ReplicaSets rs-1, rs-2, rs-3 with 1, 2 and 3 replicas");
     for (name, replicas) in [("rs-1", 1), ("rs-2", 2), ("rs-3", 3)] {
-        replicasets.create(&pp, &replicaset(name, replicas)).await?;
+        replicasets
+            .create(&pp, &replicaset_lite::example_replicaset(name, replicas))
+            .await?;
     }
     let mut step = wanted(&[("rs-1", 1), ("rs-2", 2), ("rs-3", 3)]);
     converge(&replicasets, &pods, &step, deadline).await?;
@@ -368,7 +320,7 @@ async fn scenario(
     println!("▸ deleting ReplicaSet rs-3");
     let rs3 = replicasets.get("rs-3").await?;
     replicasets.delete("rs-3", &DeleteParams::default()).await?;
-    wait_until(deadline, "the Pods of rs-3 to be garbage-collected", || {
+    demo::wait_until(deadline, "the Pods of rs-3 to be garbage-collected", || {
         let (pods, rs3) = (pods.clone(), rs3.clone());
         async move { Ok(owned_pods(&pods, &rs3).await?.is_empty()) }
     })
@@ -426,7 +378,7 @@ async fn converge(
     step: &[Wanted],
     deadline: Instant,
 ) -> Result<(), DemoError> {
-    wait_until(deadline, "every ReplicaSet to converge", || async move {
+    demo::wait_until(deadline, "every ReplicaSet to converge", || async move {
         let mut converged = true;
         for wanted in step {
             let Some(rs) = replicasets.get_opt(&wanted.name).await? else {
@@ -457,20 +409,4 @@ async fn converge(
         Ok(converged)
     })
     .await
-}
-
-async fn wait_until<F, Fut>(deadline: Instant, what: &str, mut cond: F) -> Result<(), DemoError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<bool, DemoError>>,
-{
-    loop {
-        if cond().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }

@@ -58,21 +58,11 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn,controller=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let kubeconfig = args.kubeconfig.clone().or_else(|| {
-        std::env::var_os("KUBECONFIG")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    });
+    demo::init_tracing();
+    let kubeconfig = demo::cluster_kubeconfig(args.kubeconfig.as_deref(), args.embedded);
     let result = match kubeconfig {
-        Some(path) if !args.embedded => run_against_cluster(&args, path).await,
-        _ => run_demo(&args).await,
+        Some(path) => run_against_cluster(&args, path).await,
+        None => run_demo(&args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -85,10 +75,7 @@ async fn main() -> ExitCode {
 
 /// Against a real cluster: the controller with leader election, until a signal.
 async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), DemoError> {
-    let options = kube::config::KubeConfigOptions::default();
-    let config =
-        kube::Config::from_custom_kubeconfig(kube::config::Kubeconfig::read_from(&kubeconfig)?, &options).await?;
-    let client = Client::try_from(config)?;
+    let client = demo::client_from_kubeconfig(&kubeconfig).await?;
     demo::install_crds(&client, &[sample_controller::crd()]).await?;
     let identity = format!("{}-{}", kinformer::controller::manager::hostname(), std::process::id());
     // In a pod, probes and Prometheus reach the endpoint from outside: listen on every interface.
@@ -161,7 +148,7 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
 
     let deadline = started + Duration::from_secs(args.timeout);
     let outcome = async {
-        wait_until(deadline, "the caches to sync", || {
+        demo::wait_until(deadline, "the caches to sync", || {
             let ready = status.is_ready();
             async move { Ok(ready) }
         })
@@ -278,7 +265,7 @@ async fn scenario(client: &Client, namespace: &str, deadline: Instant) -> Result
     println!("▸ deleting Deployment foo-3 behind the controller's back");
     let old_uid = deployments.get("foo-3").await?.uid();
     deployments.delete("foo-3", &DeleteParams::default()).await?;
-    wait_until(deadline, "Deployment foo-3 to be recreated", || {
+    demo::wait_until(deadline, "Deployment foo-3 to be recreated", || {
         let deployments = deployments.clone();
         let old_uid = old_uid.clone();
         async move { Ok(deployments.get_opt("foo-3").await?.is_some_and(|d| d.uid() != old_uid)) }
@@ -290,7 +277,7 @@ async fn scenario(client: &Client, namespace: &str, deadline: Instant) -> Result
     println!("▸ deleting Foo foo-4");
     foos.delete("foo-4", &DeleteParams::default()).await?;
     wanted.retain(|(name, _)| name != "foo-4");
-    wait_until(deadline, "Deployment foo-4 to be garbage-collected", || {
+    demo::wait_until(deadline, "Deployment foo-4 to be garbage-collected", || {
         let deployments = deployments.clone();
         async move { Ok(deployments.get_opt("foo-4").await?.is_none()) }
     })
@@ -303,7 +290,7 @@ async fn scenario(client: &Client, namespace: &str, deadline: Instant) -> Result
     deployments.create(&pp, &taken).await?;
     foos.create(&pp, &foo("conflict", "taken", 3)).await?;
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), namespace);
-    wait_until(deadline, "an ErrResourceExists Event on Foo conflict", || {
+    demo::wait_until(deadline, "an ErrResourceExists Event on Foo conflict", || {
         let events = events.clone();
         async move {
             Ok(events.list(&ListParams::default()).await?.items.iter().any(|e| {
@@ -335,7 +322,7 @@ async fn converge(
     wanted: &[(String, i32)],
     deadline: Instant,
 ) -> Result<(), DemoError> {
-    wait_until(deadline, "every Foo to converge", || async move {
+    demo::wait_until(deadline, "every Foo to converge", || async move {
         for (name, replicas) in wanted {
             let Some(foo) = foos.get_opt(name).await? else {
                 return Ok(false);
@@ -356,22 +343,6 @@ async fn converge(
         Ok(true)
     })
     .await
-}
-
-async fn wait_until<F, Fut>(deadline: Instant, what: &str, mut cond: F) -> Result<(), DemoError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<bool, DemoError>>,
-{
-    loop {
-        if cond().await? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}").into());
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// Stands in for kube-controller-manager's deployment controller: reports each Deployment's

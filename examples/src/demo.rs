@@ -223,3 +223,28 @@ where
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// The flags every example binary has (flattened into each binary's own `Args`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Run the scripted demo on an in-process API server (the default without a kubeconfig).
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub embedded: bool,
+    /// Run against the cluster of this kubeconfig until SIGINT/SIGTERM, with leader election
+    /// (KUBECONFIG works too).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// How long the demo may take to converge before it fails.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub timeout: u64,
+    /// Where to serve /metrics, /healthz and /readyz (default: a free loopback port in the
+    /// demo, 0.0.0.0:8080 against a cluster, so probes and Prometheus reach it).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// The namespace of the demo's objects and of the leader election Lease.
+    #[arg(long, default_value = "default")]
+    pub namespace: String,
+    /// Do not print a line per reconcile.
+    #[arg(long)]
+    pub quiet: bool,
+}

@@ -25,39 +25,21 @@ use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 /// kube-controller-manager's ReplicaSet controller on kinformer: each ReplicaSet gets its Pods.
+///
+/// Against a cluster (`--kubeconfig`), use one whose kube-controller-manager does not run its own
+/// ReplicaSet controller (`--controllers=*,-replicaset`): both would manage every ReplicaSet.
 #[derive(Parser, Debug)]
 #[command(name = "replicaset-lite", version)]
 struct Args {
-    /// Run the scripted demo on an in-process API server with a fake kubelet (the default
-    /// without a kubeconfig).
-    #[arg(long, conflicts_with = "kubeconfig")]
-    embedded: bool,
-    /// Run against the cluster of this kubeconfig until SIGINT/SIGTERM, with leader election
-    /// (KUBECONFIG works too). Only for clusters whose kube-controller-manager does not run
-    /// its own ReplicaSet controller (`--controllers=*,-replicaset`): both would manage every
-    /// ReplicaSet.
-    #[arg(long, value_name = "PATH")]
-    kubeconfig: Option<PathBuf>,
-    /// How long the demo may take to converge before it fails.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
-    timeout: u64,
-    /// Where to serve /metrics, /healthz and /readyz (default: a free loopback port in the
-    /// demo, 127.0.0.1:8080 against a cluster).
-    #[arg(long, value_name = "ADDR")]
-    metrics_addr: Option<SocketAddr>,
-    /// The namespace of the demo's objects and of the leader election Lease.
-    #[arg(long, default_value = "default")]
-    namespace: String,
-    /// Do not print a line per reconcile.
-    #[arg(long)]
-    quiet: bool,
+    #[command(flatten)]
+    common: demo::CommonArgs,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
     demo::init_tracing();
-    let kubeconfig = demo::cluster_kubeconfig(args.kubeconfig.as_deref(), args.embedded);
+    let kubeconfig = demo::cluster_kubeconfig(args.common.kubeconfig.as_deref(), args.common.embedded);
     let result = match kubeconfig {
         Some(path) => run_against_cluster(&args, path).await,
         None => run_demo(&args).await,
@@ -77,8 +59,16 @@ async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), Dem
     let client = demo::client_from_kubeconfig(&kubeconfig).await?;
     let identity = format!("{}-{}", kinformer::controller::manager::hostname(), std::process::id());
     let mut manager = Manager::builder(client)
-        .metrics_addr(args.metrics_addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))))
-        .leader_election(LeaderElectionConfig::new(&args.namespace, "replicaset-lite", identity))
+        .metrics_addr(
+            args.common
+                .metrics_addr
+                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 8080))),
+        )
+        .leader_election(LeaderElectionConfig::new(
+            &args.common.namespace,
+            "replicaset-lite",
+            identity,
+        ))
         .build()?;
     let inner = ReplicaSetController::new(manager.factory())?;
     let stats = Stats::default();
@@ -89,7 +79,7 @@ async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), Dem
         Instrumented {
             inner,
             stats,
-            verbose: !args.quiet,
+            verbose: !args.common.quiet,
         },
     )?);
     eprintln!(
@@ -123,7 +113,11 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
         .build();
     let mut manager = Manager::builder(client.clone())
         .factory(factory.clone())
-        .metrics_addr(args.metrics_addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))))
+        .metrics_addr(
+            args.common
+                .metrics_addr
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
+        )
         .handle_signals(true)
         .build()?;
     let inner = ReplicaSetController::new(&factory)?;
@@ -136,7 +130,7 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
         Instrumented {
             inner,
             stats: stats.clone(),
-            verbose: !args.quiet,
+            verbose: !args.common.quiet,
         },
     )?);
     // envtest runs no kubelet: this one reports every Pod Running and Ready.
@@ -146,7 +140,7 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(manager.run(shutdown.clone()));
 
-    let deadline = started + Duration::from_secs(args.timeout);
+    let deadline = started + Duration::from_secs(args.common.timeout);
     let outcome = async {
         demo::wait_until(deadline, "the caches to sync", || {
             let ready = status.is_ready();
@@ -154,7 +148,7 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
         })
         .await?;
         println!("▸ caches synced in {:.0?}", started.elapsed());
-        scenario(&client, &args.namespace, &writes, deadline).await
+        scenario(&client, &args.common.namespace, &writes, deadline).await
     }
     .await;
 
@@ -167,17 +161,17 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
         }
     };
     let lp = ListParams::default();
-    let replicasets = Api::<ReplicaSet>::namespaced(client.clone(), &args.namespace)
+    let replicasets = Api::<ReplicaSet>::namespaced(client.clone(), &args.common.namespace)
         .list(&lp)
         .await?
         .items
         .len();
-    let pods = Api::<Pod>::namespaced(client.clone(), &args.namespace)
+    let pods = Api::<Pod>::namespaced(client.clone(), &args.common.namespace)
         .list(&lp)
         .await?
         .items
         .len();
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &args.namespace)
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &args.common.namespace)
         .list(&lp)
         .await?
         .items

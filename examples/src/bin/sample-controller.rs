@@ -26,40 +26,24 @@ use kube::{Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 /// Kubernetes' sample-controller on kinformer: each Foo gets a Deployment it owns.
+///
+/// Against a cluster (`--kubeconfig`), it installs the Foo CRD if missing.
 #[derive(Parser, Debug)]
 #[command(name = "sample-controller", version)]
 struct Args {
-    /// Run the scripted demo on an in-process API server (the default without a kubeconfig).
-    #[arg(long, conflicts_with = "kubeconfig")]
-    embedded: bool,
-    /// Run against the cluster of this kubeconfig until SIGINT/SIGTERM, with leader election
-    /// (KUBECONFIG works too). Installs the Foo CRD if missing.
-    #[arg(long, value_name = "PATH")]
-    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    common: demo::CommonArgs,
     /// After the demo, keep the embedded server and controller running and print the
     /// kubeconfig for kubectl; stop with Ctrl-C.
     #[arg(long)]
     keep_running: bool,
-    /// How long the demo may take to converge before it fails.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
-    timeout: u64,
-    /// Where to serve /metrics, /healthz and /readyz (default: a free loopback port in the
-    /// demo, 0.0.0.0:8080 against a cluster).
-    #[arg(long, value_name = "ADDR")]
-    metrics_addr: Option<SocketAddr>,
-    /// The namespace of the demo's objects and of the leader election Lease.
-    #[arg(long, default_value = "default")]
-    namespace: String,
-    /// Do not print a line per reconcile.
-    #[arg(long)]
-    quiet: bool,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
     demo::init_tracing();
-    let kubeconfig = demo::cluster_kubeconfig(args.kubeconfig.as_deref(), args.embedded);
+    let kubeconfig = demo::cluster_kubeconfig(args.common.kubeconfig.as_deref(), args.common.embedded);
     let result = match kubeconfig {
         Some(path) => run_against_cluster(&args, path).await,
         None => run_demo(&args).await,
@@ -80,9 +64,13 @@ async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), Dem
     let identity = format!("{}-{}", kinformer::controller::manager::hostname(), std::process::id());
     // In a pod, probes and Prometheus reach the endpoint from outside: listen on every interface.
     let mut manager = Manager::builder(client)
-        .metrics_addr(args.metrics_addr.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 8080))))
+        .metrics_addr(
+            args.common
+                .metrics_addr
+                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 8080))),
+        )
         .leader_election(LeaderElectionConfig::new(
-            &args.namespace,
+            &args.common.namespace,
             "sample-controller",
             identity,
         ))
@@ -119,11 +107,15 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
         .build();
     let mut manager = Manager::builder(client.clone())
         .factory(factory.clone())
-        .metrics_addr(args.metrics_addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))))
+        .metrics_addr(
+            args.common
+                .metrics_addr
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
+        )
         .handle_signals(true)
         .build()?;
     let stats = Stats::default();
-    let verbose = !args.quiet;
+    let verbose = !args.common.quiet;
     manager.add(sample_controller::controller(&manager, |inner| Instrumented {
         inner,
         stats: stats.clone(),
@@ -146,7 +138,7 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(manager.run(shutdown.clone()));
 
-    let deadline = started + Duration::from_secs(args.timeout);
+    let deadline = started + Duration::from_secs(args.common.timeout);
     let outcome = async {
         demo::wait_until(deadline, "the caches to sync", || {
             let ready = status.is_ready();
@@ -154,7 +146,7 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
         })
         .await?;
         println!("▸ caches synced in {:.0?}", started.elapsed());
-        scenario(&client, &args.namespace, deadline).await
+        scenario(&client, &args.common.namespace, deadline).await
     }
     .await;
 
@@ -167,17 +159,17 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
         }
     };
     let summary = stats.summary();
-    let foos = Api::<Foo>::namespaced(client.clone(), &args.namespace)
+    let foos = Api::<Foo>::namespaced(client.clone(), &args.common.namespace)
         .list(&ListParams::default())
         .await?
         .items
         .len();
-    let deployment_count = Api::<Deployment>::namespaced(client.clone(), &args.namespace)
+    let deployment_count = Api::<Deployment>::namespaced(client.clone(), &args.common.namespace)
         .list(&ListParams::default())
         .await?
         .items
         .len();
-    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &args.namespace)
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), &args.common.namespace)
         .list(&ListParams::default())
         .await?
         .items

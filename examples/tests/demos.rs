@@ -182,6 +182,21 @@ fn readme_walkthrough_is_the_greeter_binary() {
         block, greeter,
         "README's walkthrough and examples/src/bin/greeter.rs differ"
     );
+    // It names only the crates the README says a controller needs (the examples crate has
+    // more, so this is checked on the text).
+    for line in greeter.lines().filter(|l| l.starts_with("use ")) {
+        let root = line.trim_start_matches("use ").split("::").next().unwrap_or_default();
+        assert!(
+            ["kinformer", "serde", "schemars", "std", "tokio"].contains(&root),
+            "{line}"
+        );
+    }
+    for other in ["kube::", "k8s_openapi::", "tokio_util::", "serde_json::"] {
+        let bare = greeter
+            .match_indices(other)
+            .filter(|(i, _)| !greeter[..*i].ends_with("kinformer::"));
+        assert_eq!(bare.count(), 0, "{other} used other than through kinformer");
+    }
 }
 
 #[tokio::test]

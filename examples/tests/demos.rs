@@ -241,3 +241,59 @@ async fn greeter_reconciles_against_the_cluster_of_its_kubeconfig() {
     env.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn sample_controller_runs_against_the_cluster_of_its_kubeconfig_with_leader_election() {
+    use examples::sample_controller::{Foo, FooSpec};
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::coordination::v1::Lease;
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let dir = temp_dir("sample-controller-cluster");
+    let kubeconfig = dir.join("kubeconfig");
+    env.write_kubeconfig(&kubeconfig).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOME", &dir)
+        .env("RUST_LOG", "error")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _guard = Guard(child);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let foos: Api<Foo> = Api::namespaced(env.client(), "default");
+    let foo = Foo::new(
+        "remote",
+        FooSpec {
+            deployment_name: "remote-web".into(),
+            replicas: Some(2),
+        },
+    );
+    // The controller installs the CRD at start-up.
+    while foos.create(&PostParams::default(), &foo).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "the Foo CRD never got served");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deployments: Api<Deployment> = Api::namespaced(env.client(), "default");
+    loop {
+        let replicas = deployments
+            .get_opt("remote-web")
+            .await
+            .unwrap()
+            .and_then(|d| d.spec.and_then(|s| s.replicas));
+        if replicas == Some(2) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no Deployment for the Foo");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // It leads through a Lease, as it must against a real cluster.
+    let lease = Api::<Lease>::namespaced(env.client(), "default")
+        .get("sample-controller")
+        .await
+        .unwrap();
+    let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    assert!(!holder.is_empty(), "the Lease has no holder");
+    env.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

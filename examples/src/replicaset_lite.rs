@@ -60,7 +60,7 @@
 use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -79,6 +79,8 @@ use kinformer::factory::SharedInformerFactory;
 use kinformer::factory::generated::apps::v1::ReplicaSetLister;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
+// Tokio's clock, so tests can move time (paused) instead of sleeping.
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// The name of the Pod index by controller: a Pod is indexed under the uid of its
@@ -1064,14 +1066,15 @@ mod tests {
         assert!(e.satisfied("ns/rs"));
     }
 
-    #[test]
-    fn expectations_expire() {
-        let e = ControllerExpectations::with_timeout(Duration::from_millis(20));
+    #[tokio::test(start_paused = true)]
+    async fn expectations_expire() {
+        let e = ControllerExpectations::with_timeout(Duration::from_secs(300));
         e.expect_creations("ns/rs", 1);
         assert!(!e.satisfied("ns/rs"));
-        // Instants are monotonic: after the sleep the record is older than the timeout.
-        std::thread::sleep(Duration::from_millis(30));
-        assert!(e.satisfied("ns/rs"));
+        tokio::time::advance(Duration::from_secs(299)).await;
+        assert!(!e.satisfied("ns/rs"), "not yet expired");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(e.satisfied("ns/rs"), "expired: no longer waited for");
     }
 
     #[test]

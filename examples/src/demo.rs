@@ -248,3 +248,41 @@ pub struct CommonArgs {
     #[arg(long)]
     pub quiet: bool,
 }
+
+/// The manager of a binary run against a real cluster: leader election on the Lease
+/// `lease_name` in `--namespace` (identity: host name and process id), and `/metrics`,
+/// `/healthz`, `/readyz` on `--metrics-addr`, by default on every interface at port 8080 so
+/// probes and Prometheus reach a pod.
+pub fn cluster_manager(
+    client: kube::Client,
+    args: &CommonArgs,
+    lease_name: &str,
+) -> Result<kinformer::controller::Manager, DemoError> {
+    use kinformer::controller::{LeaderElectionConfig, Manager, manager::hostname};
+    let identity = format!("{}-{}", hostname(), std::process::id());
+    let addr = args
+        .metrics_addr
+        .unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 8080)));
+    Ok(Manager::builder(client)
+        .metrics_addr(addr)
+        .leader_election(LeaderElectionConfig::new(&args.namespace, lease_name, identity))
+        .build()?)
+}
+
+/// Where a manager serves its endpoints, for messages.
+pub fn display_addr(manager: &kinformer::controller::Manager) -> String {
+    manager
+        .metrics_addr()
+        .map_or_else(|| "(none)".into(), |a| a.to_string())
+}
+
+/// The process's exit status for `result`, printing the error as `program: error`.
+pub fn exit_code(program: &str, result: Result<(), DemoError>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{program}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -18,7 +18,7 @@ use examples::demo::{self, DemoError, Instrumented, Stats};
 use examples::replicaset_lite::{self, PodWrites, ReplicaCounts, ReplicaSetController, WriteCounts};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
-use kinformer::controller::{LeaderElectionConfig, Manager};
+use kinformer::controller::Manager;
 use kinformer::factory::SharedInformerFactory;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -44,60 +44,29 @@ async fn main() -> ExitCode {
         Some(path) => run_against_cluster(&args, path).await,
         None => run_demo(&args).await,
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("replicaset-lite: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    demo::exit_code("replicaset-lite", result)
 }
 
 /// Against a real cluster: the controller with leader election, until a signal. Its kubelets
 /// run the Pods, so no fake kubelet.
 async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), DemoError> {
     let client = demo::client_from_kubeconfig(&kubeconfig).await?;
-    let identity = format!("{}-{}", kinformer::controller::manager::hostname(), std::process::id());
-    let mut manager = Manager::builder(client)
-        .metrics_addr(
-            args.common
-                .metrics_addr
-                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 8080))),
-        )
-        .leader_election(LeaderElectionConfig::new(
-            &args.common.namespace,
-            "replicaset-lite",
-            identity,
-        ))
-        .build()?;
-    let inner = ReplicaSetController::new(manager.factory())?;
-    let stats = Stats::default();
-    let expectations = inner.expectations();
-    manager.add(replicaset_lite::controller(
-        &manager,
-        expectations,
-        Instrumented {
-            inner,
-            stats,
-            verbose: !args.common.quiet,
-        },
-    )?);
+    let mut manager = demo::cluster_manager(client, &args.common, "replicaset-lite")?;
+    let reconciler = ReplicaSetController::new(manager.factory())?;
+    let expectations = reconciler.expectations();
+    // No per-reconcile lines or figures here (they would grow without end): the controller's
+    // logs and /metrics say what it does.
+    manager.add(replicaset_lite::controller(&manager, expectations, reconciler)?);
     eprintln!(
         "replicaset-lite: managing every ReplicaSet; make sure kube-controller-manager's replicaset \
          controller is disabled, or both will create Pods"
     );
     println!(
         "replicaset-lite: watching ReplicaSets; metrics on http://{}/metrics",
-        display_addr(&manager)
+        demo::display_addr(&manager)
     );
     manager.run(CancellationToken::new()).await?;
     Ok(())
-}
-
-fn display_addr(manager: &Manager) -> String {
-    manager
-        .metrics_addr()
-        .map_or_else(|| "(none)".into(), |a| a.to_string())
 }
 
 /// The scripted demo on an embedded envtest.
@@ -135,7 +104,7 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
     )?);
     // envtest runs no kubelet: this one reports every Pod Running and Ready.
     manager.add(replicaset_lite::fake_kubelet(&factory)?);
-    println!("▸ metrics on http://{}/metrics", display_addr(&manager));
+    println!("▸ metrics on http://{}/metrics", demo::display_addr(&manager));
     let status = manager.status();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(manager.run(shutdown.clone()));

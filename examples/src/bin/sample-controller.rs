@@ -19,7 +19,7 @@ use clap::Parser;
 use examples::demo::{self, DemoError, Instrumented, Stats};
 use examples::sample_controller::{self, Foo, FooSpec};
 use k8s_openapi::api::apps::v1::Deployment;
-use kinformer::controller::{LeaderElectionConfig, Manager, runnable_fn};
+use kinformer::controller::{Manager, runnable_fn};
 use kinformer::factory::SharedInformerFactory;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -48,48 +48,23 @@ async fn main() -> ExitCode {
         Some(path) => run_against_cluster(&args, path).await,
         None => run_demo(&args).await,
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("sample-controller: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    demo::exit_code("sample-controller", result)
 }
 
 /// Against a real cluster: the controller with leader election, until a signal.
 async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), DemoError> {
     let client = demo::client_from_kubeconfig(&kubeconfig).await?;
     demo::install_crds(&client, &[sample_controller::crd()]).await?;
-    let identity = format!("{}-{}", kinformer::controller::manager::hostname(), std::process::id());
-    // In a pod, probes and Prometheus reach the endpoint from outside: listen on every interface.
-    let mut manager = Manager::builder(client)
-        .metrics_addr(
-            args.common
-                .metrics_addr
-                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 8080))),
-        )
-        .leader_election(LeaderElectionConfig::new(
-            &args.common.namespace,
-            "sample-controller",
-            identity,
-        ))
-        .build()?;
+    let mut manager = demo::cluster_manager(client, &args.common, "sample-controller")?;
     // No per-reconcile lines or figures here (they would grow without end): the controller's
     // logs and /metrics say what it does.
     manager.add(sample_controller::controller(&manager, |inner| inner)?);
     println!(
         "sample-controller: watching Foos; metrics on http://{}/metrics",
-        display_addr(&manager)
+        demo::display_addr(&manager)
     );
     manager.run(CancellationToken::new()).await?;
     Ok(())
-}
-
-fn display_addr(manager: &Manager) -> String {
-    manager
-        .metrics_addr()
-        .map_or_else(|| "(none)".into(), |a| a.to_string())
 }
 
 /// The scripted demo on an embedded envtest.
@@ -133,7 +108,7 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
             Ok(())
         },
     ));
-    println!("▸ metrics on http://{}/metrics", display_addr(&manager));
+    println!("▸ metrics on http://{}/metrics", demo::display_addr(&manager));
     let status = manager.status();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(manager.run(shutdown.clone()));

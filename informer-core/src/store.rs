@@ -61,6 +61,13 @@ pub trait Store<K>: Send + Sync {
     fn replace(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError>;
     /// Periodic resync: a queue re-delivers what it knows; a plain cache does nothing.
     fn resync(&self) -> Result<(), StoreError>;
+    /// The server's resourceVersion advanced to `resource_version` with no object change (a
+    /// watch BOOKMARK; client-go `ReflectorBookmarkStore`). A cache records it as its
+    /// last-synced resourceVersion; an in-order queue passes it on in order. By default ignored.
+    fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
+        let _ = resource_version;
+        Ok(())
+    }
 }
 
 /// Read access the [`DeltaFifo`](crate::DeltaFifo) needs to the informer's cache, to compute

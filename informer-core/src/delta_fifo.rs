@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use informer_core::{DeltaFifo, DeltaFifoOptions, DeltaType, Deltas, Indexer, Queue, Store};
+//! use informer_core::{DeltaFifo, DeltaFifoOptions, DeltaType, Indexer, Queue, QueueItem, Store};
 //! use k8s_openapi::api::core::v1::ConfigMap;
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -28,8 +28,9 @@
 //! cm.metadata.name = Some("a".into());
 //! fifo.add(Arc::new(cm.clone())).unwrap();
 //! fifo.delete(Arc::new(cm)).unwrap();
-//! let mut process = |batch: &[Deltas<ConfigMap>], _initial: bool| {
-//!     let kinds: Vec<DeltaType> = batch[0].deltas.iter().map(|d| d.kind).collect();
+//! let mut process = |batch: &[QueueItem<ConfigMap>], _initial: bool| {
+//!     let QueueItem::Deltas(deltas) = &batch[0] else { panic!("a DeltaFifo pops Deltas") };
+//!     let kinds: Vec<DeltaType> = deltas.deltas.iter().map(|d| d.kind).collect();
 //!     assert_eq!(kinds, [DeltaType::Added, DeltaType::Deleted]); // both, oldest first
 //!     Ok(())
 //! };
@@ -44,7 +45,7 @@ use futures::future::BoxFuture;
 use kube::Resource;
 use tokio::sync::Notify;
 
-use crate::fifo::{PopError, ProcessError, ProcessFn, Queue};
+use crate::fifo::{PopError, ProcessError, ProcessFn, Queue, QueueItem};
 use crate::store::{KnownObjects, Store, StoreError, meta_namespace_key};
 
 /// What happened to an object (client-go `DeltaType`). Non-exhaustive: the in-order FIFO adds
@@ -468,9 +469,10 @@ impl<K: Resource + Send + Sync + 'static> Queue<K> for DeltaFifo<K> {
                         }
                         // `process` runs under the lock, as in client-go: `has_synced` must not
                         // report the initial list done while its last item is mid-processing.
-                        let deltas = Deltas { key, deltas };
-                        let result = process(std::slice::from_ref(&deltas), is_in_initial_list);
+                        let item = QueueItem::Deltas(Deltas { key, deltas });
+                        let result = process(std::slice::from_ref(&item), is_in_initial_list);
                         if let Err(ProcessError::Requeue(_)) = &result
+                            && let QueueItem::Deltas(deltas) = item
                             && !inner.items.contains_key(&deltas.key)
                         {
                             inner.queue.push_back(deltas.key.clone());
@@ -530,8 +532,8 @@ mod tests {
     /// Pops one item, returning its key, delta kinds and whether it was in the initial list.
     async fn pop(fifo: &DeltaFifo<ConfigMap>) -> (String, Vec<DeltaType>, bool) {
         let mut out = None;
-        let mut process = |batch: &[Deltas<ConfigMap>], initial: bool| {
-            let d = &batch[0];
+        let mut process = |batch: &[QueueItem<ConfigMap>], initial: bool| {
+            let QueueItem::Deltas(d) = &batch[0] else { panic!("a DeltaFifo pops Deltas") };
             out = Some((d.key.clone(), d.deltas.iter().map(|d| d.kind).collect(), initial));
             Ok(())
         };
@@ -711,7 +713,7 @@ mod tests {
     async fn requeue_puts_the_item_back() {
         let fifo = fifo_with(&Indexer::default());
         fifo.add(cm("a", "1")).unwrap();
-        let mut process = |_: &[Deltas<ConfigMap>], _| Err(ProcessError::Requeue("later".into()));
+        let mut process = |_: &[QueueItem<ConfigMap>], _| Err(ProcessError::Requeue("later".into()));
         let result = fifo.pop(&mut process).await.unwrap();
         assert!(matches!(result, Err(ProcessError::Requeue(_))));
         assert_eq!(fifo.list_keys(), ["ns/a"]);
@@ -724,7 +726,7 @@ mod tests {
         let waiter = {
             let fifo = fifo.clone();
             tokio::spawn(async move {
-                let mut process = |_: &[Deltas<ConfigMap>], _| Ok(());
+                let mut process = |_: &[QueueItem<ConfigMap>], _| Ok(());
                 fifo.pop(&mut process).await.map(|_| ())
             })
         };
@@ -735,7 +737,7 @@ mod tests {
         let waiter = {
             let fifo = fifo.clone();
             tokio::spawn(async move {
-                let mut process = |_: &[Deltas<ConfigMap>], _| Ok(());
+                let mut process = |_: &[QueueItem<ConfigMap>], _| Ok(());
                 fifo.pop(&mut process).await.map(|_| ())
             })
         };

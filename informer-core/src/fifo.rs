@@ -1,13 +1,47 @@
 //! The queue between the reflector and the informer (client-go `fifo.go`'s `Queue`).
 //!
-//! The informer drives a [`Queue`] without caring which one it is: today the
-//! [`DeltaFifo`](crate::DeltaFifo); client-go 1.36 defaults to an in-order `RealFIFO` with
-//! batch pops, which fits behind the same trait.
+//! The informer drives a [`Queue`] without caring which one it is: the in-order
+//! [`RealFifo`](crate::RealFifo) (client-go 1.36's default, and kinformer's) or the per-key
+//! [`DeltaFifo`](crate::DeltaFifo). Both hand the informer [`QueueItem`]s in batches.
+
+use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
 use crate::delta_fifo::Deltas;
 use crate::store::Store;
+
+/// One unit a [`Queue`] hands to the informer's processing function.
+///
+/// The [`DeltaFifo`](crate::DeltaFifo) only produces [`Deltas`](QueueItem::Deltas) (every
+/// queued change of one key). The [`RealFifo`](crate::RealFifo) produces one `Deltas` per
+/// watch event and carries a relist, a resync and a bookmark as single items, so each reaches
+/// the cache atomically and in order with the events around it (client-go's `ReplacedAll`,
+/// `SyncAll` and `Bookmark` deltas).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum QueueItem<K> {
+    /// Changes to one key, oldest first.
+    Deltas(Deltas<K>),
+    /// A relist: the whole content as of a resourceVersion (client-go `ReplacedAll`). Known
+    /// objects missing from it are deleted (with a
+    /// [`DeletedFinalStateUnknown`](crate::DeletedFinalStateUnknown) tombstone) when it is
+    /// applied, under the same lock as the new content.
+    ReplacedAll(ReplacedAll<K>),
+    /// Re-deliver every cached object to the handlers due a resync (client-go `SyncAll`).
+    SyncAll,
+    /// The server's resourceVersion advanced with no object change (client-go `Bookmark`).
+    Bookmark(String),
+}
+
+/// The content of a relist (client-go `ReplacedAllInfo`).
+#[derive(Debug)]
+pub struct ReplacedAll<K> {
+    /// The list's resourceVersion.
+    pub resource_version: String,
+    /// The listed objects with their keys, in list order.
+    pub objects: Vec<(String, Arc<K>)>,
+}
 
 /// What `process` tells [`Queue::pop`] about the item it was handed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -28,16 +62,17 @@ pub enum PopError {
     Closed,
 }
 
-/// The processing function handed to [`Queue::pop`]: a batch of items (one key's `Deltas`
-/// each, in order) and whether they belong to the initial list. `DeltaFifo` hands over one key
-/// at a time; an in-order FIFO with batch pops (client-go 1.36's `RealFIFO`) hands over many.
-pub type ProcessFn<'a, K> = dyn FnMut(&[Deltas<K>], bool) -> Result<(), ProcessError> + Send + 'a;
+/// The processing function handed to [`Queue::pop`]: a batch of items, in queue order, and
+/// whether they belong to the initial list. `DeltaFifo` hands over one key at a time; the
+/// `RealFifo` hands over up to its batch size.
+pub type ProcessFn<'a, K> = dyn FnMut(&[QueueItem<K>], bool) -> Result<(), ProcessError> + Send + 'a;
 
 /// A queue of changes fed by a reflector and drained by an informer.
 pub trait Queue<K>: Store<K> {
-    /// Waits for items and hands them to `process` while no other pop runs, so that
-    /// [`has_synced`](Queue::has_synced) never reports an item as done before it was processed.
-    /// Returns what `process` returned, or [`PopError::Closed`] once the queue is closed.
+    /// Waits for items and hands them to `process`; [`has_synced`](Queue::has_synced) never
+    /// reports an item as done before `process` returned. One consumer at a time: the
+    /// informer's processing loop. Returns what `process` returned, or [`PopError::Closed`]
+    /// once the queue is closed and (for the `RealFifo`) drained.
     fn pop<'a>(
         &'a self,
         process: &'a mut ProcessFn<'_, K>,

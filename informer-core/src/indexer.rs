@@ -117,6 +117,14 @@ impl<K: Resource + 'static> Indexer<K> {
         self.store.add_indexers(indexers)
     }
 
+    /// The resourceVersion the cache last saw: of the last object written, the last relist or
+    /// the last bookmark (client-go `LastStoreSyncResourceVersion`). Empty until the first.
+    /// Unlike the reflector's last-sync resourceVersion, it is only ever one whose changes the
+    /// cache already holds.
+    pub fn last_store_sync_resource_version(&self) -> String {
+        self.store.last_store_sync_resource_version()
+    }
+
     /// Checks that every index agrees with the objects; for tests.
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
@@ -124,9 +132,17 @@ impl<K: Resource + 'static> Indexer<K> {
     }
 }
 
+/// Writes record the resourceVersion they carry (an object's, a relist's, a bookmark's) as the
+/// store's [`last_store_sync_resource_version`](Indexer::last_store_sync_resource_version), as
+/// client-go's `threadSafeMap` does.
 impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
     fn add(&self, obj: Arc<K>) -> Result<(), StoreError> {
-        self.store.insert(meta_namespace_key(obj.as_ref())?, obj);
+        let key = meta_namespace_key(obj.as_ref())?;
+        let mut inner = self.store.writer();
+        if let Some(rv) = obj.meta().resource_version.as_deref() {
+            inner.set_resource_version(rv);
+        }
+        inner.insert(key, obj);
         Ok(())
     }
 
@@ -135,20 +151,32 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
     }
 
     fn delete(&self, obj: Arc<K>) -> Result<(), StoreError> {
-        self.store.remove(&meta_namespace_key(obj.as_ref())?);
+        let key = meta_namespace_key(obj.as_ref())?;
+        let mut inner = self.store.writer();
+        if let Some(rv) = obj.meta().resource_version.as_deref() {
+            inner.set_resource_version(rv);
+        }
+        inner.remove(&key);
         Ok(())
     }
 
-    fn replace(&self, list: Vec<Arc<K>>, _resource_version: &str) -> Result<(), StoreError> {
+    fn replace(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
         let mut items = HashMap::with_capacity(list.len());
         for obj in list {
             items.insert(meta_namespace_key(obj.as_ref())?, obj);
         }
-        self.store.replace(items);
+        let mut inner = self.store.writer();
+        inner.replace(items);
+        inner.set_resource_version(resource_version);
         Ok(())
     }
 
     fn resync(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
+        self.store.set_resource_version(resource_version);
         Ok(())
     }
 }
@@ -164,13 +192,8 @@ impl<K: Resource + Send + Sync + 'static> KnownObjects<K> for Indexer<K> {
 }
 
 impl<K: Resource + Send + Sync + 'static> Indexer<K> {
-    /// Removes the object under `key` (used for tombstones, whose object may be stale).
-    pub(crate) fn delete_key(&self, key: &str) -> Option<Arc<K>> {
-        self.store.remove(key)
-    }
-
-    /// Inserts `obj` under `key`.
-    pub(crate) fn insert_key(&self, key: String, obj: Arc<K>) {
-        self.store.insert(key, obj)
+    /// The write lock over objects and indexes, for applying a batch of changes at once.
+    pub(crate) fn writer(&self) -> std::sync::RwLockWriteGuard<'_, crate::thread_safe_store::Inner<K>> {
+        self.store.writer()
     }
 }

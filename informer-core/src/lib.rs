@@ -3,7 +3,7 @@
 //! This crate is the heart of kinformer's data path:
 //!
 //! ```text
-//! API server ──list/watch──▶ Reflector ──▶ DeltaFifo ──pop──▶ handle_deltas ──▶ Indexer (cache)
+//! API server ──list/watch──▶ Reflector ──▶ RealFifo ──pop──▶ process_batch ──▶ Indexer (cache)
 //!                                                                   │
 //!                                                                   └──▶ processor ──▶ one listener
 //!                                                                        per handler ──▶ ResourceEventHandler
@@ -11,8 +11,9 @@
 //!
 //! - [`ListerWatcher`] / [`ApiListerWatcher`] (`listwatch.rs`): list and watch over `kube::Api`.
 //! - [`Reflector`] (`reflector.rs`): ListAndWatch, relist on 410, backoff, resync ticks.
-//! - [`DeltaFifo`] (`delta_fifo.rs`) behind the [`Queue`] trait (`fifo.rs`): per-key deltas,
-//!   `replace` with [`DeletedFinalStateUnknown`] tombstones, `resync`, `has_synced`.
+//! - [`RealFifo`] (`real_fifo.rs`, the default) or [`DeltaFifo`] (`delta_fifo.rs`) behind the
+//!   [`Queue`] trait (`fifo.rs`): every event in order with atomic relists, or per-key deltas
+//!   with [`DeletedFinalStateUnknown`] tombstones; `resync`, `has_synced`.
 //! - [`Indexer`] (`indexer.rs`, `thread_safe_store.rs`, `index.rs`): the cache of `Arc<K>`
 //!   with named indexes.
 //! - [`SharedIndexInformer`] (`shared_informer.rs`, `processor.rs`, `listener.rs`): ties
@@ -51,6 +52,7 @@ mod listener;
 pub mod listers;
 pub mod listwatch;
 mod processor;
+pub mod real_fifo;
 pub mod reflector;
 pub mod shared_informer;
 pub mod store;
@@ -61,7 +63,7 @@ pub use delta_fifo::{
     DeletedFinalStateUnknown, DeletedObject, Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas,
 };
 pub use event_handler::{FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs};
-pub use fifo::{PopError, ProcessError, ProcessFn, Queue};
+pub use fifo::{PopError, ProcessError, ProcessFn, Queue, QueueItem, ReplacedAll};
 pub use index::{IndexFunc, Indexers, NAMESPACE_INDEX, meta_namespace_index_func};
 pub use indexer::Indexer;
 pub use kube::core::{Expression, Selector};
@@ -71,8 +73,10 @@ pub use reflector::{
     LastSyncResourceVersion, Reflector, ReflectorConfig, ReflectorMetrics, ShouldResyncFunc, State, TransformFunc,
     WatchErrorHandler,
 };
+pub use real_fifo::RealFifo;
 pub use shared_informer::{
-    InformerConfig, InformerError, MINIMUM_RESYNC_PERIOD, ResourceEventHandlerRegistration, SharedIndexInformer,
+    HandlerOptions, InformerConfig, InformerError, MINIMUM_RESYNC_PERIOD, QueueKind, ResourceEventHandlerRegistration,
+    SharedIndexInformer,
 };
 pub use store::{KeyError, KnownObjects, Store, StoreError, meta_namespace_key, split_meta_namespace_key};
 pub use thread_safe_store::{IndexError, ThreadSafeStore};

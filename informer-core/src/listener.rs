@@ -2,23 +2,38 @@
 //!
 //! `distribute` appends to the listener's buffer and returns: the buffer grows without bound
 //! (client-go's `RingGrowing`), so a slow handler never blocks the informer or any other
-//! handler. Each listener delivers from its buffer on its own thread, in order. Handlers are
-//! plain synchronous calls, and a thread (not a tokio task) means a handler that blocks
-//! cannot starve the runtime that runs the reflector. A handler that panics loses that one
-//! notification, which is logged and counted; the listener goes on.
+//! handler. A listener costs no thread of its own: when notifications arrive for an idle
+//! listener, one *drain* is scheduled on the tokio runtime that runs the informer, and it
+//! delivers the buffer in order until it is empty. At most one drain per listener runs at a
+//! time, which keeps each handler's notifications in order and one at a time.
+//!
+//! Handlers are plain synchronous calls that may block, so by default a drain runs on the
+//! runtime's blocking pool (`spawn_blocking`): a handler that blocks or stalls holds one pool
+//! thread and delays neither the reflector (on the async workers) nor any other handler (the
+//! pool grows). A handler registered as non-blocking (`HandlerOptions::non_blocking`, which
+//! the controller's enqueue handlers use) is drained by a task on the async workers instead,
+//! yielding every few notifications; it must never block. Idle listeners of either kind
+//! hold no thread and no task: 1,000 registrations cost buffers, not 1,000 threads.
+//!
+//! A handler that panics loses that one notification, which is logged and counted; the
+//! listener goes on.
 
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{error, warn};
 
 use crate::delta_fifo::DeletedObject;
 use crate::event_handler::ResourceEventHandler;
+
+/// Notifications a non-blocking drain delivers before it yields to the runtime.
+const NON_BLOCKING_BUDGET: usize = 64;
 
 /// A change to deliver to a handler.
 pub(crate) enum Notification<K> {
@@ -46,11 +61,31 @@ impl<K> Clone for Notification<K> {
     }
 }
 
-/// Buffer state. Invariant: once `stopped` is set nothing is appended.
+impl<K> Notification<K> {
+    fn is_initial_add(&self) -> bool {
+        matches!(
+            self,
+            Notification::Add {
+                is_in_initial_list: true,
+                ..
+            }
+        )
+    }
+}
+
+/// Buffer state.
+///
+/// Invariants: once `stopped` is set nothing is appended and nothing more is delivered;
+/// `scheduled` is set exactly while a drain is queued or running, and a drain is scheduled
+/// whenever `pending` is non-empty, `runtime` is set and the listener is not stopped;
+/// `in_call` is set only while a drain is inside the handler.
 struct Buffer<K> {
     pending: VecDeque<Notification<K>>,
     stopped: bool,
-    started: bool,
+    /// The runtime drains are scheduled on; set by `start`.
+    runtime: Option<Handle>,
+    scheduled: bool,
+    in_call: bool,
 }
 
 struct Resync {
@@ -71,7 +106,10 @@ pub struct ListenerMetrics {
 pub(crate) struct ProcessorListener<K> {
     handler: Arc<dyn ResourceEventHandler<K>>,
     buffer: Mutex<Buffer<K>>,
-    wake: Condvar,
+    /// Wakes `wait_stopped` when a stopped listener leaves its handler call.
+    left_call: Notify,
+    /// Drained by a task on the async workers instead of the blocking pool.
+    non_blocking: bool,
     /// The period the handler asked for.
     pub(crate) requested_resync_period: Duration,
     resync: Mutex<Resync>,
@@ -87,15 +125,19 @@ impl<K: Send + Sync + 'static> ProcessorListener<K> {
         handler: Arc<dyn ResourceEventHandler<K>>,
         requested_resync_period: Duration,
         resync_period: Duration,
+        non_blocking: bool,
     ) -> Arc<Self> {
         Arc::new(ProcessorListener {
             handler,
             buffer: Mutex::new(Buffer {
                 pending: VecDeque::new(),
                 stopped: false,
-                started: false,
+                runtime: None,
+                scheduled: false,
+                in_call: false,
             }),
-            wake: Condvar::new(),
+            left_call: Notify::new(),
+            non_blocking,
             requested_resync_period,
             resync: Mutex::new(Resync {
                 period: resync_period,
@@ -117,22 +159,56 @@ impl<K: Send + Sync + 'static> ProcessorListener<K> {
         self.resync.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends a notification; never blocks on the handler.
-    pub(crate) fn add(&self, notification: Notification<K>) {
+    /// Appends notifications in order under one lock, scheduling at most one drain; never
+    /// blocks on the handler.
+    pub(crate) fn add_all(self: &Arc<Self>, notifications: impl IntoIterator<Item = Notification<K>>) {
         let mut buffer = self.buffer();
         if buffer.stopped {
             return;
         }
-        if let Notification::Add {
-            is_in_initial_list: true,
-            ..
-        } = notification
-        {
-            self.initial_pending.fetch_add(1, Ordering::SeqCst);
+        let mut initial = 0;
+        for notification in notifications {
+            if notification.is_initial_add() {
+                initial += 1;
+            }
+            buffer.pending.push_back(notification);
         }
-        buffer.pending.push_back(notification);
+        if initial > 0 {
+            self.initial_pending.fetch_add(initial, Ordering::SeqCst);
+        }
+        let runtime = self.claim_drain(&mut buffer);
         drop(buffer);
-        self.wake.notify_one();
+        if let Some(runtime) = runtime {
+            self.spawn_drain(&runtime);
+        }
+    }
+
+    /// If a drain is due and none is scheduled, marks one scheduled and returns the runtime
+    /// to spawn it on (spawned after the lock is released).
+    fn claim_drain(&self, buffer: &mut Buffer<K>) -> Option<Handle> {
+        if buffer.scheduled || buffer.stopped || buffer.pending.is_empty() {
+            return None;
+        }
+        let runtime = buffer.runtime.clone()?;
+        buffer.scheduled = true;
+        Some(runtime)
+    }
+
+    fn spawn_drain(self: &Arc<Self>, runtime: &Handle) {
+        let listener = self.clone();
+        if self.non_blocking {
+            runtime.spawn(async move {
+                let mut delivered = 0usize;
+                while listener.deliver_next() {
+                    delivered += 1;
+                    if delivered % NON_BLOCKING_BUDGET == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            });
+        } else {
+            runtime.spawn_blocking(move || while listener.deliver_next() {});
+        }
     }
 
     /// Notifications waiting for the handler.
@@ -145,29 +221,17 @@ impl<K: Send + Sync + 'static> ProcessorListener<K> {
         self.initial_pending.load(Ordering::SeqCst) == 0
     }
 
-    /// Starts the delivery thread (once). The receiver completes when the thread exits.
-    pub(crate) fn start(self: &Arc<Self>) -> Option<oneshot::Receiver<()>> {
-        {
-            let mut buffer = self.buffer();
-            if buffer.started || buffer.stopped {
-                return None;
-            }
-            buffer.started = true;
+    /// Starts delivery on `runtime` (once; later calls and calls after `stop` do nothing).
+    pub(crate) fn start(self: &Arc<Self>, runtime: &Handle) {
+        let mut buffer = self.buffer();
+        if buffer.runtime.is_some() || buffer.stopped {
+            return;
         }
-        let (done_tx, done_rx) = oneshot::channel();
-        let listener = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("kinformer-listener-{}", self.name))
-            .spawn(move || {
-                listener.run();
-                let _ = done_tx.send(());
-            });
-        match spawned {
-            Ok(_) => Some(done_rx),
-            Err(e) => {
-                error!(listener = %self.name, error = %e, "cannot start listener thread");
-                None
-            }
+        buffer.runtime = Some(runtime.clone());
+        let runtime = self.claim_drain(&mut buffer);
+        drop(buffer);
+        if let Some(runtime) = runtime {
+            self.spawn_drain(&runtime);
         }
     }
 
@@ -182,52 +246,66 @@ impl<K: Send + Sync + 'static> ProcessorListener<K> {
         if dropped > 0 {
             warn!(listener = %self.name, dropped, "listener stopped with notifications pending");
         }
-        self.wake.notify_all();
     }
 
-    fn next(&self) -> Option<Notification<K>> {
-        let mut buffer = self.buffer();
+    /// Waits until a stopped listener is out of its handler call (at once if it is in none).
+    pub(crate) async fn wait_stopped(&self) {
         loop {
-            if buffer.stopped {
-                return None;
+            let left = self.left_call.notified();
+            tokio::pin!(left);
+            left.as_mut().enable();
+            if !self.buffer().in_call {
+                return;
             }
-            if let Some(n) = buffer.pending.pop_front() {
-                return Some(n);
-            }
-            buffer = self.wake.wait(buffer).unwrap_or_else(|p| p.into_inner());
+            left.await;
         }
     }
 
-    fn run(&self) {
-        while let Some(notification) = self.next() {
-            let initial = matches!(
-                notification,
-                Notification::Add {
-                    is_in_initial_list: true,
-                    ..
+    /// Delivers the oldest pending notification. False when there is none (or the listener
+    /// stopped): the drain ends and the listener is no longer scheduled.
+    fn deliver_next(&self) -> bool {
+        let notification = {
+            let mut buffer = self.buffer();
+            let next = if buffer.stopped { None } else { buffer.pending.pop_front() };
+            match next {
+                Some(n) => {
+                    buffer.in_call = true;
+                    n
                 }
-            );
-            let handler = &self.handler;
-            let outcome = catch_unwind(AssertUnwindSafe(|| match notification {
-                Notification::Add {
-                    obj,
-                    is_in_initial_list,
-                } => handler.on_add(&obj, is_in_initial_list),
-                Notification::Update { old, new } => handler.on_update(&old, &new),
-                Notification::Delete(obj) => handler.on_delete(obj),
-            }));
-            self.metrics.delivered.fetch_add(1, Ordering::Relaxed);
-            if outcome.is_err() {
-                self.metrics.handler_panics.fetch_add(1, Ordering::Relaxed);
-                error!(listener = %self.name, "event handler panicked; notification dropped");
+                None => {
+                    buffer.scheduled = false;
+                    return false;
+                }
             }
-            if initial {
-                // Saturating: `stop` may have reset the count meanwhile.
-                let _ = self
-                    .initial_pending
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-            }
+        };
+        let initial = notification.is_initial_add();
+        let handler = &self.handler;
+        let outcome = catch_unwind(AssertUnwindSafe(|| match notification {
+            Notification::Add {
+                obj,
+                is_in_initial_list,
+            } => handler.on_add(&obj, is_in_initial_list),
+            Notification::Update { old, new } => handler.on_update(&old, &new),
+            Notification::Delete(obj) => handler.on_delete(obj),
+        }));
+        self.metrics.delivered.fetch_add(1, Ordering::Relaxed);
+        if outcome.is_err() {
+            self.metrics.handler_panics.fetch_add(1, Ordering::Relaxed);
+            error!(listener = %self.name, "event handler panicked; notification dropped");
         }
+        if initial {
+            // Saturating: `stop` may have reset the count meanwhile.
+            let _ = self
+                .initial_pending
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        }
+        let mut buffer = self.buffer();
+        buffer.in_call = false;
+        if buffer.stopped {
+            drop(buffer);
+            self.left_call.notify_waiters();
+        }
+        true
     }
 
     /// Whether this listener is due a resync at `now`.

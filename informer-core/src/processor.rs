@@ -1,13 +1,15 @@
 //! Fan-out of notifications to every listener (client-go `sharedProcessor`).
 //!
-//! `distribute` appends to each listener's buffer under a read lock and returns at once.
+//! `distribute` appends a batch of notifications to each listener's buffer under a read lock
+//! and returns at once; each listener takes its part of the batch under one lock of its own and
+//! schedules at most one drain, so a batch of N changes costs each listener one wake-up, not N.
 //! Resync notifications (updates whose resourceVersion did not change) go only to the
 //! listeners whose resync period is due, which `should_resync` works out on each resync tick.
 
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tracing::warn;
 
@@ -21,11 +23,13 @@ struct Entry<K> {
 
 struct Inner<K> {
     listeners: Vec<Entry<K>>,
-    started: bool,
-    /// Set by `stop`: no listener may be added after it, or its thread would outlive `run`.
+    /// The runtime listeners deliver on; set by `run`.
+    runtime: Option<Handle>,
+    /// Set by `stop`: no listener may be added after it, or its deliveries would outlive `run`.
     stopped: bool,
-    /// Exit signals of started listener threads.
-    running: Vec<oneshot::Receiver<()>>,
+    /// Listeners stopped (by `stop_listeners` or removal) whose handler call may still be in
+    /// progress; `stop` waits for them.
+    stopping: Vec<Arc<ProcessorListener<K>>>,
 }
 
 pub(crate) struct SharedProcessor<K> {
@@ -50,9 +54,9 @@ impl<K: Send + Sync + 'static> SharedProcessor<K> {
         SharedProcessor {
             inner: RwLock::new(Inner {
                 listeners: Vec::new(),
-                started: false,
+                runtime: None,
                 stopped: false,
-                running: Vec::new(),
+                stopping: Vec::new(),
             }),
         }
     }
@@ -73,10 +77,8 @@ impl<K: Send + Sync + 'static> SharedProcessor<K> {
         if inner.stopped {
             return false;
         }
-        if inner.started
-            && let Some(done) = listener.start()
-        {
-            inner.running.push(done);
+        if let Some(runtime) = &inner.runtime {
+            listener.start(runtime);
         }
         inner.listeners.push(Entry {
             listener,
@@ -98,13 +100,21 @@ impl<K: Send + Sync + 'static> SharedProcessor<K> {
         removed
     }
 
-    /// Hands `notification` to every listener, or with `sync` only to those due a resync.
-    pub(crate) fn distribute(&self, notification: Notification<K>, sync: bool) {
+    /// Hands each `(notification, sync)` of `batch`, in order, to every listener, or for a
+    /// `sync` one only to the listeners due a resync.
+    pub(crate) fn distribute(&self, batch: &[(Notification<K>, bool)]) {
+        if batch.is_empty() {
+            return;
+        }
         let inner = self.read();
         for entry in &inner.listeners {
-            if !sync || entry.syncing {
-                entry.listener.add(notification.clone());
-            }
+            let syncing = entry.syncing;
+            entry.listener.add_all(
+                batch
+                    .iter()
+                    .filter(|(_, sync)| !sync || syncing)
+                    .map(|(notification, _)| notification.clone()),
+            );
         }
     }
 
@@ -132,35 +142,33 @@ impl<K: Send + Sync + 'static> SharedProcessor<K> {
         }
     }
 
-    /// Starts every listener.
-    pub(crate) fn run(&self) {
+    /// Starts every listener, delivering on `runtime` (and so do listeners added later).
+    pub(crate) fn run(&self, runtime: Handle) {
         let mut inner = self.write();
-        inner.started = true;
-        let mut started = Vec::new();
         for entry in &inner.listeners {
-            if let Some(done) = entry.listener.start() {
-                started.push(done);
-            }
+            entry.listener.start(&runtime);
         }
-        inner.running.extend(started);
+        inner.runtime = Some(runtime);
     }
 
     /// Stops every listener (after the notification each is handling) without waiting, and
-    /// refuses new ones. Returns the exit signals of their threads.
-    pub(crate) fn stop_listeners(&self) -> Vec<oneshot::Receiver<()>> {
+    /// refuses new ones.
+    pub(crate) fn stop_listeners(&self) {
         let mut inner = self.write();
         inner.stopped = true;
-        for entry in &inner.listeners {
-            entry.listener.stop();
+        let listeners: Vec<_> = inner.listeners.iter().map(|e| e.listener.clone()).collect();
+        for listener in &listeners {
+            listener.stop();
         }
-        std::mem::take(&mut inner.running)
+        inner.stopping.extend(listeners);
     }
 
-    /// Stops every listener and waits for their threads to exit.
+    /// Stops every listener and waits until none is inside its handler any more.
     pub(crate) async fn stop(&self) {
-        let running = self.stop_listeners();
-        for done in running {
-            let _ = done.await;
+        self.stop_listeners();
+        let stopping = std::mem::take(&mut self.write().stopping);
+        for listener in stopping {
+            listener.wait_stopped().await;
         }
     }
 }

@@ -1,8 +1,11 @@
 //! The shared informer: one list/watch, one cache, many handlers (client-go
 //! `shared_informer.go`).
 //!
-//! `run` wires the data path: [`Reflector`] → [`DeltaFifo`] → `handle_deltas` → the
-//! [`Indexer`] and the shared processor → one listener per handler. Handlers may be added
+//! `run` wires the data path: [`Reflector`] → queue ([`RealFifo`] by default, or
+//! [`DeltaFifo`], see [`QueueKind`]) → `process_batch` → the [`Indexer`] and the shared
+//! processor → one listener per handler. Each popped batch is applied to the cache under one
+//! write lock (readers see all of it or none; a relist is one item, so it is atomic too), and
+//! its notifications are handed to the listeners in order in one go. Handlers may be added
 //! before or after `run`; one added after start is first replayed the whole cache as adds
 //! (with `is_in_initial_list`), and its registration reports synced once those were handled.
 //!
@@ -11,6 +14,7 @@
 //! with a shorter period lowers the check period; one added after start gets at least the
 //! check period. A check period of zero means no resync at all.
 
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -20,25 +24,27 @@ use kube::Resource;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::delta_fifo::{DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas};
+use crate::delta_fifo::{DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType};
 use crate::event_handler::ResourceEventHandler;
-use crate::fifo::{PopError, ProcessError, Queue};
+use crate::fifo::{PopError, ProcessError, Queue, QueueItem, ReplacedAll};
 use crate::index::Indexers;
 use crate::indexer::Indexer;
 use crate::listener::{Notification, ProcessorListener};
 use crate::listwatch::ListerWatcher;
 use crate::processor::{SharedProcessor, determine_resync_period};
+use crate::real_fifo::RealFifo;
 use crate::reflector::{
     LastSyncResourceVersion, Reflector, ReflectorConfig, ReflectorMetrics, TransformFunc, WatchErrorHandler,
 };
 use crate::store::Store;
-use crate::thread_safe_store::IndexError;
+use crate::thread_safe_store::{IndexError, Inner as CacheState};
 
 /// The shortest resync period a handler can ask for (client-go `minimumResyncPeriod`).
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
 
 /// Errors from configuring an informer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum InformerError {
     /// The informer has stopped; it takes no more handlers.
     #[error("the informer has stopped")]
@@ -46,16 +52,26 @@ pub enum InformerError {
     /// This can only be changed before the informer starts.
     #[error("the informer has already started")]
     AlreadyStarted,
-    /// The registration does not belong to this informer, or was removed already.
-    #[error("no such event handler registration")]
-    UnknownRegistration,
     /// An index could not be added.
     #[error(transparent)]
     Index(#[from] IndexError),
 }
 
-/// How an informer is set up.
+/// Which queue sits between an informer's reflector and its cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum QueueKind {
+    /// [`RealFifo`]: every event in order, relists and resyncs applied atomically, batches
+    /// processed without the queue's lock (client-go 1.36's default). The default.
+    #[default]
+    RealFifo,
+    /// [`DeltaFifo`]: changes coalesced per key, one key per pop (client-go before 1.36).
+    DeltaFifo,
+}
+
+/// How an informer is set up. Build it with `Default` and the setters.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct InformerConfig<K> {
     /// The default handler resync period, and the initial resync check period (zero: none).
     pub resync_period: Duration,
@@ -63,6 +79,8 @@ pub struct InformerConfig<K> {
     pub indexers: Indexers<K>,
     /// How the reflector lists and watches (its `resync_period` is set by the informer).
     pub reflector: ReflectorConfig,
+    /// The queue between reflector and cache.
+    pub queue: QueueKind,
 }
 
 impl<K> Default for InformerConfig<K> {
@@ -71,6 +89,7 @@ impl<K> Default for InformerConfig<K> {
             resync_period: Duration::ZERO,
             indexers: Indexers::new(),
             reflector: ReflectorConfig::default(),
+            queue: QueueKind::default(),
         }
     }
 }
@@ -96,6 +115,43 @@ impl<K> InformerConfig<K> {
         self.reflector = reflector;
         self
     }
+
+    /// Chooses the queue between reflector and cache (default [`QueueKind::RealFifo`]).
+    #[must_use]
+    pub fn queue(mut self, queue: QueueKind) -> Self {
+        self.queue = queue;
+        self
+    }
+}
+
+/// How a handler is registered (client-go `HandlerOptions`). Build it with `Default` and the
+/// setters.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct HandlerOptions {
+    /// The resync period the handler wants (`None`: the informer's default); see
+    /// [`SharedIndexInformer::add_event_handler_with_resync_period`] for the rules.
+    pub resync_period: Option<Duration>,
+    /// The handler promises never to block (it only filters and enqueues, say): its
+    /// notifications are delivered by a task on the runtime's async workers rather than on the
+    /// blocking pool, which is cheaper. A handler that blocks anyway stalls a runtime worker.
+    pub non_blocking: bool,
+}
+
+impl HandlerOptions {
+    /// Sets the handler's resync period.
+    #[must_use]
+    pub fn resync_period(mut self, period: Duration) -> Self {
+        self.resync_period = Some(period);
+        self
+    }
+
+    /// Declares the handler non-blocking (see [`HandlerOptions::non_blocking`](HandlerOptions#structfield.non_blocking)).
+    #[must_use]
+    pub fn non_blocking(mut self) -> Self {
+        self.non_blocking = true;
+        self
+    }
 }
 
 struct Settings<K> {
@@ -110,13 +166,14 @@ struct Settings<K> {
 struct Inner<K> {
     lister_watcher: Arc<dyn ListerWatcher<K>>,
     reflector_config: ReflectorConfig,
+    queue: QueueKind,
     indexer: Indexer<K>,
     processor: SharedProcessor<K>,
     settings: Mutex<Settings<K>>,
-    /// Serializes `handle_deltas` with late handler registration, so a late handler's cache
+    /// Serializes `process_batch` with late handler registration, so a late handler's cache
     /// replay and the live notifications after it neither overlap nor leave a gap.
     block_deltas: Mutex<()>,
-    /// The queue between reflector and `handle_deltas`, made by `run`. Held as the `Queue`
+    /// The queue between reflector and `process_batch`, made by `run`. Held as the `Queue`
     /// trait: the informer does not care which FIFO it drives.
     fifo: OnceLock<Arc<dyn Queue<K>>>,
     last_sync_resource_version: LastSyncResourceVersion,
@@ -200,6 +257,7 @@ where
             inner: Arc::new(Inner {
                 lister_watcher,
                 reflector_config: config.reflector,
+                queue: config.queue,
                 indexer: Indexer::new(config.indexers),
                 processor: SharedProcessor::new(),
                 settings: Mutex::new(Settings {
@@ -234,8 +292,7 @@ where
         &self,
         handler: impl ResourceEventHandler<K>,
     ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
-        let period = self.settings().default_handler_resync_period;
-        self.add_event_handler_with_resync_period(handler, period)
+        self.add_event_handler_with_options(handler, HandlerOptions::default())
     }
 
     /// Adds a handler that also wants every object re-delivered every `resync_period`
@@ -245,11 +302,22 @@ where
         handler: impl ResourceEventHandler<K>,
         resync_period: Duration,
     ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
+        self.add_event_handler_with_options(handler, HandlerOptions::default().resync_period(resync_period))
+    }
+
+    /// Adds a handler with `options` (client-go `AddEventHandlerWithOptions`).
+    pub fn add_event_handler_with_options(
+        &self,
+        handler: impl ResourceEventHandler<K>,
+        options: HandlerOptions,
+    ) -> Result<ResourceEventHandlerRegistration<K>, InformerError> {
         let mut settings = self.settings();
         if settings.stopped {
             return Err(InformerError::Stopped);
         }
-        let mut resync_period = resync_period;
+        let mut resync_period = options
+            .resync_period
+            .unwrap_or(settings.default_handler_resync_period);
         if !resync_period.is_zero() {
             if resync_period < MINIMUM_RESYNC_PERIOD {
                 warn!(requested = ?resync_period, "resync period too small, using the minimum of 1s");
@@ -274,6 +342,7 @@ where
             Arc::new(handler),
             resync_period,
             effective,
+            options.non_blocking,
         );
         let registration = ResourceEventHandlerRegistration {
             listener: listener.clone(),
@@ -289,28 +358,23 @@ where
         if !self.inner.processor.add_listener(listener.clone()) {
             return Err(InformerError::Stopped); // `run` stopped meanwhile
         }
-        for obj in self.inner.indexer.list() {
-            listener.add(Notification::Add {
-                obj,
-                is_in_initial_list: true,
-            });
-        }
+        listener.add_all(self.inner.indexer.list().into_iter().map(|obj| Notification::Add {
+            obj,
+            is_in_initial_list: true,
+        }));
         Ok(registration)
     }
 
-    /// Removes a handler; it gets no further notifications.
-    pub fn remove_event_handler(
-        &self,
-        registration: &ResourceEventHandlerRegistration<K>,
-    ) -> Result<(), InformerError> {
+    /// Removes a handler; it gets no further notifications (a notification it is handling
+    /// completes). Idempotent, as client-go's `RemoveEventHandler`: removing a registration
+    /// twice, or one of another informer, does nothing. Returns whether this call removed it.
+    pub fn remove_event_handler(&self, registration: &ResourceEventHandlerRegistration<K>) -> bool {
         if !Arc::ptr_eq(&registration.informer.inner, &self.inner) {
-            return Err(InformerError::UnknownRegistration);
+            return false;
         }
-        if self.inner.processor.remove_listener(&registration.listener) {
-            Ok(())
-        } else {
-            Err(InformerError::UnknownRegistration)
-        }
+        // Not while a batch is being distributed, as client-go holds blockDeltas here.
+        let _block = self.block_deltas();
+        self.inner.processor.remove_listener(&registration.listener)
     }
 
     /// Sets a transform applied to every object before it enters the queue. Before start only.
@@ -370,9 +434,22 @@ where
         }
     }
 
-    /// The resourceVersion the cache last synced to.
+    /// The resourceVersion the reflector last synced to (client-go `LastSyncResourceVersion`):
+    /// it may be ahead of the cache while events are still queued.
     pub fn last_sync_resource_version(&self) -> String {
         self.inner.last_sync_resource_version.get()
+    }
+
+    /// The resourceVersion the cache has caught up with: of the last change, relist or
+    /// bookmark applied to it (client-go `LastStoreSyncResourceVersion`), so bookmarks
+    /// advance it without an object change. Empty until the first, and always empty on the
+    /// [`DeltaFifo`], which applies changes per key rather than in the server's order, as
+    /// client-go returns "" without its AtomicFIFO.
+    pub fn last_store_sync_resource_version(&self) -> String {
+        match self.inner.queue {
+            QueueKind::DeltaFifo => String::new(),
+            _ => self.inner.indexer.last_store_sync_resource_version(),
+        }
     }
 
     /// Whether `run` has been called.
@@ -406,10 +483,13 @@ where
                 return;
             }
             settings.started = true;
-            let fifo: Arc<dyn Queue<K>> = Arc::new(DeltaFifo::new(DeltaFifoOptions {
-                known_objects: Some(Arc::new(self.inner.indexer.clone())),
-                emit_delta_type_replaced: true,
-            }));
+            let fifo: Arc<dyn Queue<K>> = match self.inner.queue {
+                QueueKind::RealFifo => Arc::new(RealFifo::new()),
+                QueueKind::DeltaFifo => Arc::new(DeltaFifo::new(DeltaFifoOptions {
+                    known_objects: Some(Arc::new(self.inner.indexer.clone())),
+                    emit_delta_type_replaced: true,
+                })),
+            };
             let _ = self.inner.fifo.set(fifo.clone());
             let processor = self.clone();
             let mut reflector = Reflector::new(
@@ -431,9 +511,9 @@ where
             }
             (reflector, fifo)
         };
-        info!(informer = %self.inner.reflector_config.name, "starting informer");
-        self.inner.processor.run();
-        // If `run`'s future is dropped (its task aborted) the listener threads must not outlive
+        info!(informer = %self.inner.reflector_config.name, queue = ?self.inner.queue, "starting informer");
+        self.inner.processor.run(tokio::runtime::Handle::current());
+        // If `run`'s future is dropped (its task aborted) the listeners must not deliver after
         // it: the guard stops them and marks the informer stopped.
         let _guard = StopGuard(self);
 
@@ -442,17 +522,8 @@ where
             fifo.close();
         };
         let process_loop = async {
-            let mut process = |batch: &[Deltas<K>], is_in_initial_list: bool| {
-                for deltas in batch {
-                    // A panic here can only come from user code in the cache's path (an index
-                    // function): drop that key's deltas, log and count, and keep the informer up.
-                    let handled = catch_unwind(AssertUnwindSafe(|| self.handle_deltas(deltas, is_in_initial_list)));
-                    if handled.is_err() {
-                        self.inner.handle_deltas_panics.fetch_add(1, Ordering::Relaxed);
-                        error!(informer = %self.inner.reflector_config.name, key = %deltas.key,
-                            "panic while applying deltas (an index function?); deltas dropped");
-                    }
-                }
+            let mut process = |batch: &[QueueItem<K>], is_in_initial_list: bool| {
+                self.process_batch(batch, is_in_initial_list);
                 Ok::<(), ProcessError>(())
             };
             loop {
@@ -477,50 +548,167 @@ where
         self.inner.handle_deltas_panics.load(Ordering::Relaxed)
     }
 
-    /// Applies one key's deltas to the cache and notifies handlers (client-go `processDeltas`).
-    fn handle_deltas(&self, deltas: &Deltas<K>, is_in_initial_list: bool) {
+    /// Applies a popped batch to the cache under one write lock, then hands its notifications
+    /// to the listeners in order (client-go `processDeltas` / `processDeltasInBatch`).
+    ///
+    /// A panic here can only come from user code in the cache's path (an index function): the
+    /// item being applied is dropped (the cache stays as it was before it, since index values
+    /// are computed before anything changes), logged and counted, and the rest of the batch
+    /// goes on.
+    fn process_batch(&self, batch: &[QueueItem<K>], is_in_initial_list: bool) {
         let _block = self.block_deltas();
-        let indexer = &self.inner.indexer;
-        let processor = &self.inner.processor;
-        for delta in &deltas.deltas {
-            match (delta.kind, &delta.object) {
-                (DeltaType::Deleted, object) => {
-                    indexer.delete_key(&deltas.key);
-                    processor.distribute(Notification::Delete(object.clone()), false);
-                }
-                (_, DeltaObject::Object(obj)) => match indexer.get_by_key(&deltas.key) {
-                    Some(old) => {
-                        indexer.insert_key(deltas.key.clone(), obj.clone());
-                        // An update that did not change the resourceVersion is a resync (a
-                        // Sync delta, or a Replaced one for an unchanged object): only
-                        // handlers due a resync get it.
-                        let is_sync = old.meta().resource_version == obj.meta().resource_version;
-                        processor.distribute(Notification::Update { old, new: obj.clone() }, is_sync);
-                    }
-                    None => {
-                        indexer.insert_key(deltas.key.clone(), obj.clone());
-                        processor.distribute(
-                            Notification::Add {
-                                obj: obj.clone(),
-                                is_in_initial_list,
-                            },
-                            false,
-                        );
-                    }
-                },
-                (kind, DeltaObject::DeletedFinalStateUnknown(t)) => {
-                    // Only Deleted deltas carry tombstones; anything else is a bug upstream.
-                    warn!(key = %t.key, ?kind, "tombstone on a non-delete delta ignored");
+        let mut notifications = Vec::with_capacity(batch.len());
+        {
+            let mut cache = self.inner.indexer.writer();
+            for item in batch {
+                let applied = catch_unwind(AssertUnwindSafe(|| {
+                    apply_item(&mut cache, item, is_in_initial_list, &mut notifications)
+                }));
+                if applied.is_err() {
+                    self.inner.handle_deltas_panics.fetch_add(1, Ordering::Relaxed);
+                    let key = match item {
+                        QueueItem::Deltas(d) => d.key.as_str(),
+                        QueueItem::ReplacedAll(_) => "(relist)",
+                        _ => "",
+                    };
+                    error!(informer = %self.inner.reflector_config.name, key,
+                        "panic while applying a change to the cache (an index function?); change dropped");
                 }
             }
         }
+        self.inner.processor.distribute(&notifications);
     }
+}
+
+/// A notification and whether it is a resync (only for handlers due one).
+type Outgoing<K> = Vec<(Notification<K>, bool)>;
+
+/// Applies one queue item to the cache, appending the notifications it makes to `out`.
+fn apply_item<K: Resource>(cache: &mut CacheState<K>, item: &QueueItem<K>, initial: bool, out: &mut Outgoing<K>) {
+    match item {
+        QueueItem::Deltas(deltas) => {
+            for delta in &deltas.deltas {
+                apply_delta(cache, &deltas.key, delta, initial, out);
+            }
+        }
+        QueueItem::ReplacedAll(replaced) => apply_replaced_all(cache, replaced, initial, out),
+        QueueItem::SyncAll => {
+            // Handlers due a resync get every cached object as it stands now.
+            out.extend(cache.values().map(|obj| {
+                let update = Notification::Update {
+                    old: obj.clone(),
+                    new: obj.clone(),
+                };
+                (update, true)
+            }));
+        }
+        QueueItem::Bookmark(rv) => cache.set_resource_version(rv),
+    }
+}
+
+fn apply_delta<K: Resource>(cache: &mut CacheState<K>, key: &str, delta: &Delta<K>, initial: bool, out: &mut Outgoing<K>) {
+    match (delta.kind, &delta.object) {
+        (DeltaType::Deleted, object) => {
+            // The delete of an object the cache does not hold reaches no handler: none of them
+            // was ever told about it (the DeltaFifo drops those when queued; the RealFifo
+            // cannot tell then).
+            if cache.remove(key).is_some() {
+                if let DeltaObject::Object(obj) = object
+                    && let Some(rv) = obj.meta().resource_version.as_deref()
+                {
+                    cache.set_resource_version(rv);
+                }
+                out.push((Notification::Delete(object.clone()), false));
+            }
+        }
+        (_, DeltaObject::Object(obj)) => {
+            let old = cache.get(key).cloned();
+            cache.insert(key.to_string(), obj.clone());
+            // A watch event's resourceVersion is the newest the cache has seen; a Sync or
+            // Replaced delta (DeltaFifo) carries an older one.
+            if matches!(delta.kind, DeltaType::Added | DeltaType::Updated)
+                && let Some(rv) = obj.meta().resource_version.as_deref()
+            {
+                cache.set_resource_version(rv);
+            }
+            match old {
+                Some(old) => {
+                    // An update that did not change the resourceVersion is a resync (a Sync
+                    // delta, or a Replaced one for an unchanged object): only handlers due a
+                    // resync get it.
+                    let is_sync = old.meta().resource_version == obj.meta().resource_version;
+                    out.push((Notification::Update { old, new: obj.clone() }, is_sync));
+                }
+                None => out.push((
+                    Notification::Add {
+                        obj: obj.clone(),
+                        is_in_initial_list: initial,
+                    },
+                    false,
+                )),
+            }
+        }
+        (kind, DeltaObject::DeletedFinalStateUnknown(t)) => {
+            // Only Deleted deltas carry tombstones; anything else is a bug upstream.
+            warn!(key = %t.key, ?kind, "tombstone on a non-delete delta ignored");
+        }
+    }
+}
+
+/// Applies a relist (client-go `processReplacedAllInfo`): cached objects missing from the list
+/// are deleted with a tombstone, listed ones added or updated, all in one swap of the cache's
+/// content. Handlers hear of the deletions first, then of the listed objects in list order.
+fn apply_replaced_all<K: Resource>(
+    cache: &mut CacheState<K>,
+    replaced: &ReplacedAll<K>,
+    initial: bool,
+    out: &mut Outgoing<K>,
+) {
+    let mut items: HashMap<String, Arc<K>> = HashMap::with_capacity(replaced.objects.len());
+    for (key, obj) in &replaced.objects {
+        items.insert(key.clone(), obj.clone());
+    }
+    let mut notifications = Vec::with_capacity(replaced.objects.len());
+    for (key, old) in cache.iter() {
+        if !items.contains_key(key) {
+            let tombstone = DeletedFinalStateUnknown {
+                key: key.clone(),
+                obj: old.clone(),
+            };
+            notifications.push((Notification::Delete(DeltaObject::DeletedFinalStateUnknown(tombstone)), false));
+        }
+    }
+    for (key, obj) in &replaced.objects {
+        notifications.push(match cache.get(key) {
+            Some(old) => {
+                let is_sync = old.meta().resource_version == obj.meta().resource_version;
+                (
+                    Notification::Update {
+                        old: old.clone(),
+                        new: obj.clone(),
+                    },
+                    is_sync,
+                )
+            }
+            None => (
+                Notification::Add {
+                    obj: obj.clone(),
+                    is_in_initial_list: initial,
+                },
+                false,
+            ),
+        });
+    }
+    // If an index function panics here, nothing has changed and nothing is notified.
+    cache.replace(items);
+    cache.set_resource_version(&replaced.resource_version);
+    out.append(&mut notifications);
 }
 
 #[cfg(test)]
 mod model_tests {
     //! Property test: any sequence of reflector writes (add/update/delete/replace/resync),
-    //! interleaved with pops through the real `handle_deltas`, leaves the cache equal to the
+    //! interleaved with pops through the real `process_batch`, on either queue, leaves the cache equal to the
     //! server's state, every index consistent, and a handler's view (built only from the
     //! notifications it received) equal to the cache: no delete is lost, no object resurrected.
 
@@ -607,95 +795,116 @@ mod model_tests {
     proptest! {
         #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
         #[test]
-        fn cache_and_handler_view_converge_to_the_server_state(ops in proptest::collection::vec(op(), 1..60)) {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(async {
-                let informer: SharedIndexInformer<ConfigMap> = SharedIndexInformer::from_arc(
-                    Arc::new(Unused),
-                    InformerConfig::default().indexer("v", |cm: &ConfigMap| vec![label(cm)]),
-                );
-                let view: Arc<Mutex<HashMap<String, String>>> = Arc::default();
-                let handler = {
-                    let (add_view, update_view, delete_view) = (view.clone(), view.clone(), view.clone());
-                    ResourceEventHandlerFuncs::new()
-                        .on_add(move |o: &Arc<ConfigMap>, _| {
-                            add_view.lock().unwrap().insert(meta_key(o), label(o));
-                        })
-                        .on_update(move |_, n: &Arc<ConfigMap>| {
-                            update_view.lock().unwrap().insert(meta_key(n), label(n));
-                        })
-                        .on_delete(move |d: DeletedObject<ConfigMap>| {
-                            let removed = delete_view.lock().unwrap().remove(&meta_key(d.object()));
-                            assert!(removed.is_some(), "delete of an object the handler never had");
-                        })
-                };
-                let registration = informer.add_event_handler(handler).unwrap();
-                informer.inner.processor.run();
-                let fifo = DeltaFifo::new(DeltaFifoOptions {
-                    known_objects: Some(Arc::new(informer.indexer().clone())),
-                    emit_delta_type_replaced: true,
-                });
-                let mut process = |batch: &[Deltas<ConfigMap>], initial: bool| {
-                    for d in batch {
-                        informer.handle_deltas(d, initial);
-                    }
-                    Ok(())
-                };
-
-                let mut server: HashMap<String, String> = HashMap::new();
-                let mut rv = 0u64;
-                for op in ops {
-                    match op {
-                        Op::Apply(i, v) => {
-                            rv += 1;
-                            let existed = server.insert(key(i), v.to_string()).is_some();
-                            let obj = object(i, v, rv);
-                            if existed { fifo.update(obj).unwrap() } else { fifo.add(obj).unwrap() }
-                        }
-                        Op::Delete(i) => {
-                            if server.remove(&key(i)).is_some() {
-                                rv += 1;
-                                fifo.delete(object(i, 0, rv)).unwrap();
-                            }
-                        }
-                        Op::Relist(list) => {
-                            rv += 1;
-                            server.clear();
-                            let mut objects = BTreeMap::new();
-                            for (i, v) in list {
-                                server.insert(key(i), v.to_string());
-                                objects.insert(key(i), object(i, v, rv));
-                            }
-                            fifo.replace(objects.into_values().collect(), &rv.to_string()).unwrap();
-                        }
-                        Op::Resync => fifo.resync().unwrap(),
-                        Op::Pop(n) => {
-                            for _ in 0..n {
-                                if fifo.is_empty() { break; }
-                                fifo.pop(&mut process).await.unwrap().unwrap();
-                            }
-                        }
-                    }
-                    fifo.check_invariants().unwrap();
-                    informer.indexer().check_invariants().unwrap();
-                }
-                while !fifo.is_empty() {
-                    fifo.pop(&mut process).await.unwrap().unwrap();
-                }
-
-                let cache: HashMap<String, String> =
-                    informer.indexer().list().iter().map(|o| (meta_key(o), label(o))).collect();
-                assert_eq!(cache, server, "cache equals the server");
-                informer.indexer().check_invariants().unwrap();
-                let limit = std::time::Instant::now() + Duration::from_secs(10);
-                while registration.pending() > 0 || *view.lock().unwrap() != cache {
-                    assert!(std::time::Instant::now() < limit, "handler view {:?} != cache {cache:?}", view.lock().unwrap());
-                    std::thread::yield_now();
-                }
-                assert_eq!(registration.handler_panics(), 0, "a handler assertion failed (see the log)");
-                informer.inner.processor.stop().await;
-            });
+        fn cache_and_handler_view_converge_to_the_server_state_on_the_real_fifo(ops in proptest::collection::vec(op(), 1..60)) {
+            converge(ops, QueueKind::RealFifo);
         }
+
+        #[test]
+        fn cache_and_handler_view_converge_to_the_server_state_on_the_delta_fifo(ops in proptest::collection::vec(op(), 1..60)) {
+            converge(ops, QueueKind::DeltaFifo);
+        }
+    }
+
+    fn converge(ops: Vec<Op>, queue: QueueKind) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let informer: SharedIndexInformer<ConfigMap> = SharedIndexInformer::from_arc(
+                Arc::new(Unused),
+                InformerConfig::default().indexer("v", |cm: &ConfigMap| vec![label(cm)]),
+            );
+            let view: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+            let handler = {
+                let (add_view, update_view, delete_view) = (view.clone(), view.clone(), view.clone());
+                ResourceEventHandlerFuncs::new()
+                    .on_add(move |o: &Arc<ConfigMap>, _| {
+                        add_view.lock().unwrap().insert(meta_key(o), label(o));
+                    })
+                    .on_update(move |_, n: &Arc<ConfigMap>| {
+                        update_view.lock().unwrap().insert(meta_key(n), label(n));
+                    })
+                    .on_delete(move |d: DeletedObject<ConfigMap>| {
+                        let removed = delete_view.lock().unwrap().remove(&meta_key(d.object()));
+                        assert!(removed.is_some(), "delete of an object the handler never had");
+                    })
+            };
+            let registration = informer.add_event_handler(handler).unwrap();
+            informer.inner.processor.run(tokio::runtime::Handle::current());
+            let (fifo, is_empty, check_fifo): (Arc<dyn Queue<ConfigMap>>, Box<dyn Fn() -> bool>, Box<dyn Fn() -> Result<(), String>>) = match queue {
+                QueueKind::RealFifo => {
+                    let fifo = Arc::new(RealFifo::new().with_batch_size(3));
+                    let (a, b) = (fifo.clone(), fifo.clone());
+                    (fifo, Box::new(move || a.is_empty()), Box::new(move || { let _ = &b; Ok(()) }))
+                }
+                QueueKind::DeltaFifo => {
+                    let fifo = Arc::new(DeltaFifo::new(DeltaFifoOptions {
+                        known_objects: Some(Arc::new(informer.indexer().clone())),
+                        emit_delta_type_replaced: true,
+                    }));
+                    let (a, b) = (fifo.clone(), fifo.clone());
+                    (fifo, Box::new(move || a.is_empty()), Box::new(move || b.check_invariants()))
+                }
+            };
+            let mut process = |batch: &[QueueItem<ConfigMap>], initial: bool| {
+                informer.process_batch(batch, initial);
+                Ok(())
+            };
+
+            let mut server: HashMap<String, String> = HashMap::new();
+            let mut rv = 0u64;
+            for op in ops {
+                match op {
+                    Op::Apply(i, v) => {
+                        rv += 1;
+                        let existed = server.insert(key(i), v.to_string()).is_some();
+                        let obj = object(i, v, rv);
+                        if existed { fifo.update(obj).unwrap() } else { fifo.add(obj).unwrap() }
+                    }
+                    Op::Delete(i) => {
+                        if server.remove(&key(i)).is_some() {
+                            rv += 1;
+                            fifo.delete(object(i, 0, rv)).unwrap();
+                        }
+                    }
+                    Op::Relist(list) => {
+                        rv += 1;
+                        server.clear();
+                        let mut objects = BTreeMap::new();
+                        for (i, v) in list {
+                            server.insert(key(i), v.to_string());
+                            objects.insert(key(i), object(i, v, rv));
+                        }
+                        fifo.replace(objects.into_values().collect(), &rv.to_string()).unwrap();
+                    }
+                    Op::Resync => fifo.resync().unwrap(),
+                    Op::Pop(n) => {
+                        for _ in 0..n {
+                            if is_empty() { break; }
+                            fifo.pop(&mut process).await.unwrap().unwrap();
+                        }
+                    }
+                }
+                check_fifo().unwrap();
+                informer.indexer().check_invariants().unwrap();
+            }
+            while !is_empty() {
+                fifo.pop(&mut process).await.unwrap().unwrap();
+            }
+
+            let cache: HashMap<String, String> =
+                informer.indexer().list().iter().map(|o| (meta_key(o), label(o))).collect();
+            assert_eq!(cache, server, "cache equals the server");
+            informer.indexer().check_invariants().unwrap();
+            if rv > 0 && queue == QueueKind::RealFifo {
+                assert_eq!(informer.last_store_sync_resource_version(), rv.to_string(), "the cache caught up with the last change");
+            }
+            let limit = std::time::Instant::now() + Duration::from_secs(10);
+            while registration.pending() > 0 || *view.lock().unwrap() != cache {
+                assert!(std::time::Instant::now() < limit, "handler view {:?} != cache {cache:?}", view.lock().unwrap());
+                std::thread::yield_now();
+            }
+            assert_eq!(registration.handler_panics(), 0, "a handler assertion failed (see the log)");
+            informer.inner.processor.stop().await;
+        });
     }
 
     fn meta_key(o: &ConfigMap) -> String {

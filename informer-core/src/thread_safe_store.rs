@@ -35,10 +35,13 @@ pub struct ThreadSafeStore<K> {
 /// Invariants: for every index name in `indexers` there is an entry in `indices`; a key is in
 /// `indices[name][value]` exactly when `items[key]` exists and `indexers[name](items[key])`
 /// contains `value`; no value maps to an empty set.
-struct Inner<K> {
+pub(crate) struct Inner<K> {
     items: HashMap<String, Arc<K>>,
     indexers: Indexers<K>,
     indices: HashMap<String, Index>,
+    /// The resourceVersion of the last change or relist applied, or of the last bookmark
+    /// (client-go `LastStoreSyncResourceVersion`); empty until the first one.
+    resource_version: String,
 }
 
 impl<K> ThreadSafeStore<K> {
@@ -50,6 +53,7 @@ impl<K> ThreadSafeStore<K> {
                 items: HashMap::new(),
                 indexers,
                 indices,
+                resource_version: String::new(),
             }),
         }
     }
@@ -102,9 +106,23 @@ impl<K> ThreadSafeStore<K> {
 
     /// Swaps the whole content for `items` atomically and rebuilds every index.
     pub fn replace(&self, items: HashMap<String, Arc<K>>) {
-        let mut inner = self.write();
-        inner.items = items;
-        inner.rebuild_indices();
+        self.write().replace(items);
+    }
+
+    /// The resourceVersion the store last saw: from the last object written with one, the last
+    /// relist, or the last bookmark (client-go `LastStoreSyncResourceVersion`). Empty at first.
+    pub fn last_store_sync_resource_version(&self) -> String {
+        self.read().resource_version.clone()
+    }
+
+    /// Records `resource_version` as the last one seen (client-go `Bookmark`).
+    pub fn set_resource_version(&self, resource_version: &str) {
+        self.write().set_resource_version(resource_version);
+    }
+
+    /// Takes the write lock for a batch of changes: readers see all of them or none.
+    pub(crate) fn writer(&self) -> RwLockWriteGuard<'_, Inner<K>> {
+        self.write()
     }
 
     /// Objects that share an index value with `obj` under index `index_name`
@@ -209,7 +227,40 @@ impl<K> Inner<K> {
             .ok_or_else(|| IndexError::NoSuchIndex(name.to_string()))
     }
 
-    fn insert(&mut self, key: String, obj: Arc<K>) {
+    /// The object under `key`.
+    pub(crate) fn get(&self, key: &str) -> Option<&Arc<K>> {
+        self.items.get(key)
+    }
+
+    /// Every object, in no particular order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Arc<K>> {
+        self.items.values()
+    }
+
+    /// Every `(key, object)`, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Arc<K>)> {
+        self.items.iter()
+    }
+
+    pub(crate) fn set_resource_version(&mut self, resource_version: &str) {
+        if self.resource_version != resource_version {
+            resource_version.clone_into(&mut self.resource_version);
+        }
+    }
+
+    /// Swaps the content for `items`. The new indexes are built before anything changes, so
+    /// an index function that panics (user code) leaves the store as it was.
+    pub(crate) fn replace(&mut self, items: HashMap<String, Arc<K>>) {
+        let rebuilt: Vec<(String, Index)> = self
+            .indexers
+            .iter()
+            .map(|(name, func)| (name.clone(), build_index(&items, func)))
+            .collect();
+        self.items = items;
+        self.indices.extend(rebuilt);
+    }
+
+    pub(crate) fn insert(&mut self, key: String, obj: Arc<K>) {
         // Index values are computed before anything changes: an index function that panics
         // (user code) then leaves the store as it was.
         let updates = self.index_updates(self.items.get(&key).map(Arc::as_ref), Some(&obj));
@@ -217,20 +268,11 @@ impl<K> Inner<K> {
         self.apply_index_updates(updates, &key);
     }
 
-    fn remove(&mut self, key: &str) -> Option<Arc<K>> {
+    pub(crate) fn remove(&mut self, key: &str) -> Option<Arc<K>> {
         let updates = self.index_updates(Some(self.items.get(key)?.as_ref()), None);
         let old = self.items.remove(key)?;
         self.apply_index_updates(updates, key);
         Some(old)
-    }
-
-    fn rebuild_indices(&mut self) {
-        let rebuilt: Vec<(String, Index)> = self
-            .indexers
-            .iter()
-            .map(|(name, func)| (name.clone(), build_index(&self.items, func)))
-            .collect();
-        self.indices.extend(rebuilt);
     }
 
     /// For every index whose values differ between `old` and `new`: (name, old values, new values).

@@ -40,13 +40,23 @@
 //!   an error, and the key is retried rate-limited.
 //!
 //! # Shutdown
-//! When the shutdown token fires: the handlers are removed (no new keys), the queue is shut
-//! down (idle workers return), and the reconciles in flight get
-//! [`graceful_shutdown_timeout`](Controller::graceful_shutdown_timeout) to finish; those still
-//! running are then aborted and `run` returns [`ControllerError::ShutdownTimeout`]. Every key
-//! the queue accepted and no worker finished (queued, waiting for a retry, or aborted) is
-//! logged and counted in `kinformer_controller_dropped_keys_total`: nothing is dropped
-//! silently. (A restarted controller reconciles every object again from its initial list.)
+//! When the shutdown token fires: the handlers are removed (no new keys) and the queue is shut
+//! down. As with controller-runtime, whose workers loop on client-go's `Get`, the workers keep
+//! reconciling the keys already queued and stop once the queue is empty; keys waiting for a
+//! retry are dropped, and so are retries a reconcile asks for from now on (the queue ignores
+//! them). The whole drain gets
+//! [`graceful_shutdown_timeout`](Controller::graceful_shutdown_timeout): reconciles still
+//! running then are aborted, the keys still queued are left, and `run` returns
+//! [`ControllerError::ShutdownTimeout`]. Every key the queue accepted and no worker finished
+//! (still queued, waiting for a retry, its retry refused, or aborted) is logged and counted in
+//! `kinformer_controller_dropped_keys_total`: nothing is dropped silently. (A restarted
+//! controller reconciles every object again from its initial list.)
+//!
+//! [`run_with_stop_now`](BuiltController::run_with_stop_now) adds a second token for when
+//! finishing the work would be wrong, such as a lost leader election lease (another process
+//! may lead already): once it fires, no worker takes another key, queued or not, and the
+//! reconciles in flight are aborted at once; the keys left are reported dropped as above. The
+//! [`Manager`](crate::Manager) fires it when its lease is lost.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -111,8 +121,9 @@ pub enum ControllerError {
         /// The informers that had not synced.
         informers: Vec<String>,
     },
-    /// Reconciles were still running when the graceful shutdown timeout passed; they were
-    /// aborted and their keys reported as dropped.
+    /// The workers had not finished the queued keys when the graceful shutdown timeout passed:
+    /// the reconciles running were aborted, and their keys and those still queued reported as
+    /// dropped.
     #[error("controller {controller}: {in_flight} reconciles still running after {timeout:?}; aborted")]
     ShutdownTimeout {
         /// The controller's name.
@@ -191,8 +202,9 @@ impl ControllerBuilder {
         self
     }
 
-    /// How long reconciles in flight may take to finish after shutdown (default 30 s; the
-    /// [`Manager`](crate::Manager) sets it a little below its own bound). Also settable later.
+    /// How long the workers may take after shutdown to finish the keys already queued and the
+    /// reconciles in flight (default 30 s; the [`Manager`](crate::Manager) sets it a little
+    /// below its own bound). Also settable later.
     pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.common.graceful_shutdown_timeout = timeout;
         self
@@ -382,7 +394,8 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         self
     }
 
-    /// How long reconciles in flight may take to finish after shutdown (default 30 s).
+    /// How long the workers may take after shutdown to finish the keys already queued and the
+    /// reconciles in flight (default 30 s).
     #[must_use]
     pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.common.graceful_shutdown_timeout = timeout;
@@ -480,6 +493,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             cache_sync_timeout: common.cache_sync_timeout,
             recorder,
             owns_recorder,
+            refused_retries: RefusedRetries::default(),
         })
     }
 
@@ -648,7 +662,13 @@ pub struct BuiltController<K, R> {
     cache_sync_timeout: Duration,
     recorder: EventRecorder,
     owns_recorder: bool,
+    /// Keys whose retry a reconcile asked for once the queue was shutting down (so the queue
+    /// refused it): reported dropped with the queue's unfinished keys, each key once.
+    refused_retries: RefusedRetries,
 }
+
+/// See [`BuiltController::refused_retries`].
+type RefusedRetries = Arc<std::sync::Mutex<Vec<ObjectKey>>>;
 
 impl<K, R> BuiltController<K, R>
 where
@@ -678,15 +698,29 @@ where
     }
 
     /// Waits for the caches, runs the workers until `shutdown` fires, then shuts down as the
-    /// [module docs](self) say. Does not start the informers: the caller (or the
+    /// [module docs](self) say: the keys already queued are reconciled within the graceful
+    /// shutdown timeout. Does not start the informers: the caller (or the
     /// [`Manager`](crate::Manager)) starts the factory.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ControllerError> {
+        self.run_with_stop_now(shutdown, CancellationToken::new()).await
+    }
+
+    /// As [`run`](Self::run), and when `stop_now` fires (while running or during the graceful
+    /// shutdown), stops at once: no worker takes another key, the reconciles in flight are
+    /// aborted, and every key left is reported dropped. Returns `Ok` then: stopping was asked
+    /// for. For when another process may already act on the same objects, such as after losing
+    /// a leader election lease (the [`Manager`](crate::Manager) uses it so).
+    pub async fn run_with_stop_now(
+        self,
+        shutdown: CancellationToken,
+        stop_now: CancellationToken,
+    ) -> Result<(), ControllerError> {
         let recorder_stop = CancellationToken::new();
         let recorder_task = self.owns_recorder.then(|| {
             let (recorder, stop) = (self.recorder.clone(), recorder_stop.clone());
             tokio::spawn(async move { recorder.run(stop).await })
         });
-        let result = self.run_workers(&shutdown).await;
+        let result = self.run_workers(&shutdown, &stop_now).await;
         recorder_stop.cancel();
         if let Some(task) = recorder_task
             && tokio::time::timeout(Duration::from_secs(5), task).await.is_err()
@@ -697,7 +731,11 @@ where
         result
     }
 
-    async fn wait_for_sync(&self, shutdown: &CancellationToken) -> Result<bool, ControllerError> {
+    async fn wait_for_sync(
+        &self,
+        shutdown: &CancellationToken,
+        stop_now: &CancellationToken,
+    ) -> Result<bool, ControllerError> {
         let started = Instant::now();
         let mut last_report = started;
         loop {
@@ -725,14 +763,19 @@ where
             }
             tokio::select! {
                 () = shutdown.cancelled() => return Ok(false),
+                () = stop_now.cancelled() => return Ok(false),
                 () = tokio::time::sleep(Duration::from_millis(10)) => {}
             }
         }
     }
 
-    async fn run_workers(&self, shutdown: &CancellationToken) -> Result<(), ControllerError> {
+    async fn run_workers(
+        &self,
+        shutdown: &CancellationToken,
+        stop_now: &CancellationToken,
+    ) -> Result<(), ControllerError> {
         info!(controller = %self.name, workers = self.workers, "starting controller; waiting for caches");
-        let synced = match self.wait_for_sync(shutdown).await {
+        let synced = match self.wait_for_sync(shutdown, stop_now).await {
             Ok(synced) => synced,
             Err(e) => {
                 self.stop_intake();
@@ -744,51 +787,74 @@ where
         if synced {
             self.metrics.max_concurrent_reconciles.set(self.workers as i64);
             for _ in 0..self.workers {
-                workers.spawn(self.worker().run());
+                workers.spawn(self.worker(stop_now).run());
             }
             info!(controller = %self.name, workers = self.workers, "workers started");
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => break,
+                    () = stop_now.cancelled() => break,
                     Some(ended) = workers.join_next() => {
                         // Reconcile panics are caught, so this is a bug in the worker itself;
                         // keep the controller at full strength rather than idle.
                         error!(controller = %self.name, error = ?ended.err(), "a worker ended unexpectedly: restarting it");
                         self.metrics.active_workers.set(0);
-                        workers.spawn(self.worker().run());
+                        workers.spawn(self.worker(stop_now).run());
                     }
                 }
             }
         }
-        info!(controller = %self.name, "shutting down: no new keys; waiting for reconciles in flight");
         self.stop_intake();
-        let finished = tokio::time::timeout(self.graceful_shutdown_timeout, async {
-            while workers.join_next().await.is_some() {}
-        })
-        .await
-        .is_ok();
-        let mut result = Ok(());
-        if !finished {
-            let in_flight = workers.len();
+        let ending = if stop_now.is_cancelled() {
+            Ending::StoppedNow
+        } else {
+            info!(controller = %self.name, queued = self.queue.len(),
+                "shutting down: no new keys; reconciling the keys already queued");
+            let drained = tokio::time::timeout(self.graceful_shutdown_timeout, async {
+                while workers.join_next().await.is_some() {}
+            });
+            tokio::select! {
+                drained = drained => match drained {
+                    Ok(()) => Ending::Drained,
+                    Err(_) => Ending::TimedOut,
+                },
+                () = stop_now.cancelled() => Ending::StoppedNow,
+            }
+        };
+        let in_flight = workers.len();
+        if in_flight > 0 {
             workers.abort_all();
             while workers.join_next().await.is_some() {}
             self.metrics.active_workers.set(0);
-            error!(controller = %self.name, in_flight, timeout = ?self.graceful_shutdown_timeout,
-                "reconciles still running after the graceful shutdown timeout: aborted");
-            result = Err(ControllerError::ShutdownTimeout {
-                controller: self.name.clone(),
-                timeout: self.graceful_shutdown_timeout,
-                in_flight,
-            });
         }
+        let result = match ending {
+            Ending::Drained => Ok(()),
+            Ending::TimedOut => {
+                error!(controller = %self.name, in_flight, queued = self.queue.len(),
+                    timeout = ?self.graceful_shutdown_timeout,
+                    "queued keys not finished within the graceful shutdown timeout: reconciles in flight aborted");
+                Err(ControllerError::ShutdownTimeout {
+                    controller: self.name.clone(),
+                    timeout: self.graceful_shutdown_timeout,
+                    in_flight,
+                })
+            }
+            Ending::StoppedNow => {
+                warn!(controller = %self.name, in_flight, queued = self.queue.len(),
+                    "stopped at once: reconciles in flight aborted, queued keys not reconciled");
+                Ok(())
+            }
+        };
         self.report_dropped();
         info!(controller = %self.name, "controller stopped");
         result
     }
 
-    fn worker(&self) -> Worker<K, R> {
+    fn worker(&self, stop_now: &CancellationToken) -> Worker<K, R> {
         Worker {
             name: self.name.clone(),
+            stop_now: stop_now.clone(),
+            refused_retries: Arc::clone(&self.refused_retries),
             queue: self.queue.clone(),
             reconciler: self.reconciler.clone(),
             context: self.context.clone(),
@@ -796,19 +862,24 @@ where
         }
     }
 
-    /// Removes the handlers and shuts the queue down: no key enters from here on.
+    /// Removes the handlers and shuts the queue down: no key enters from here on, and the
+    /// workers stop once they have taken every key still queued.
     fn stop_intake(&self) {
         self.registrations.iter().for_each(|r| r.remove());
         self.queue.shut_down();
     }
 
-    /// Logs and counts every key the queue accepted that no worker finished.
+    /// Logs and counts every key the queue accepted that no worker finished, and every key whose
+    /// retry the shut-down queue refused; each key once, though it may be both (waiting for a
+    /// retry asked for before the shutdown, and refused another one during the drain).
     fn report_dropped(&self) {
         let mut dropped = self.queue.unfinished();
+        dropped.append(&mut self.refused_retries.lock().unwrap_or_else(|p| p.into_inner()));
         if dropped.is_empty() {
             return;
         }
         dropped.sort_unstable();
+        dropped.dedup();
         self.metrics.dropped_keys.inc_by(dropped.len() as u64);
         let mut keys = String::new();
         for key in dropped.iter().take(20) {
@@ -819,9 +890,21 @@ where
     }
 }
 
-/// One worker: takes keys until the queue shuts down.
+/// How the workers ended after shutdown.
+enum Ending {
+    /// They reconciled every queued key within the graceful shutdown timeout.
+    Drained,
+    /// The graceful shutdown timeout passed first.
+    TimedOut,
+    /// `stop_now` fired.
+    StoppedNow,
+}
+
+/// One worker: takes keys until the queue is shut down and empty, or until `stop_now` fires.
 struct Worker<K, R> {
     name: String,
+    stop_now: CancellationToken,
+    refused_retries: RefusedRetries,
     queue: RateLimitingQueue<ObjectKey>,
     reconciler: Arc<R>,
     context: Context<K>,
@@ -834,7 +917,14 @@ where
     R: Reconciler<K>,
 {
     async fn run(self) {
-        while let Some(key) = self.queue.get().await {
+        loop {
+            // `biased`: once `stop_now` fired, not even a key already queued is taken.
+            let key = tokio::select! {
+                biased;
+                () = self.stop_now.cancelled() => return,
+                key = self.queue.get() => key,
+            };
+            let Some(key) = key else { return };
             self.metrics.active_workers.inc();
             self.reconcile(&key).await;
             self.queue.done(&key);
@@ -897,11 +987,14 @@ where
 
 impl<K, R> Worker<K, R> {
     /// Schedules a retry (rate-limited, or after `delay`); once the queue is shutting down it
-    /// would be ignored, so the key is reported as dropped instead.
+    /// would be ignored, so the key is kept to be reported as dropped instead.
     fn retry(&self, key: &ObjectKey, delay: Option<Duration>) {
         if self.queue.shutting_down() {
-            self.metrics.dropped_keys.inc();
-            warn!(controller = %self.name, key = %key, "retry asked for during shutdown: key dropped");
+            debug!(controller = %self.name, key = %key, "retry asked for during shutdown: key dropped");
+            self.refused_retries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(key.clone());
             return;
         }
         match delay {
@@ -950,5 +1043,18 @@ where
 
     fn start(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, Result<(), BoxError>> {
         Box::pin(async move { (*self).run(shutdown).await.map_err(BoxError::from) })
+    }
+
+    fn start_with_stop_now(
+        self: Box<Self>,
+        shutdown: CancellationToken,
+        stop_now: CancellationToken,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            (*self)
+                .run_with_stop_now(shutdown, stop_now)
+                .await
+                .map_err(BoxError::from)
+        })
     }
 }

@@ -30,11 +30,13 @@
 //!    its queues hold every key when it takes over.
 //! 4. Runs until the token is cancelled, SIGINT or SIGTERM arrives, a runnable fails, or the
 //!    lease is lost (client-go's `renewDeadline` passed without a renewal: the controllers
-//!    are stopped at once, and `run` returns [`ManagerError::LeadershipLost`], as
-//!    controller-runtime exits, so no two leaders ever act at once).
-//! 5. Stops the runnables (each within the graceful shutdown timeout), then releases the
-//!    Lease, then stops the informers and the HTTP server. Returns `Err` if any component
-//!    failed, so a binary exits non-zero.
+//!    are stopped at once, without the graceful shutdown: they take no more keys, not even
+//!    queued ones, and the reconciles in flight are aborted; `run` returns
+//!    [`ManagerError::LeadershipLost`], as controller-runtime exits, so no two leaders ever
+//!    act at once).
+//! 5. Stops the runnables (each within the graceful shutdown timeout: a controller reconciles
+//!    the keys already queued first), then releases the Lease, then stops the informers and
+//!    the HTTP server. Returns `Err` if any component failed, so a binary exits non-zero.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -72,6 +74,20 @@ pub trait Runnable: Send + 'static {
 
     /// Runs until `shutdown` fires; an `Err` makes the manager shut down and fail.
     fn start(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, Result<(), BoxError>>;
+
+    /// Runs as [`start`](Self::start), and stops at once, without finishing its work, when
+    /// `stop_now` fires. The manager starts every runnable this way, and fires `stop_now` when
+    /// the lease is lost (another process may lead already), right before `shutdown` and
+    /// before aborting whatever still runs. The default ignores `stop_now`, leaving it to that
+    /// abort; a [`BuiltController`](crate::BuiltController) stops taking keys from its queue.
+    fn start_with_stop_now(
+        self: Box<Self>,
+        shutdown: CancellationToken,
+        stop_now: CancellationToken,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
+        let _ = stop_now;
+        self.start(shutdown)
+    }
 }
 
 /// A [`Runnable`] made of a closure.
@@ -426,6 +442,9 @@ impl Manager {
         factory.start(&infrastructure);
         let mut tasks = RunningTasks::default();
         let runnables_stop = stop.child_token();
+        // Fired when the lease is lost: the runnables stop without finishing their work.
+        let stop_now = CancellationToken::new();
+        tasks.stop_now = stop_now.clone();
         for runnable in other_runnables {
             tasks.spawn(runnable, runnables_stop.clone());
         }
@@ -502,6 +521,9 @@ impl Manager {
                         },
                     };
                     error!(error = %lost, "leader election lost: stopping the controllers now");
+                    // `stop_now` first: a controller that sees `leading` must already know not
+                    // to reconcile its queued keys.
+                    stop_now.cancel();
                     leading.cancel();
                     failures.push(lost);
                     leadership_lost = true;
@@ -572,13 +594,17 @@ impl Manager {
 struct RunningTasks {
     tasks: JoinSet<Result<(), BoxError>>,
     names: HashMap<tokio::task::Id, String>,
+    /// Every runnable's `stop_now`.
+    stop_now: CancellationToken,
 }
 
 impl RunningTasks {
     fn spawn(&mut self, runnable: Box<dyn Runnable>, shutdown: CancellationToken) {
         let name = runnable.name().to_owned();
         info!(runnable = %name, "starting runnable");
-        let handle = self.tasks.spawn(runnable.start(shutdown));
+        let handle = self
+            .tasks
+            .spawn(runnable.start_with_stop_now(shutdown, self.stop_now.clone()));
         self.names.insert(handle.id(), name);
     }
 

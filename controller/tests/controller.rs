@@ -673,7 +673,7 @@ async fn a_dynamic_primary_is_reconciled_like_a_typed_one() {
 }
 
 #[tokio::test]
-async fn shutdown_with_reconciles_in_flight_returns_within_the_bound_and_loses_no_key() {
+async fn shutdown_keeps_reconciling_queued_keys_until_the_bound_then_aborts_and_reports_the_rest() {
     const KEYS: usize = 12;
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
@@ -686,19 +686,20 @@ async fn shutdown_with_reconciles_in_flight_returns_within_the_bound_and_loses_n
     let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
     let registry = prometheus::Registry::new();
     let metrics = controller::Metrics::new(&registry).unwrap();
-    let started = Arc::new(AtomicUsize::new(0));
+    let started: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let reconciled: Arc<Mutex<HashSet<String>>> = Arc::default();
     let reconciler = {
         let (started, reconciled) = (started.clone(), reconciled.clone());
         reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
             let (started, reconciled) = (started.clone(), reconciled.clone());
             async move {
-                started.fetch_add(1, Ordering::SeqCst);
-                // s0 never finishes: it must be aborted at the bound.
+                started.lock().unwrap().push(Instant::now());
+                // s0 never finishes: it must be aborted at the bound. The others take long
+                // enough that two workers cannot finish the 11 of them within the bound.
                 let work = if req.name == "s0" {
                     Duration::from_secs(3600)
                 } else {
-                    Duration::from_millis(200)
+                    Duration::from_millis(400)
                 };
                 tokio::time::sleep(work).await;
                 reconciled.lock().unwrap().insert(req.name);
@@ -718,7 +719,7 @@ async fn shutdown_with_reconciles_in_flight_returns_within_the_bound_and_loses_n
     factory.start(&shutdown);
     let run = tokio::spawn(built.run(shutdown.clone()));
     eventually(WAIT, "reconciles in flight", || {
-        let n = started.load(Ordering::SeqCst);
+        let n = started.lock().unwrap().len();
         async move { n >= 2 }
     })
     .await;
@@ -726,19 +727,239 @@ async fn shutdown_with_reconciles_in_flight_returns_within_the_bound_and_loses_n
     shutdown.cancel();
     let result = run.await.unwrap();
     let took = began.elapsed();
+    // Both workers were still busy with queued keys at the bound.
     assert!(
-        matches!(result, Err(ControllerError::ShutdownTimeout { in_flight: 1, .. })),
+        matches!(result, Err(ControllerError::ShutdownTimeout { in_flight: 2, .. })),
         "{result:?}"
     );
     assert!(took >= bound && took < bound + Duration::from_secs(2), "took {took:?}");
+    let after_shutdown = started.lock().unwrap().iter().filter(|t| **t > began).count();
+    assert!(
+        after_shutdown >= 1,
+        "the workers must keep taking the keys queued before the shutdown"
+    );
     let done = reconciled.lock().unwrap().clone();
     assert!(!done.contains("s0"));
+    assert!(done.len() < KEYS - 1, "the bound passed before the queue was empty");
     let dropped = sample(
         &gather(&registry),
         r#"kinformer_controller_dropped_keys_total{controller="draining"}"#,
     ) as usize;
     assert_eq!(done.len() + dropped, KEYS, "reconciled {done:?}, dropped {dropped}");
-    assert!(dropped >= 1, "s0 was aborted and must be reported");
+    env.shutdown().await;
+}
+
+/// A reconciler recording which keys it started, in order. Keys named `held*` wait until the
+/// test releases them (or forever); `held-stopper` then fires `stop_now` and returns without
+/// awaiting anything more; `again` asks to be requeued in an hour; the rest succeed.
+#[derive(Clone, Default)]
+struct Probe {
+    started: Arc<Mutex<Vec<String>>>,
+    gates: Arc<Mutex<HashMap<String, Arc<tokio::sync::Notify>>>>,
+    stop_now: CancellationToken,
+}
+
+impl Probe {
+    fn reconciler(&self) -> impl controller::Reconciler<ConfigMap> {
+        let probe = self.clone();
+        reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+            let probe = probe.clone();
+            async move {
+                probe.started.lock().unwrap().push(req.name.clone());
+                if req.name.starts_with("held") {
+                    probe.gate(&req.name).notified().await;
+                }
+                if req.name == "held-stopper" {
+                    probe.stop_now.cancel();
+                }
+                if req.name == "again" {
+                    return Ok(Action::RequeueAfter(Duration::from_secs(3600)));
+                }
+                Ok::<_, std::convert::Infallible>(Action::Done)
+            }
+        })
+    }
+
+    fn gate(&self, name: &str) -> Arc<tokio::sync::Notify> {
+        self.gates.lock().unwrap().entry(name.to_owned()).or_default().clone()
+    }
+
+    /// Lets the reconcile of `name` finish (now, or as soon as it starts).
+    fn release(&self, name: &str) {
+        self.gate(name).notify_one();
+    }
+
+    fn started(&self) -> Vec<String> {
+        self.started.lock().unwrap().clone()
+    }
+
+    async fn wait_started(&self, name: &str) {
+        eventually(WAIT, &format!("{name} reconciled"), || {
+            let ok = self.started().iter().any(|n| n == name);
+            async move { ok }
+        })
+        .await;
+    }
+}
+
+/// `workers` workers reconciling with `probe`, with a graceful shutdown timeout far above the
+/// time the tests take, and its dropped-keys count read from `registry`.
+fn probed_controller(
+    factory: &SharedInformerFactory,
+    registry: &prometheus::Registry,
+    probe: &Probe,
+    workers: usize,
+) -> controller::BuiltController<ConfigMap, impl controller::Reconciler<ConfigMap>> {
+    Controller::new("probed", factory)
+        .metrics(controller::Metrics::new(registry).unwrap())
+        .for_resource::<ConfigMap>()
+        .workers(workers)
+        .graceful_shutdown_timeout(Duration::from_secs(3600))
+        .build(probe.reconciler())
+        .unwrap()
+}
+
+fn dropped_keys(registry: &prometheus::Registry) -> f64 {
+    sample(
+        &gather(registry),
+        r#"kinformer_controller_dropped_keys_total{controller="probed"}"#,
+    )
+}
+
+/// Creates the `held` ConfigMaps one by one, each taken by a worker of its own (so there must
+/// be as many workers), then queues `keys` behind them.
+async fn queue_behind(
+    cms: &Api<ConfigMap>,
+    probe: &Probe,
+    queue: &workqueue::RateLimitingQueue<ObjectKey>,
+    held: &[&str],
+    keys: &[&str],
+) {
+    for key in held {
+        cms.create(&PostParams::default(), &configmap("default", key, "0"))
+            .await
+            .unwrap();
+        probe.wait_started(key).await;
+    }
+    for key in keys {
+        cms.create(&PostParams::default(), &configmap("default", key, "0"))
+            .await
+            .unwrap();
+    }
+    eventually(WAIT, "keys queued behind the held reconciles", || {
+        let queued = queue.len();
+        async move { queued == keys.len() }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn shutdown_reconciles_the_keys_already_queued_and_reports_a_refused_retry_once() {
+    // controller-runtime's workers loop on client-go's `Get`, which keeps handing out queued
+    // items after `ShutDown`: the keys queued at shutdown are reconciled, not dropped.
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let probe = Probe::default();
+    let built = probed_controller(&factory, &registry, &probe, 1);
+    let queue = built.queue().clone();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let run = tokio::spawn(built.run(shutdown.clone()));
+    // `again` is reconciled once and waits an hour for its requeue...
+    cms.create(&PostParams::default(), &configmap("default", "again", "0"))
+        .await
+        .unwrap();
+    probe.wait_started("again").await;
+    // ...while an update queues it again, behind the held reconcile, with q0..q2.
+    queue_behind(&cms, &probe, &queue, &["held"], &[]).await;
+    cms.patch(
+        "again",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"data": {"v": "1"}})),
+    )
+    .await
+    .unwrap();
+    for key in ["q0", "q1", "q2"] {
+        cms.create(&PostParams::default(), &configmap("default", key, "0"))
+            .await
+            .unwrap();
+    }
+    eventually(WAIT, "four keys queued", || {
+        let queued = queue.len();
+        async move { queued == 4 }
+    })
+    .await;
+    // The worker is held: nothing starts between this count and the shutdown.
+    let before = probe.started().len();
+    shutdown.cancel();
+    probe.release("held");
+    let result = tokio::time::timeout(WAIT, run).await.expect("run returned").unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        probe.started()[before..],
+        ["again", "q0", "q1", "q2"],
+        "every key queued at shutdown is reconciled, in queue order"
+    );
+    // `again` asked for a requeue during the drain, which the shut-down queue refused, and its
+    // earlier requeue was waiting: one dropped key, not two.
+    assert_eq!(dropped_keys(&registry), 1.0);
+    assert!(queue.unfinished().contains(&ObjectKey::namespaced("default", "again")));
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn stop_now_takes_no_queued_key_and_aborts_the_reconcile_in_flight() {
+    // What the manager does on a lost lease: `stop_now` fires while the controller runs. One
+    // worker is in a reconcile that never ends; the other is finishing one at that very moment
+    // and goes on without yielding: neither may take the queued keys.
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let probe = Probe::default();
+    let built = probed_controller(&factory, &registry, &probe, 2);
+    let queue = built.queue().clone();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let run = tokio::spawn(built.run_with_stop_now(shutdown.clone(), probe.stop_now.clone()));
+    queue_behind(&cms, &probe, &queue, &["held", "held-stopper"], &["q0", "q1"]).await;
+    probe.release("held-stopper"); // fires `stop_now` and returns
+    let result = tokio::time::timeout(WAIT, run).await.expect("run returned").unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(
+        probe.started(),
+        ["held", "held-stopper"],
+        "no queued key may be reconciled"
+    );
+    assert_eq!(dropped_keys(&registry), 3.0, "held (aborted) and q0, q1 (queued)");
+    shutdown.cancel();
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn stop_now_during_the_drain_stops_it_at_once() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let probe = Probe::default();
+    let built = probed_controller(&factory, &registry, &probe, 1);
+    let queue = built.queue().clone();
+    let (shutdown, stop_now) = (CancellationToken::new(), CancellationToken::new());
+    factory.start(&shutdown);
+    let run = tokio::spawn(built.run_with_stop_now(shutdown.clone(), stop_now.clone()));
+    queue_behind(&cms, &probe, &queue, &["held"], &["held-q0", "q1", "q2"]).await;
+    shutdown.cancel();
+    probe.release("held");
+    // The drain has begun: the worker took held-q0, which is never released.
+    probe.wait_started("held-q0").await;
+    stop_now.cancel();
+    let result = tokio::time::timeout(WAIT, run).await.expect("run returned").unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(probe.started(), ["held", "held-q0"]);
+    assert_eq!(dropped_keys(&registry), 3.0, "held-q0 (aborted) and q1, q2 (queued)");
     env.shutdown().await;
 }
 

@@ -359,6 +359,7 @@ async fn losing_the_lease_stops_the_controllers_at_once_and_fails_the_manager() 
     let reconciles: Arc<Mutex<Vec<Instant>>> = Arc::default();
     let manager = elected_manager(client.clone(), "loser", true, reconciles.clone());
     let status = manager.status();
+    let metrics = manager.metrics().clone();
     let run = tokio::spawn(manager.run(CancellationToken::new()));
     eventually(WAIT, "leading", || {
         let ok = status.is_leader();
@@ -373,6 +374,18 @@ async fn losing_the_lease_stops_the_controllers_at_once_and_fails_the_manager() 
     eventually(WAIT, "slow reconcile started", || {
         let ok = !reconciles.lock().unwrap().is_empty();
         async move { ok }
+    })
+    .await;
+    // Keys queued behind it: a graceful shutdown would reconcile them, a lost lease must not.
+    for name in ["queued-0", "queued-1", "queued-2"] {
+        Api::<ConfigMap>::namespaced(client.clone(), "default")
+            .create(&PostParams::default(), &configmap("default", name, "1"))
+            .await
+            .unwrap();
+    }
+    eventually(WAIT, "keys queued", || {
+        let depth = sample(&metrics.encode(), r#"workqueue_depth{name="cms-loser"}"#);
+        async move { depth == 3.0 }
     })
     .await;
     // Every lease request fails from now on: renewals cannot succeed.
@@ -391,8 +404,9 @@ async fn losing_the_lease_stops_the_controllers_at_once_and_fails_the_manager() 
     assert!(took < Duration::from_millis(1500 + 360 + 700), "took {took:?}");
     assert!(!status.is_leader());
     // `run` returned: the in-flight reconcile was aborted, not waited for (30 s), and no
-    // reconcile started after the lease was lost.
+    // reconcile started after the lease was lost, although keys were queued.
     assert!(reconciles.lock().unwrap().iter().all(|t| *t < cut));
+    assert_eq!(reconciles.lock().unwrap().len(), 1, "only the slow key was reconciled");
     env.faults().clear();
     env.shutdown().await;
 }

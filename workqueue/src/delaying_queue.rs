@@ -5,6 +5,11 @@
 //! waiting keeps the earlier of the two ready times, so a retry scheduled by a fast path is never
 //! postponed by a slow one.
 //!
+//! At shutdown the timer stops, as client-go's waiting loop does: items still waiting for their
+//! time are dropped (they never become queued, so `get` does not hand them out), while items
+//! already queued are handed out as [`Queue::shut_down`] says. The dropped ones stay listed by
+//! [`unfinished`](DelayingQueue::unfinished), so a controller can report them.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
@@ -145,20 +150,23 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> DelayingQueue<T> {
         self.queue.is_empty()
     }
 
-    /// Shuts down the queue and stops the timer task; items still waiting are dropped. See
-    /// [`Queue::shut_down`].
+    /// Shuts down the queue and stops the timer task: items still waiting for their time are
+    /// dropped, while [`get`](Self::get) keeps handing out the items already queued and returns
+    /// `None` once none is left. See [`Queue::shut_down`].
     pub fn shut_down(&self) {
         self.queue.shut_down();
     }
 
-    /// Shuts down the queue, stops the timer task (items still waiting are dropped), and waits
-    /// for the queued and in-flight items to be done. See [`Queue::shut_down_with_drain`].
+    /// Shuts down as [`shut_down`](Self::shut_down) does (items still waiting for their time are
+    /// dropped), then waits for the queued and in-flight items to be done. See
+    /// [`Queue::shut_down_with_drain`].
     pub async fn shut_down_with_drain(&self) {
         self.queue.shut_down_with_drain().await;
     }
 
     /// Every item accepted and not yet finished: those of [`Queue::unfinished`] and those still
-    /// waiting for their ready time (each once).
+    /// waiting for their ready time (each once). After shutdown the waiting ones are the items
+    /// the shutdown dropped.
     pub fn unfinished(&self) -> Vec<T> {
         let mut items = self.queue.unfinished();
         let known: std::collections::HashSet<&T> = items.iter().collect();
@@ -214,13 +222,16 @@ async fn waiting_loop<T: Clone + Eq + Hash + Send + Sync + 'static>(
     stop: CancellationToken,
 ) {
     loop {
-        let (ready, next) = {
+        let next = {
+            // Items move under the heap lock, so `unfinished` always finds each in one place; an
+            // item the queue refuses (it shut down meanwhile) stays waiting, still listed by
+            // `unfinished`, instead of vanishing from both.
             let mut heap = shared.lock();
-            (heap.pop_ready(Instant::now()), heap.next_ready_at())
+            if !heap.pop_ready(Instant::now(), |item| queue.try_add(item)) {
+                break;
+            }
+            heap.next_ready_at()
         };
-        for item in ready {
-            queue.add(item);
-        }
         let sleep = tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + FAR_FUTURE));
         tokio::select! {
             () = stop.cancelled() => break,
@@ -296,21 +307,27 @@ impl<T: Clone + Eq + Hash> ReadyHeap<T> {
         earliest
     }
 
-    /// Removes and returns the items ready at `now`, earliest first.
-    fn pop_ready(&mut self, now: Instant) -> Vec<T> {
-        let mut ready = Vec::new();
+    /// Hands the items ready at `now` to `accept`, earliest first, removing each it takes. The
+    /// first item it gives back stays waiting, as it was, with the later ones; returns whether
+    /// every ready item was taken.
+    fn pop_ready(&mut self, now: Instant, mut accept: impl FnMut(T) -> Result<(), T>) -> bool {
         while let Some(Reverse(head)) = self.heap.peek()
             && head.ready_at <= now
         {
-            let Some(Reverse(entry)) = self.heap.pop() else {
+            let Some(Reverse(Entry { ready_at, seq, item })) = self.heap.pop() else {
                 break;
             };
-            if self.ready_at.get(&entry.item) == Some(&entry.ready_at) {
-                self.ready_at.remove(&entry.item);
-                ready.push(entry.item);
+            if self.ready_at.get(&item) != Some(&ready_at) {
+                continue; // stale
+            }
+            self.ready_at.remove(&item);
+            if let Err(item) = accept(item) {
+                self.ready_at.insert(item.clone(), ready_at);
+                self.heap.push(Reverse(Entry { ready_at, seq, item }));
+                return false;
             }
         }
-        ready
+        true
     }
 
     /// When the timer must next wake (possibly for a stale entry, which is harmless).

@@ -8,6 +8,11 @@
 //! per-item backoff chosen by a [`RateLimiter`], and named queues export client-go's Prometheus
 //! metrics (see [`metrics`]).
 //!
+//! Shutdown is client-go's: once a queue is shut down, adds are ignored and items waiting for a
+//! delay are dropped, but [`get`](Queue::get) keeps handing out the items already queued and
+//! returns `None` only when none is left, so a `while let Some(key) = queue.get().await` worker
+//! finishes the accepted work and then stops (see [`queue`](mod@queue#shutdown)).
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {

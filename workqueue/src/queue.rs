@@ -22,9 +22,20 @@
 //! assert_eq!(queue.len(), 1);
 //!
 //! queue.shut_down();
-//! assert_eq!(queue.get().await, None);
+//! queue.add("default/redis"); // shutting down: ignored
+//! let item = queue.get().await.unwrap(); // what was queued is still handed out...
+//! assert_eq!(item, "default/nginx");
+//! queue.done(&item);
+//! assert_eq!(queue.get().await, None); // ...and once the queue is empty, workers stop
 //! # }
 //! ```
+//!
+//! # Shutdown
+//! As client-go's: after [`shut_down`](Queue::shut_down) adds are ignored, but
+//! [`get`](Queue::get) keeps handing out the items already queued, and returns `None` only once
+//! nothing is queued, so workers that loop until `None` finish the accepted work.
+//! [`shut_down_with_drain`](Queue::shut_down_with_drain) does the same and also waits until
+//! every item is processed. To stop without processing what is queued, stop calling `get`.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -120,7 +131,9 @@ struct Shared<T> {
 /// - An item with a position `< popped` has been handed out by `get` and not yet `done`: it is in
 ///   one worker's hands, and since only popping hands items out, in no other worker's.
 /// - `dirty` is set only on items being processed: added again meanwhile, `done` queues them again.
-/// - Once `shutting_down`, no item enters `items`: adds are ignored.
+/// - Once `shutting_down`, no item enters `items`: adds are ignored. Items already queued are
+///   still handed out (and items dirty when it began are requeued by `done`), so `items` only
+///   shrinks from then on.
 /// - A `get` parks (enters `parked`) only under the lock and only when it found nothing to hand
 ///   out. Every push to `queue` unparks the oldest parked `get` and wakes it once the lock is
 ///   released (like `sync.Cond.Signal`), shutdown unparks them all, and a `get` dropped after its
@@ -135,8 +148,8 @@ struct State<T> {
     /// from our own handlers, not from an adversary, so HashDoS resistance is not needed.
     items: HashMap<T, Ticket, foldhash::fast::RandomState>,
     shutting_down: bool,
-    /// Set by `shut_down_with_drain`, cleared by `shut_down`: whether `get` still hands out queued
-    /// items while shutting down, and whether a drain is being waited for.
+    /// Set by `shut_down_with_drain`, cleared by `shut_down` (client-go's `drain`): whether a
+    /// drain is being waited for. `get` behaves the same either way.
     drain: bool,
     metrics: Option<QueueMetrics<T>>,
     /// `get` calls waiting for an item, oldest first, by id (ids increase, so this is sorted).
@@ -195,13 +208,19 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
     /// Marks `item` as needing processing.
     ///
     /// Queued at the back unless it is already queued (the adds merge) or being processed (it is
-    /// queued again when [`done`](Self::done) is called). Ignored after shutdown.
+    /// queued again when [`done`](Self::done) is called). Ignored once the queue is shutting
+    /// down.
     pub fn add(&self, item: T) {
+        if self.try_add(item).is_err() {
+            tracing::debug!(queue = %self.shared.name, "work queue shutting down, dropping added item");
+        }
+    }
+
+    /// Adds `item` as [`add`](Self::add) does, or gives it back if the queue is shutting down.
+    pub(crate) fn try_add(&self, item: T) -> Result<(), T> {
         let mut state = self.shared.lock();
         if state.shutting_down {
-            drop(state);
-            tracing::debug!(queue = %self.shared.name, "work queue shutting down, dropping added item");
-            return;
+            return Err(item);
         }
         if state.add(item) {
             let waker = state.unpark_one();
@@ -210,12 +229,17 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
                 waker.wake();
             }
         }
+        Ok(())
     }
 
     /// Waits for an item and hands it out; the caller must call [`done`](Self::done) with it.
     ///
-    /// Returns `None` once the queue is shut down; after
-    /// [`shut_down_with_drain`](Self::shut_down_with_drain), only once nothing is left queued.
+    /// Returns `None` once the queue is shutting down and nothing is queued (client-go's `Get`
+    /// returning `shutdown = true`): after either kind of shutdown, the items still queued are
+    /// handed out first. A `get` waiting when the queue shuts down returns `None`. Items being
+    /// processed do not count: a worker gets `None` while another still holds an item, and if
+    /// that item was added again before the shutdown, its `done` queues it again for the worker
+    /// still looping.
     ///
     /// Cancel safe: dropping the future takes nothing from the queue.
     pub async fn get(&self) -> Option<T> {
@@ -259,24 +283,26 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
         self.len() == 0
     }
 
-    /// Shuts the queue down now: later adds are ignored and [`get`](Self::get) returns `None`,
-    /// even while items are queued. Items being processed may still be marked done. Cancels a
-    /// pending [`shut_down_with_drain`](Self::shut_down_with_drain), which then returns.
+    /// Shuts the queue down without waiting (client-go's `ShutDown`): later adds are ignored,
+    /// [`get`](Self::get) keeps handing out the items already queued and returns `None` once
+    /// none is left, and items being processed may still be marked [`done`](Self::done).
     ///
-    /// client-go documents `ShutDown` as telling workers to exit immediately, but its `Get` keeps
-    /// handing out queued items until the queue is empty; we do what the documentation says, and
-    /// leave "finish the queued work first" to `shut_down_with_drain`.
+    /// Cancels a pending [`shut_down_with_drain`](Self::shut_down_with_drain), which then
+    /// returns (client-go's way to force a shutdown on a second signal). Workers that must not
+    /// process what is still queued have to stop calling `get` themselves.
     pub fn shut_down(&self) {
         self.shut_down_inner(false);
     }
 
-    /// Shuts the queue down and waits until it is drained: later adds are ignored, workers keep
-    /// getting the items still queued, and this returns once nothing is queued or being processed.
+    /// Shuts the queue down as [`shut_down`](Self::shut_down) does, then waits until it is
+    /// drained: until nothing is queued or being processed.
     ///
     /// Workers must keep calling [`get`](Self::get) and [`done`](Self::done) until `get` returns
-    /// `None`, or this never returns. Unlike client-go, which returns as soon as no item is being
-    /// processed, queued items count as unfinished work: when this returns, every item the queue
-    /// accepted has been processed.
+    /// `None`, or this returns only when [`shut_down`](Self::shut_down) cancels the wait.
+    /// client-go's `ShutDownWithDrain` waits only for the items being processed, so it can
+    /// return between one worker's `Done` and its next `Get` while items are still queued; here
+    /// queued items count as unfinished work too, so that when this returns, every item the
+    /// queue accepted has been processed.
     pub async fn shut_down_with_drain(&self) {
         self.shut_down_inner(true);
         loop {
@@ -491,7 +517,7 @@ impl<T> Drop for Get<'_, T> {
 enum Next<T> {
     /// Hand out this item.
     Item(T),
-    /// Return `None`: shut down (and, when draining, nothing left queued).
+    /// Return `None`: shutting down and nothing left queued.
     ShutDown,
     /// Wait for an add.
     Wait,
@@ -563,12 +589,10 @@ impl<T: Clone + Eq + Hash> State<T> {
         }
     }
 
-    /// Hands out the next item if there is one to hand out.
+    /// Hands out the next item if there is one to hand out: client-go's `Get`, which hands out
+    /// queued items whether or not the queue is shutting down, and reports the shutdown only
+    /// once the queue is empty.
     fn next(&mut self) -> Next<T> {
-        // Shut down without drain: stop at once, leaving queued items queued.
-        if self.shutting_down && !self.drain {
-            return Next::ShutDown;
-        }
         match self.pop() {
             Some(item) => Next::Item(item),
             None if self.shutting_down => Next::ShutDown,

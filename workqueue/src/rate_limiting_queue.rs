@@ -119,13 +119,15 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> RateLimitingQueue<T> {
         self.queue.is_empty()
     }
 
-    /// Shuts the queue down now. See [`DelayingQueue::shut_down`].
+    /// Shuts the queue down without waiting: later adds (rate-limited ones too) are ignored,
+    /// items waiting for a retry are dropped, and [`get`](Self::get) keeps handing out the items
+    /// already queued until none is left. See [`DelayingQueue::shut_down`].
     pub fn shut_down(&self) {
         self.queue.shut_down();
     }
 
-    /// Shuts the queue down and waits for it to drain. See
-    /// [`DelayingQueue::shut_down_with_drain`].
+    /// Shuts the queue down as [`shut_down`](Self::shut_down) does and waits until every queued
+    /// and in-flight item is done. See [`DelayingQueue::shut_down_with_drain`].
     pub async fn shut_down_with_drain(&self) {
         self.queue.shut_down_with_drain().await;
     }

@@ -140,6 +140,72 @@ async fn shut_down_stops_the_timer_task() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn shut_down_hands_out_queued_items_and_drops_waiting_ones() {
+    // client-go: `ShutDown` stops the waiting loop, and `Get` still returns what was queued.
+    let queue = DelayingQueue::new();
+    queue.add("queued");
+    queue.add_after("ready-later", Duration::from_millis(50));
+    queue.add_after("ready-now", Duration::from_millis(10));
+    advance(10).await;
+    assert_eq!(queue.len(), 2);
+    queue.shut_down();
+    queue.add_after("after", Duration::ZERO);
+    advance(100).await;
+    assert_eq!(
+        queue.waiting_len(),
+        1,
+        "the timer stopped: the waiting item never became queued"
+    );
+    assert_eq!(queue.get().await, Some("queued"));
+    assert_eq!(queue.get().await, Some("ready-now"));
+    assert_eq!(queue.get().await, None, "nothing else is queued");
+    queue.done(&"queued");
+    queue.done(&"ready-now");
+    assert_eq!(queue.unfinished(), ["ready-later"], "the dropped item stays reportable");
+}
+
+#[test]
+fn ready_item_refused_by_the_queue_stays_waiting() {
+    let start = Instant::now();
+    let at = |millis| start + Duration::from_millis(millis);
+    let mut heap = ReadyHeap::default();
+    heap.insert("a", at(10));
+    heap.insert("b", at(20));
+    heap.insert("c", at(30));
+    heap.insert("b", at(15)); // leaves a stale entry at 20
+    let mut taken = Vec::new();
+    let all_taken = heap.pop_ready(at(40), |item| {
+        if item == "b" {
+            return Err(item);
+        }
+        taken.push(item);
+        Ok(())
+    });
+    assert!(!all_taken);
+    assert_eq!(taken, ["a"], "nothing after the refused item is taken");
+    assert_eq!(heap.len(), 2);
+    assert_eq!(heap.next_ready_at(), Some(at(15)), "b keeps its time");
+    assert_eq!(pop_ready(&mut heap, at(40)), ["b", "c"], "and its place in the order");
+}
+
+#[tokio::test(start_paused = true)]
+async fn item_ready_as_the_queue_shuts_down_is_listed_unfinished() {
+    // The timer found an item ready, and the queue shut down before it could be added: the
+    // item must not vanish from both the heap and the queue.
+    let queue = DelayingQueue::new();
+    queue.add_after("late", Duration::from_millis(10));
+    queue.shut_down();
+    tokio::time::advance(Duration::from_millis(10)).await;
+    let moved = queue
+        .shared
+        .lock()
+        .pop_ready(Instant::now(), |item| queue.queue.try_add(item));
+    assert!(!moved);
+    assert_eq!(queue.get().await, None);
+    assert_eq!(queue.unfinished(), ["late"]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn dropping_the_last_handle_stops_the_timer_task() {
     let queue = DelayingQueue::new();
     queue.add_after("foo", Duration::from_secs(50));
@@ -171,6 +237,16 @@ async fn drain_stops_the_timer_and_finishes_work() {
     assert_eq!(queue.get().await, None);
 }
 
+/// The items `heap` holds ready at `now`, taken from it.
+fn pop_ready<T: Clone + Eq + Hash>(heap: &mut ReadyHeap<T>, now: Instant) -> Vec<T> {
+    let mut ready = Vec::new();
+    assert!(heap.pop_ready(now, |item| {
+        ready.push(item);
+        Ok(())
+    }));
+    ready
+}
+
 #[test]
 fn ready_heap_skips_stale_entries() {
     let start = Instant::now();
@@ -182,9 +258,9 @@ fn ready_heap_skips_stale_entries() {
     assert!(heap.insert("a", at(10)), "earlier time re-arms");
     assert_eq!(heap.len(), 2);
     assert_eq!(heap.next_ready_at(), Some(at(10)));
-    assert_eq!(heap.pop_ready(at(35)), ["a"]);
+    assert_eq!(pop_ready(&mut heap, at(35)), ["a"]);
     assert_eq!(heap.len(), 1);
-    assert_eq!(heap.pop_ready(at(100)), ["b"]);
+    assert_eq!(pop_ready(&mut heap, at(100)), ["b"]);
     assert_eq!(heap.next_ready_at(), None);
 }
 

@@ -153,43 +153,122 @@ async fn get_cancelled_while_parked_leaves_the_wakeup_to_others() {
     queue.check_invariants();
 }
 
+/// The two ways of shutting down, run by the scenarios that client-go runs with both.
+#[derive(Clone, Copy, Debug)]
+enum ShutDown {
+    Now,
+    WithDrain,
+}
+
+impl ShutDown {
+    async fn shut_down<T: Clone + Eq + Hash + Send + Sync + 'static>(self, queue: &Queue<T>) {
+        match self {
+            ShutDown::Now => queue.shut_down(),
+            ShutDown::WithDrain => queue.shut_down_with_drain().await,
+        }
+    }
+}
+
+/// Added after the shutdown: must never be handed out.
+const ADDED_AFTER_SHUTDOWN: u32 = u32::MAX;
+
 #[tokio::test(start_paused = true)]
 async fn many_producers_and_consumers_process_everything() {
-    // client-go's TestBasic: 50 producers add items, 10 consumers process them.
-    let queue = Queue::new();
-    let processed = Arc::new(Mutex::new(HashSet::new()));
-    let consumers: Vec<_> = (0..10)
-        .map(|_| {
-            let (queue, processed) = (queue.clone(), Arc::clone(&processed));
-            tokio::spawn(async move {
-                while let Some(item) = queue.get().await {
-                    processed.lock().unwrap().insert(item);
-                    tokio::time::sleep(Duration::from_millis(3)).await;
-                    queue.done(&item);
-                }
+    // client-go's TestBasic: 50 producers add items, 10 consumers process them; once the
+    // producers are done the queue shuts down, and both kinds of shutdown let the consumers
+    // finish every queued item before `get` returns `None`.
+    for how in [ShutDown::Now, ShutDown::WithDrain] {
+        let queue = Queue::new();
+        let processed = Arc::new(Mutex::new(Vec::new()));
+        let consumers: Vec<_> = (0..10)
+            .map(|_| {
+                let (queue, processed) = (queue.clone(), Arc::clone(&processed));
+                tokio::spawn(async move {
+                    while let Some(item) = queue.get().await {
+                        assert_ne!(item, ADDED_AFTER_SHUTDOWN, "{how:?}: got an item added after shutdown");
+                        processed.lock().unwrap().push(item);
+                        tokio::time::sleep(Duration::from_millis(3)).await;
+                        queue.done(&item);
+                    }
+                })
             })
-        })
-        .collect();
-    let producers: Vec<_> = (0..50)
-        .map(|producer| {
-            let queue = queue.clone();
-            tokio::spawn(async move {
-                for i in 0..50 {
-                    queue.add(producer * 50 + i);
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
+            .collect();
+        let producers: Vec<_> = (0..50)
+            .map(|producer| {
+                let queue = queue.clone();
+                tokio::spawn(async move {
+                    for i in 0..50 {
+                        queue.add(producer * 50 + i);
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                })
             })
-        })
-        .collect();
-    for producer in producers {
-        producer.await.unwrap();
+            .collect();
+        for producer in producers {
+            producer.await.unwrap();
+        }
+        // Each producer's last add and the consumers' 3 ms per item leave work queued.
+        assert!(!queue.is_empty(), "{how:?}: nothing queued at shutdown proves nothing");
+        how.shut_down(&queue).await;
+        queue.add(ADDED_AFTER_SHUTDOWN);
+        for consumer in consumers {
+            consumer.await.unwrap();
+        }
+        let processed = processed.lock().unwrap();
+        let distinct: HashSet<u32> = processed.iter().copied().collect();
+        assert_eq!(distinct.len(), 2500, "{how:?}: queued items were lost");
+        assert_eq!(processed.len(), 2500, "{how:?}: an item was processed twice");
+        assert!(queue.is_empty());
+        assert!(queue.unfinished().is_empty());
+        queue.check_invariants();
     }
-    queue.shut_down_with_drain().await;
-    for consumer in consumers {
-        consumer.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn readds_while_processing_are_all_processed_before_shutdown_completes() {
+    // client-go's TestAddWhileProcessing: every worker adds each item it gets back once, so
+    // items are dirty while processing when the queue shuts down; `done` requeues them and the
+    // workers still get them.
+    for how in [ShutDown::Now, ShutDown::WithDrain] {
+        let queue = Queue::new();
+        for item in 0..50u32 {
+            queue.add(item);
+        }
+        let gets = Arc::new(Mutex::new(Vec::new()));
+        let workers: Vec<_> = (0..10)
+            .map(|_| {
+                let (queue, gets) = (queue.clone(), Arc::clone(&gets));
+                tokio::spawn(async move {
+                    let mut seen = HashSet::new();
+                    while let Some(item) = queue.get().await {
+                        gets.lock().unwrap().push(item);
+                        if seen.insert(item) {
+                            queue.add(item);
+                        }
+                        tokio::task::yield_now().await;
+                        queue.done(&item);
+                    }
+                })
+            })
+            .collect();
+        // Let every worker take an item and mark it dirty, then shut down.
+        tokio::task::yield_now().await;
+        how.shut_down(&queue).await;
+        for worker in workers {
+            worker.await.unwrap();
+        }
+        let gets = gets.lock().unwrap();
+        for item in 0..50u32 {
+            assert!(gets.contains(&item), "{how:?}: item {item} never processed");
+        }
+        assert!(
+            gets.len() > 50,
+            "{how:?}: no item was added back while processing, so the scenario did not happen"
+        );
+        assert!(queue.is_empty());
+        assert!(queue.unfinished().is_empty());
+        queue.check_invariants();
     }
-    assert_eq!(processed.lock().unwrap().len(), 2500);
-    queue.check_invariants();
 }
 
 #[tokio::test(start_paused = true)]
@@ -200,7 +279,76 @@ async fn add_after_shut_down_is_ignored() {
     assert!(queue.shutting_down());
     queue.add(2);
     assert_eq!(queue.len(), 1);
-    assert_eq!(queue.get().await, None, "shut down hands out nothing");
+    assert_eq!(queue.get().await, Some(1), "what was queued before is still handed out");
+    queue.done(&1);
+    assert_eq!(queue.get().await, None, "the ignored add was not queued");
+}
+
+#[tokio::test(start_paused = true)]
+async fn get_after_shut_down_hands_out_queued_items_then_none() {
+    // client-go's `Get`: `for len(queue) == 0 && !shuttingDown { Wait() }; if len(queue) == 0
+    // { return shutdown }`: a shut-down queue is emptied first, and does not wait for anyone.
+    let queue = Queue::new();
+    for item in [1, 2, 3] {
+        queue.add(item);
+    }
+    let first = queue.get().await.unwrap();
+    queue.shut_down();
+    assert_eq!(queue.get().now_or_never(), Some(Some(2)));
+    assert_eq!(queue.get().now_or_never(), Some(Some(3)));
+    assert_eq!(
+        queue.get().now_or_never(),
+        Some(None),
+        "empty: `None` at once, although three items are still being processed"
+    );
+    assert_eq!(queue.get().now_or_never(), Some(None), "and again");
+    for item in [first, 2, 3] {
+        queue.done(&item);
+    }
+    assert!(queue.unfinished().is_empty());
+    queue.check_invariants();
+}
+
+#[tokio::test(start_paused = true)]
+async fn get_blocked_at_shut_down_returns_none_and_a_requeued_item_is_still_handed_out() {
+    // client-go's TestQueueDrainageUsingShutDownWithDrainWithDirtyItem, with both shutdowns: a
+    // `get` waiting on an empty queue returns `None` when it shuts down; an item added again
+    // before the shutdown while it was processed is queued again by `done` and handed out.
+    for how in [ShutDown::Now, ShutDown::WithDrain] {
+        let queue = Queue::new();
+        queue.add("foo");
+        let foo = queue.get().await.unwrap();
+        queue.add("foo"); // dirty
+        let blocked = tokio::spawn({
+            let queue = queue.clone();
+            async move { queue.get().await }
+        });
+        settle().await;
+        assert!(
+            !blocked.is_finished(),
+            "{how:?}: foo is being processed: nothing to get"
+        );
+        let shutdown = tokio::spawn({
+            let queue = queue.clone();
+            async move { how.shut_down(&queue).await }
+        });
+        settle().await;
+        assert_eq!(blocked.await.unwrap(), None, "{how:?}");
+        assert_eq!(queue.get().await, None, "{how:?}: still nothing queued");
+        queue.done(&foo);
+        assert_eq!(queue.len(), 1, "{how:?}: done requeued the dirty item");
+        assert_eq!(queue.get().await, Some("foo"), "{how:?}");
+        settle().await;
+        assert_eq!(
+            shutdown.is_finished(),
+            matches!(how, ShutDown::Now),
+            "{how:?}: only the drain waits for the requeued foo"
+        );
+        queue.done(&"foo");
+        assert_eq!(queue.get().await, None, "{how:?}");
+        shutdown.await.unwrap();
+        queue.check_invariants();
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -221,10 +369,14 @@ async fn shut_down_wakes_blocked_workers() {
 
 #[tokio::test(start_paused = true)]
 async fn shut_down_does_not_wait_for_processing() {
+    // client-go's TestNoQueueDrainageUsingShutDown: `shut_down` returns at once although items
+    // are being processed and others are queued.
     let queue = Queue::new();
     queue.add(1);
+    queue.add(2);
     let _item = queue.get().await;
     queue.shut_down();
+    assert_eq!(queue.len(), 1, "the queued item stays queued for the workers");
     // Still usable for the item in hand.
     queue.done(&1);
     queue.check_invariants();
@@ -277,6 +429,29 @@ async fn drain_hands_out_queued_and_dirty_items() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn drain_waits_for_queued_items_too() {
+    // Stricter than client-go, which returns once nothing is being processed: the drain
+    // returns only when the items still queued have been handed out and done.
+    let queue = Queue::new();
+    queue.add(1);
+    queue.add(2);
+    let drain = tokio::spawn({
+        let queue = queue.clone();
+        async move { queue.shut_down_with_drain().await }
+    });
+    settle().await;
+    assert!(!drain.is_finished(), "two items are queued");
+    for item in [1, 2] {
+        assert_eq!(queue.get().await, Some(item));
+        settle().await;
+        assert!(!drain.is_finished(), "item {item} is being processed");
+        queue.done(&item);
+    }
+    drain.await.unwrap();
+    assert_eq!(queue.get().await, None);
+}
+
+#[tokio::test(start_paused = true)]
 async fn drain_of_idle_queue_returns_at_once() {
     let queue = Queue::<u32>::new();
     queue.shut_down_with_drain().await;
@@ -285,8 +460,10 @@ async fn drain_of_idle_queue_returns_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn shut_down_cancels_a_pending_drain() {
+    // client-go's TestForceQueueShutdownUsingShutDown.
     let queue = Queue::new();
     queue.add(1);
+    queue.add(2);
     let _item = queue.get().await;
     let drain = tokio::spawn({
         let queue = queue.clone();
@@ -296,6 +473,11 @@ async fn shut_down_cancels_a_pending_drain() {
     assert!(!drain.is_finished());
     queue.shut_down();
     drain.await.unwrap();
+    assert_eq!(
+        queue.get().await,
+        Some(2),
+        "the forced shutdown still hands out what is queued"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -545,12 +727,14 @@ impl Model {
 
     /// `None` when `get` would block, `Some(None)` when it returns `None`.
     fn get(&mut self) -> Option<Option<u8>> {
-        if self.shut_down {
-            return Some(None);
+        match self.waiting.pop_front() {
+            Some(item) => {
+                self.in_hand.insert(item);
+                Some(Some(item))
+            }
+            None if self.shut_down => Some(None),
+            None => None,
         }
-        let item = self.waiting.pop_front()?;
-        self.in_hand.insert(item);
-        Some(Some(item))
     }
 
     fn done(&mut self, item: u8) {

@@ -201,7 +201,7 @@ impl<K: Send + Sync + 'static> ProcessorListener<K> {
                 let mut delivered = 0usize;
                 while listener.deliver_next() {
                     delivered += 1;
-                    if delivered % NON_BLOCKING_BUDGET == 0 {
+                    if delivered.is_multiple_of(NON_BLOCKING_BUDGET) {
                         tokio::task::yield_now().await;
                     }
                 }

@@ -189,7 +189,7 @@ struct StopGuard<'a, K: Send + Sync + 'static>(&'a SharedIndexInformer<K>);
 impl<K: Send + Sync + 'static> Drop for StopGuard<'_, K> {
     fn drop(&mut self) {
         self.0.inner.settings.lock().unwrap_or_else(|p| p.into_inner()).stopped = true;
-        let _ = self.0.inner.processor.stop_listeners();
+        self.0.inner.processor.stop_listeners();
     }
 }
 
@@ -905,6 +905,147 @@ mod model_tests {
             assert_eq!(registration.handler_panics(), 0, "a handler assertion failed (see the log)");
             informer.inner.processor.stop().await;
         });
+    }
+
+    fn named(prefix: &str, i: usize, rv: u64) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(format!("{prefix}{i}")),
+                namespace: Some("ns".into()),
+                resource_version: Some(rv.to_string()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        })
+    }
+
+    fn replaced_all(prefix: &str, n: usize, rv: u64) -> QueueItem<ConfigMap> {
+        QueueItem::ReplacedAll(ReplacedAll {
+            resource_version: rv.to_string(),
+            objects: (0..n).map(|i| (format!("ns/{prefix}{i}"), named(prefix, i, rv))).collect(),
+        })
+    }
+
+    #[test]
+    fn a_reader_never_sees_half_of_a_relist() {
+        let informer: SharedIndexInformer<ConfigMap> =
+            SharedIndexInformer::from_arc(Arc::new(Unused), InformerConfig::default());
+        informer.process_batch(&[replaced_all("a", 2000, 1)], true);
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let cache = informer.indexer().clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut snapshots = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let names: Vec<String> = cache.list().iter().map(|o| o.metadata.name.clone().unwrap()).collect();
+                    let a = names.iter().filter(|n| n.starts_with('a')).count();
+                    let b = names.len() - a;
+                    assert!(
+                        (a == 2000 && b == 0) || (a == 0 && b == 2000),
+                        "a reader saw {a} old and {b} new objects"
+                    );
+                    snapshots += 1;
+                }
+                snapshots
+            })
+        };
+        for round in 0..20u64 {
+            let prefix = if round % 2 == 0 { "b" } else { "a" };
+            informer.process_batch(&[replaced_all(prefix, 2000, round + 2)], false);
+        }
+        stop.store(true, Ordering::Relaxed);
+        let snapshots = reader.join().expect("no torn snapshot");
+        assert!(snapshots > 0);
+        assert_eq!(informer.last_store_sync_resource_version(), "21");
+    }
+
+    #[tokio::test]
+    async fn a_relist_notifies_tombstones_first_then_listed_objects_in_list_order() {
+        let informer: SharedIndexInformer<ConfigMap> =
+            SharedIndexInformer::from_arc(Arc::new(Unused), InformerConfig::default());
+        let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+        let handler = {
+            let (a, u, d) = (seen.clone(), seen.clone(), seen.clone());
+            ResourceEventHandlerFuncs::new()
+                .on_add(move |o: &Arc<ConfigMap>, initial| {
+                    a.lock().unwrap().push(format!("add {} {initial}", meta_key(o)));
+                })
+                .on_update(move |old: &Arc<ConfigMap>, new: &Arc<ConfigMap>| {
+                    let (o, n) = (old.metadata.resource_version.clone().unwrap(), new.metadata.resource_version.clone().unwrap());
+                    u.lock().unwrap().push(format!("update {} {o}->{n}", meta_key(new)));
+                })
+                .on_delete(move |gone: DeletedObject<ConfigMap>| {
+                    d.lock().unwrap().push(format!("delete {} tombstone={}", meta_key(gone.object()), gone.is_tombstone()));
+                })
+        };
+        let registration = informer.add_event_handler(handler).unwrap();
+        informer.inner.processor.run(tokio::runtime::Handle::current());
+        informer.process_batch(&[replaced_all("a", 2, 1)], true);
+        // a0 changes, a1 is gone, c0 is new; the watch missed all of it.
+        let relist = QueueItem::ReplacedAll(ReplacedAll {
+            resource_version: "5".into(),
+            objects: vec![("ns/c0".into(), named("c", 0, 5)), ("ns/a0".into(), named("a", 0, 4))],
+        });
+        informer.process_batch(&[relist, QueueItem::Bookmark("6".into())], false);
+        while registration.pending() > 0 || seen.lock().unwrap().len() < 5 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "add ns/a0 true",
+                "add ns/a1 true",
+                "delete ns/a1 tombstone=true",
+                "add ns/c0 false",
+                "update ns/a0 1->4",
+            ]
+        );
+        assert_eq!(informer.last_store_sync_resource_version(), "6", "the bookmark advanced it");
+        informer.inner.processor.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stalled_handlers_beyond_the_worker_count_delay_neither_others_nor_the_runtime() {
+        let informer: SharedIndexInformer<ConfigMap> =
+            SharedIndexInformer::from_arc(Arc::new(Unused), InformerConfig::default());
+        let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stalled_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        // Four handlers that block (more than the runtime has workers) until released.
+        for _ in 0..4 {
+            let (release, calls) = (release.clone(), stalled_calls.clone());
+            informer
+                .add_event_handler(ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    while !release.load(Ordering::SeqCst) {
+                        std::thread::park_timeout(Duration::from_millis(1));
+                    }
+                }))
+                .unwrap();
+        }
+        let fast_seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let fast = {
+            let seen = fast_seen.clone();
+            ResourceEventHandlerFuncs::new().on_add(move |_: &Arc<ConfigMap>, _| {
+                seen.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let fast_reg = informer
+            .add_event_handler_with_options(fast, HandlerOptions::default().non_blocking())
+            .unwrap();
+        informer.inner.processor.run(tokio::runtime::Handle::current());
+        informer.process_batch(&[replaced_all("a", 100, 1)], true);
+        // The fast handler and this task (on the async workers) keep going while four
+        // blocking-pool threads sit in the stalled handlers.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while fast_seen.load(Ordering::SeqCst) < 100 {
+            assert!(tokio::time::Instant::now() < deadline, "the fast handler was delayed");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(fast_reg.listener.initial_delivered(), "the fast handler took all its adds");
+        assert_eq!(stalled_calls.load(Ordering::SeqCst), 4, "each stalled handler is inside its first call");
+        release.store(true, Ordering::SeqCst);
+        informer.inner.processor.stop().await;
     }
 
     fn meta_key(o: &ConfigMap) -> String {

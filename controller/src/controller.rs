@@ -69,7 +69,7 @@ use factory::{FactoryError, FactoryResource, SharedInformerFactory};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use informer_core::{
-    Indexer, InformerError, ResourceEventHandler, ResourceEventHandlerRegistration, SharedIndexInformer,
+    HandlerOptions, Indexer, InformerError, ResourceEventHandler, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
@@ -577,11 +577,15 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
             return Err(ControllerError::InvalidConfig("an informer is missing".into()));
         };
         let registration = match &self.handling {
-            Handling::Map(mapping) => informer.add_event_handler(EnqueueHandler {
-                queue: queue.clone(),
-                predicates: predicates.clone(),
-                mapping: mapping.clone(),
-            })?,
+            // Filtering and enqueueing never block: delivered by a task, with no thread.
+            Handling::Map(mapping) => informer.add_event_handler_with_options(
+                EnqueueHandler {
+                    queue: queue.clone(),
+                    predicates: predicates.clone(),
+                    mapping: mapping.clone(),
+                },
+                HandlerOptions::default().non_blocking(),
+            )?,
             Handling::Custom(make) => {
                 let make = make.lock().unwrap_or_else(|p| p.into_inner()).take();
                 let Some(make) = make else {

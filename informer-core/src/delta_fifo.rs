@@ -20,10 +20,11 @@
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let cache: Indexer<ConfigMap> = Indexer::default();
-//! let fifo = DeltaFifo::new(DeltaFifoOptions {
-//!     known_objects: Some(Arc::new(cache.clone())),
-//!     emit_delta_type_replaced: true,
-//! });
+//! let fifo = DeltaFifo::new(
+//!     DeltaFifoOptions::default()
+//!         .known_objects(Arc::new(cache.clone()))
+//!         .emit_delta_type_replaced(true),
+//! );
 //! let mut cm = ConfigMap::default();
 //! cm.metadata.name = Some("a".into());
 //! fifo.add(Arc::new(cm.clone())).unwrap();
@@ -48,8 +49,9 @@ use tokio::sync::Notify;
 use crate::fifo::{PopError, ProcessError, ProcessFn, Queue, QueueItem};
 use crate::store::{KnownObjects, Store, StoreError, meta_namespace_key};
 
-/// What happened to an object (client-go `DeltaType`). Non-exhaustive: the in-order FIFO adds
-/// client-go 1.36's `ReplacedAll`/`SyncAll`/`Bookmark`.
+/// What happened to an object (client-go `DeltaType`). client-go 1.36's `ReplacedAll`,
+/// `SyncAll` and `Bookmark` are not delta types here but [`QueueItem`] variants, since they
+/// carry no single object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DeltaType {
@@ -161,7 +163,9 @@ impl<K> Deltas<K> {
     }
 }
 
-/// Options for a [`DeltaFifo`] (client-go `DeltaFIFOOptions`).
+/// Options for a [`DeltaFifo`] (client-go `DeltaFIFOOptions`). Build them with `Default` and
+/// the setters.
+#[non_exhaustive]
 pub struct DeltaFifoOptions<K> {
     /// The informer's cache, used by `replace` to find deletions and by `resync`.
     pub known_objects: Option<Arc<dyn KnownObjects<K>>>,
@@ -175,6 +179,22 @@ impl<K> Default for DeltaFifoOptions<K> {
             known_objects: None,
             emit_delta_type_replaced: false,
         }
+    }
+}
+
+impl<K> DeltaFifoOptions<K> {
+    /// Sets the informer's cache, used by `replace` and `resync`.
+    #[must_use]
+    pub fn known_objects(mut self, known_objects: Arc<dyn KnownObjects<K>>) -> Self {
+        self.known_objects = Some(known_objects);
+        self
+    }
+
+    /// Queue `Replaced` (true) or `Sync` (false) for listed objects.
+    #[must_use]
+    pub fn emit_delta_type_replaced(mut self, emit: bool) -> Self {
+        self.emit_delta_type_replaced = emit;
+        self
     }
 }
 
@@ -250,6 +270,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
     }
 
     /// Checks the invariants documented on the queue's state; for tests.
+    #[cfg(any(test, feature = "test-util"))]
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
         let inner = self.lock();

@@ -45,6 +45,7 @@ pub struct ReplacedAll<K> {
 
 /// What `process` tells [`Queue::pop`] about the item it was handed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProcessError {
     /// Put the item back unless newer deltas for its key arrived meanwhile (client-go `ErrRequeue`).
     #[error("requeue: {0}")]
@@ -56,6 +57,7 @@ pub enum ProcessError {
 
 /// Why [`Queue::pop`] returned without an item.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PopError {
     /// The queue was closed (client-go `ErrFIFOClosed`).
     #[error("the queue is closed")]

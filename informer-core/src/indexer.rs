@@ -126,6 +126,7 @@ impl<K: Resource + 'static> Indexer<K> {
     }
 
     /// Checks that every index agrees with the objects; for tests.
+    #[cfg(any(test, feature = "test-util"))]
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
         self.store.check_invariants()

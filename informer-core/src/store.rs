@@ -16,6 +16,7 @@ pub struct KeyError;
 
 /// Errors from writing to a [`Store`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The object has no key.
     #[error(transparent)]

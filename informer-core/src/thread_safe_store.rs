@@ -11,6 +11,7 @@ use crate::index::{IndexFunc, Indexers};
 
 /// Errors from index queries and index registration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IndexError {
     /// No index function is registered under this name.
     #[error("index {0:?} does not exist")]
@@ -190,6 +191,7 @@ impl<K> ThreadSafeStore<K> {
     }
 
     /// Checks the invariants documented on the store's state; for tests.
+    #[cfg(any(test, feature = "test-util"))]
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
         let inner = self.read();

@@ -17,13 +17,23 @@
 //!
 //! A handler that panics loses that one notification, which is logged and counted; the
 //! listener goes on.
+//!
+//! The buffer is unbounded by default, as client-go's. A registration may set a bound
+//! (`HandlerOptions::max_pending`): when the buffer grows past it, pending notifications are
+//! *coalesced by object key*, as a DeltaFifo would have: an add followed by updates becomes one
+//! add of the newest state, updates collapse into one from the oldest to the newest state, an
+//! update followed by a delete becomes the delete, and an add followed by a delete vanishes (the
+//! handler never saw the object). The buffer then holds at most about one notification per
+//! object, whatever the handler's speed; what was folded is counted. A handler that needs every
+//! intermediate state must not set a bound.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use kube::Resource;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -31,6 +41,7 @@ use tracing::{error, warn};
 
 use crate::delta_fifo::DeletedObject;
 use crate::event_handler::ResourceEventHandler;
+use crate::store::meta_namespace_key;
 
 /// Notifications a non-blocking drain delivers before it yields to the runtime.
 const NON_BLOCKING_BUDGET: usize = 64;
@@ -81,6 +92,9 @@ impl<K> Notification<K> {
 /// `in_call` is set only while a drain is inside the handler.
 struct Buffer<K> {
     pending: VecDeque<Notification<K>>,
+    /// Coalesce when `pending` grows past this (None: unbounded); raised after a coalescing
+    /// that could not get under it, so coalescing stays amortised O(1) per notification.
+    coalesce_at: Option<usize>,
     stopped: bool,
     /// The runtime drains are scheduled on; set by `start`.
     runtime: Option<Handle>,
@@ -101,6 +115,8 @@ pub struct ListenerMetrics {
     pub delivered: AtomicU64,
     /// Notifications lost because the handler panicked.
     pub handler_panics: AtomicU64,
+    /// Notifications folded into others because the buffer passed its bound.
+    pub coalesced: AtomicU64,
 }
 
 pub(crate) struct ProcessorListener<K> {
@@ -110,6 +126,8 @@ pub(crate) struct ProcessorListener<K> {
     left_call: Notify,
     /// Drained by a task on the async workers instead of the blocking pool.
     non_blocking: bool,
+    /// The bound on `pending` past which notifications are coalesced by key.
+    max_pending: Option<usize>,
     /// The period the handler asked for.
     pub(crate) requested_resync_period: Duration,
     resync: Mutex<Resync>,
@@ -119,18 +137,30 @@ pub(crate) struct ProcessorListener<K> {
     name: String,
 }
 
-impl<K: Send + Sync + 'static> ProcessorListener<K> {
-    pub(crate) fn new(
-        name: String,
-        handler: Arc<dyn ResourceEventHandler<K>>,
-        requested_resync_period: Duration,
-        resync_period: Duration,
-        non_blocking: bool,
-    ) -> Arc<Self> {
+/// How a listener is set up.
+pub(crate) struct ListenerOptions {
+    pub(crate) name: String,
+    pub(crate) requested_resync_period: Duration,
+    pub(crate) resync_period: Duration,
+    pub(crate) non_blocking: bool,
+    pub(crate) max_pending: Option<usize>,
+}
+
+impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
+    pub(crate) fn new(handler: Arc<dyn ResourceEventHandler<K>>, options: ListenerOptions) -> Arc<Self> {
+        let ListenerOptions {
+            name,
+            requested_resync_period,
+            resync_period,
+            non_blocking,
+            max_pending,
+        } = options;
+        let max_pending = max_pending.map(|m| m.max(1));
         Arc::new(ProcessorListener {
             handler,
             buffer: Mutex::new(Buffer {
                 pending: VecDeque::new(),
+                coalesce_at: max_pending,
                 stopped: false,
                 runtime: None,
                 scheduled: false,
@@ -138,6 +168,7 @@ impl<K: Send + Sync + 'static> ProcessorListener<K> {
             }),
             left_call: Notify::new(),
             non_blocking,
+            max_pending,
             requested_resync_period,
             resync: Mutex::new(Resync {
                 period: resync_period,
@@ -176,6 +207,11 @@ impl<K: Send + Sync + 'static> ProcessorListener<K> {
         if initial > 0 {
             self.initial_pending.fetch_add(initial, Ordering::SeqCst);
         }
+        if let Some(at) = buffer.coalesce_at
+            && buffer.pending.len() > at
+        {
+            self.coalesce(&mut buffer);
+        }
         let runtime = self.claim_drain(&mut buffer);
         drop(buffer);
         if let Some(runtime) = runtime {
@@ -209,6 +245,90 @@ impl<K: Send + Sync + 'static> ProcessorListener<K> {
         } else {
             runtime.spawn_blocking(move || while listener.deliver_next() {});
         }
+    }
+
+    /// Folds the pending notifications by object key (see the module docs).
+    fn coalesce(&self, buffer: &mut Buffer<K>) {
+        let before = buffer.pending.len();
+        let mut slots: Vec<Option<Notification<K>>> = Vec::with_capacity(before);
+        // Key → slot of its newest live notification.
+        let mut latest: HashMap<String, usize> = HashMap::new();
+        let mut initial_dropped = 0;
+        for notification in buffer.pending.drain(..) {
+            let Some(key) = notification_key(&notification) else {
+                slots.push(Some(notification));
+                continue;
+            };
+            let previous = latest.get(&key).copied();
+            let merged = match (previous.and_then(|i| slots[i].take()), notification) {
+                (Some(Notification::Add { is_in_initial_list, .. }), Notification::Update { new, .. }) => {
+                    Merge::Replace(Notification::Add {
+                        obj: new,
+                        is_in_initial_list,
+                    })
+                }
+                (Some(Notification::Add { is_in_initial_list, .. }), Notification::Delete(_)) => {
+                    if is_in_initial_list {
+                        initial_dropped += 1;
+                    }
+                    Merge::Vanish
+                }
+                (Some(Notification::Update { old, .. }), Notification::Update { new, .. }) => {
+                    Merge::Replace(Notification::Update { old, new })
+                }
+                (Some(Notification::Update { .. }), Notification::Delete(gone)) => {
+                    Merge::Replace(Notification::Delete(gone))
+                }
+                (Some(kept), next) => Merge::Append(kept, next),
+                (None, next) => Merge::New(next),
+            };
+            match merged {
+                Merge::Replace(n) => {
+                    if let Some(i) = previous {
+                        slots[i] = Some(n);
+                    }
+                }
+                Merge::Vanish => {
+                    latest.remove(&key);
+                }
+                Merge::Append(kept, next) => {
+                    if let Some(i) = previous {
+                        slots[i] = Some(kept);
+                    }
+                    latest.insert(key, slots.len());
+                    slots.push(Some(next));
+                }
+                Merge::New(next) => {
+                    latest.insert(key, slots.len());
+                    slots.push(Some(next));
+                }
+            }
+        }
+        buffer.pending = slots.into_iter().flatten().collect();
+        if initial_dropped > 0 {
+            let _ = self
+                .initial_pending
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(initial_dropped));
+        }
+        let after = buffer.pending.len();
+        let folded = before - after;
+        self.metrics.coalesced.fetch_add(folded as u64, Ordering::Relaxed);
+        if let Some(max) = self.max_pending {
+            // Still over the bound: as many objects as that are pending; wait for the buffer
+            // to double before trying again.
+            buffer.coalesce_at = Some(max.max(after.saturating_mul(2)));
+        }
+        warn!(listener = %self.name, before, after, folded, "slow handler: pending notifications coalesced by key");
+    }
+
+    /// The bound on pending notifications, if any.
+    pub(crate) fn max_pending(&self) -> Option<usize> {
+        self.max_pending
+    }
+
+    /// The listener's name (the `handler` label of its metrics).
+    pub(crate) fn name(&self) -> &str {
+        &self.name
     }
 
     /// Notifications waiting for the handler.
@@ -301,6 +421,12 @@ impl<K: Send + Sync + 'static> ProcessorListener<K> {
         }
         let mut buffer = self.buffer();
         buffer.in_call = false;
+        if let (Some(max), Some(at)) = (self.max_pending, buffer.coalesce_at)
+            && at > max
+            && buffer.pending.len() <= max
+        {
+            buffer.coalesce_at = Some(max); // drained back under the bound
+        }
         if buffer.stopped {
             drop(buffer);
             self.left_call.notify_waiters();
@@ -329,5 +455,27 @@ impl<K: Send + Sync + 'static> ProcessorListener<K> {
     /// The period in effect.
     pub(crate) fn resync_period(&self) -> Duration {
         self.resync_state().period
+    }
+}
+
+/// What coalescing does with a key's previous pending notification and the next one.
+enum Merge<K> {
+    /// Both fold into this, in the previous one's place.
+    Replace(Notification<K>),
+    /// Both go (an add and a delete the handler never saw).
+    Vanish,
+    /// Nothing folds: keep the previous one and append the next.
+    Append(Notification<K>, Notification<K>),
+    /// The key had nothing pending.
+    New(Notification<K>),
+}
+
+/// The object key a notification is about.
+fn notification_key<K: Resource>(notification: &Notification<K>) -> Option<String> {
+    match notification {
+        Notification::Add { obj, .. } => meta_namespace_key(obj.as_ref()).ok(),
+        Notification::Update { new, .. } => meta_namespace_key(new.as_ref()).ok(),
+        Notification::Delete(DeletedObject::DeletedFinalStateUnknown(t)) => Some(t.key.clone()),
+        Notification::Delete(DeletedObject::Object(obj)) => meta_namespace_key(obj.as_ref()).ok(),
     }
 }

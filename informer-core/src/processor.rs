@@ -49,7 +49,7 @@ pub(crate) fn determine_resync_period(desired: Duration, check: Duration) -> Dur
     desired.max(check)
 }
 
-impl<K: Send + Sync + 'static> SharedProcessor<K> {
+impl<K: kube::Resource + Send + Sync + 'static> SharedProcessor<K> {
     pub(crate) fn new() -> Self {
         SharedProcessor {
             inner: RwLock::new(Inner {
@@ -140,6 +140,11 @@ impl<K: Send + Sync + 'static> SharedProcessor<K> {
             let period = determine_resync_period(entry.listener.requested_resync_period, check);
             entry.listener.set_resync_period(period);
         }
+    }
+
+    /// Every registered listener.
+    pub(crate) fn listeners(&self) -> Vec<Arc<ProcessorListener<K>>> {
+        self.read().listeners.iter().map(|e| e.listener.clone()).collect()
     }
 
     /// Starts every listener, delivering on `runtime` (and so do listeners added later).

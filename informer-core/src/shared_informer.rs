@@ -29,7 +29,7 @@ use crate::event_handler::ResourceEventHandler;
 use crate::fifo::{PopError, ProcessError, Queue, QueueItem, ReplacedAll};
 use crate::index::Indexers;
 use crate::indexer::Indexer;
-use crate::listener::{Notification, ProcessorListener};
+use crate::listener::{ListenerOptions, Notification, ProcessorListener};
 use crate::listwatch::ListerWatcher;
 use crate::processor::{SharedProcessor, determine_resync_period};
 use crate::real_fifo::RealFifo;
@@ -136,6 +136,14 @@ pub struct HandlerOptions {
     /// notifications are delivered by a task on the runtime's async workers rather than on the
     /// blocking pool, which is cheaper. A handler that blocks anyway stalls a runtime worker.
     pub non_blocking: bool,
+    /// A name for the handler (the `handler` label of its metrics; default: the informer's
+    /// name and a number).
+    pub name: Option<String>,
+    /// Bound the handler's buffer: past this many pending notifications they are coalesced by
+    /// object key (an add and its updates become one add, updates one update, an update and a
+    /// delete the delete), so a stalled handler holds about one notification per object
+    /// instead of one per event. `None` (the default, as client-go): unbounded, every event kept.
+    pub max_pending: Option<usize>,
 }
 
 impl HandlerOptions {
@@ -143,6 +151,20 @@ impl HandlerOptions {
     #[must_use]
     pub fn resync_period(mut self, period: Duration) -> Self {
         self.resync_period = Some(period);
+        self
+    }
+
+    /// Names the handler (the `handler` label of its metrics).
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Bounds the handler's buffer (see [`HandlerOptions::max_pending`](HandlerOptions#structfield.max_pending)).
+    #[must_use]
+    pub fn max_pending(mut self, max_pending: usize) -> Self {
+        self.max_pending = Some(max_pending);
         self
     }
 
@@ -184,9 +206,9 @@ struct Inner<K> {
 
 /// Stops an informer's listeners and marks it stopped when `run`'s future goes away, however
 /// that happens.
-struct StopGuard<'a, K: Send + Sync + 'static>(&'a SharedIndexInformer<K>);
+struct StopGuard<'a, K: Resource + Send + Sync + 'static>(&'a SharedIndexInformer<K>);
 
-impl<K: Send + Sync + 'static> Drop for StopGuard<'_, K> {
+impl<K: Resource + Send + Sync + 'static> Drop for StopGuard<'_, K> {
     fn drop(&mut self) {
         self.0.inner.settings.lock().unwrap_or_else(|p| p.into_inner()).stopped = true;
         self.0.inner.processor.stop_listeners();
@@ -204,6 +226,37 @@ impl<K> Clone for SharedIndexInformer<K> {
     fn clone(&self) -> Self {
         SharedIndexInformer {
             inner: self.inner.clone(),
+        }
+    }
+}
+
+/// A snapshot of one handler's listener, for metrics (`kinformer_informer_listener_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ListenerStats {
+    /// The handler's name ([`HandlerOptions::name`](HandlerOptions#structfield.name)).
+    pub handler: String,
+    /// Notifications waiting for the handler.
+    pub pending: usize,
+    /// The bound on `pending`, if any.
+    pub max_pending: Option<usize>,
+    /// Notifications delivered so far.
+    pub delivered: u64,
+    /// Notifications lost because the handler panicked.
+    pub handler_panics: u64,
+    /// Notifications folded into others because the buffer passed its bound.
+    pub coalesced: u64,
+}
+
+impl ListenerStats {
+    fn of<K: Resource + Send + Sync + 'static>(listener: &ProcessorListener<K>) -> Self {
+        ListenerStats {
+            handler: listener.name().to_string(),
+            pending: listener.pending(),
+            max_pending: listener.max_pending(),
+            delivered: listener.metrics.delivered.load(Ordering::Relaxed),
+            handler_panics: listener.metrics.handler_panics.load(Ordering::Relaxed),
+            coalesced: listener.metrics.coalesced.load(Ordering::Relaxed),
         }
     }
 }
@@ -234,6 +287,16 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandlerRegistration<K> {
     /// Notifications lost because the handler panicked.
     pub fn handler_panics(&self) -> u64 {
         self.listener.metrics.handler_panics.load(Ordering::Relaxed)
+    }
+
+    /// Notifications folded into others because the buffer passed its bound.
+    pub fn coalesced(&self) -> u64 {
+        self.listener.metrics.coalesced.load(Ordering::Relaxed)
+    }
+
+    /// The handler's counters, as [`SharedIndexInformer::listener_stats`] reports them.
+    pub fn stats(&self) -> ListenerStats {
+        ListenerStats::of(&self.listener)
     }
 
     /// The resync period in effect for this handler (zero: none).
@@ -338,11 +401,16 @@ where
         let id = self.inner.next_listener_id.fetch_add(1, Ordering::Relaxed);
         let effective = determine_resync_period(resync_period, settings.resync_check_period);
         let listener = ProcessorListener::new(
-            format!("{}-{id}", self.inner.reflector_config.name),
             Arc::new(handler),
-            resync_period,
-            effective,
-            options.non_blocking,
+            ListenerOptions {
+                name: options
+                    .name
+                    .unwrap_or_else(|| format!("{}-{id}", self.inner.reflector_config.name)),
+                requested_resync_period: resync_period,
+                resync_period: effective,
+                non_blocking: options.non_blocking,
+                max_pending: options.max_pending,
+            },
         );
         let registration = ResourceEventHandlerRegistration {
             listener: listener.clone(),
@@ -460,6 +528,22 @@ where
     /// Whether `run` has returned.
     pub fn is_stopped(&self) -> bool {
         self.settings().stopped
+    }
+
+    /// The informer's name (its reflector's; the `informer` label of its metrics).
+    pub fn name(&self) -> &str {
+        &self.inner.reflector_config.name
+    }
+
+    /// A snapshot of every registered handler's listener (pending notifications, deliveries,
+    /// panics, coalesced notifications), for metrics.
+    pub fn listener_stats(&self) -> Vec<ListenerStats> {
+        self.inner
+            .processor
+            .listeners()
+            .iter()
+            .map(|l| ListenerStats::of(l))
+            .collect()
     }
 
     /// The reflector's counters (lists, watches, errors, malformed objects, ...).
@@ -828,6 +912,38 @@ mod model_tests {
                     })
             };
             let registration = informer.add_event_handler(handler).unwrap();
+            // A second handler with a bounded buffer that stalls until every op is applied, so
+            // its notifications pile up and get coalesced: its view must converge too.
+            let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let bounded_view: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+            let bounded = {
+                let (add_view, update_view, delete_view) = (bounded_view.clone(), bounded_view.clone(), bounded_view.clone());
+                let (g1, g2, g3) = (go.clone(), go.clone(), go.clone());
+                let wait = |go: &std::sync::atomic::AtomicBool| {
+                    while !go.load(Ordering::SeqCst) {
+                        std::thread::park_timeout(Duration::from_millis(1));
+                    }
+                };
+                ResourceEventHandlerFuncs::new()
+                    .on_add(move |o: &Arc<ConfigMap>, _| {
+                        wait(&g1);
+                        let previous = add_view.lock().unwrap().insert(meta_key(o), label(o));
+                        assert!(previous.is_none(), "add of an object the handler already had");
+                    })
+                    .on_update(move |_, n: &Arc<ConfigMap>| {
+                        wait(&g2);
+                        let previous = update_view.lock().unwrap().insert(meta_key(n), label(n));
+                        assert!(previous.is_some(), "update of an object the handler never had");
+                    })
+                    .on_delete(move |d: DeletedObject<ConfigMap>| {
+                        wait(&g3);
+                        let removed = delete_view.lock().unwrap().remove(&meta_key(d.object()));
+                        assert!(removed.is_some(), "delete of an object the handler never had");
+                    })
+            };
+            let bounded_registration = informer
+                .add_event_handler_with_options(bounded, HandlerOptions::default().max_pending(3))
+                .unwrap();
             informer.inner.processor.run(tokio::runtime::Handle::current());
             let (fifo, is_empty, check_fifo): (Arc<dyn Queue<ConfigMap>>, Box<dyn Fn() -> bool>, Box<dyn Fn() -> Result<(), String>>) = match queue {
                 QueueKind::RealFifo => {
@@ -903,6 +1019,14 @@ mod model_tests {
                 std::thread::yield_now();
             }
             assert_eq!(registration.handler_panics(), 0, "a handler assertion failed (see the log)");
+            go.store(true, Ordering::SeqCst);
+            while bounded_registration.pending() > 0 || *bounded_view.lock().unwrap() != cache {
+                assert!(std::time::Instant::now() < limit, "bounded view {:?} != cache {cache:?}", bounded_view.lock().unwrap());
+                std::thread::yield_now();
+            }
+            assert_eq!(bounded_registration.handler_panics(), 0, "a bounded handler assertion failed (see the log)");
+            let stats = bounded_registration.stats();
+            assert!(stats.pending == 0 && stats.max_pending == Some(3));
             informer.inner.processor.stop().await;
         });
     }

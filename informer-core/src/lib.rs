@@ -75,7 +75,7 @@ pub use reflector::{
 };
 pub use real_fifo::RealFifo;
 pub use shared_informer::{
-    HandlerOptions, InformerConfig, InformerError, ListenerStats, MINIMUM_RESYNC_PERIOD, QueueKind, ResourceEventHandlerRegistration,
+    HandlerOptions, InformerConfig, InformerError, InformerStats, ListenerStats, MINIMUM_RESYNC_PERIOD, QueueKind, ResourceEventHandlerRegistration,
     SharedIndexInformer,
 };
 pub use store::{KeyError, KnownObjects, Store, StoreError, meta_namespace_key, split_meta_namespace_key};

@@ -261,6 +261,34 @@ impl ListenerStats {
     }
 }
 
+/// A snapshot of an informer's counters, for metrics: its reflector's and every handler's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InformerStats {
+    /// The informer's name (the `informer` label).
+    pub informer: String,
+    /// Whether the initial list has been processed into the cache.
+    pub synced: bool,
+    /// Objects in the cache.
+    pub cached_objects: usize,
+    /// Completed lists (initial and relists).
+    pub lists: u64,
+    /// Relists forced by a 410 Gone/Expired.
+    pub relists_after_gone: u64,
+    /// Watch requests made.
+    pub watches: u64,
+    /// Watch events applied.
+    pub events: u64,
+    /// List and watch errors.
+    pub errors: u64,
+    /// Objects skipped because they did not decode or had no name.
+    pub malformed_objects: u64,
+    /// Bookmarks received.
+    pub bookmarks: u64,
+    /// Every handler's listener.
+    pub listeners: Vec<ListenerStats>,
+}
+
 /// The handle of an added handler (client-go `ResourceEventHandlerRegistration`).
 pub struct ResourceEventHandlerRegistration<K> {
     listener: Arc<ProcessorListener<K>>,
@@ -544,6 +572,24 @@ where
             .iter()
             .map(|l| ListenerStats::of(l))
             .collect()
+    }
+
+    /// A snapshot of the informer's counters (reflector and handlers), for metrics.
+    pub fn stats(&self) -> InformerStats {
+        let m = &self.inner.reflector_metrics;
+        InformerStats {
+            informer: self.name().to_string(),
+            synced: self.has_synced(),
+            cached_objects: self.inner.indexer.len(),
+            lists: ReflectorMetrics::get(&m.lists),
+            relists_after_gone: ReflectorMetrics::get(&m.relists_after_gone),
+            watches: ReflectorMetrics::get(&m.watches),
+            events: ReflectorMetrics::get(&m.events),
+            errors: ReflectorMetrics::get(&m.errors),
+            malformed_objects: ReflectorMetrics::get(&m.malformed_objects),
+            bookmarks: ReflectorMetrics::get(&m.bookmarks),
+            listeners: self.listener_stats(),
+        }
     }
 
     /// The reflector's counters (lists, watches, errors, malformed objects, ...).

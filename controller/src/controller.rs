@@ -463,7 +463,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         let all_sources = std::iter::once(&primary as &dyn ErasedSource).chain(sources.iter().map(|s| &**s));
         for source in all_sources {
             source.add_to_context(&mut typed, &mut dynamic);
-            match source.register(&queue, &predicates) {
+            match source.register(&common.name, &queue, &predicates) {
                 Ok(registration) => registrations.push(registration),
                 Err(e) => {
                     registrations.iter().for_each(|r| r.remove());
@@ -555,8 +555,11 @@ impl<C: Send + Sync + 'static> ResourceEventHandler<C> for BoxedHandler<C> {
 
 /// A [`Source`] without its type.
 trait ErasedSource: Send + Sync {
+    /// Registers the source's handler, named after `controller` (the `handler` label of the
+    /// listener metrics).
     fn register(
         &self,
+        controller: &str,
         queue: &RateLimitingQueue<ObjectKey>,
         predicates: &All,
     ) -> Result<Box<dyn ErasedRegistration>, ControllerError>;
@@ -570,6 +573,7 @@ trait ErasedSource: Send + Sync {
 impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
     fn register(
         &self,
+        controller: &str,
         queue: &RateLimitingQueue<ObjectKey>,
         predicates: &All,
     ) -> Result<Box<dyn ErasedRegistration>, ControllerError> {
@@ -584,7 +588,7 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
                     predicates: predicates.clone(),
                     mapping: mapping.clone(),
                 },
-                HandlerOptions::default().non_blocking(),
+                HandlerOptions::default().non_blocking().name(controller),
             )?,
             Handling::Custom(make) => {
                 let make = make.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -593,7 +597,10 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
                         "a custom handler was already used".into(),
                     ));
                 };
-                informer.add_event_handler(BoxedHandler(make(Enqueuer { queue: queue.clone() })))?
+                informer.add_event_handler_with_options(
+                    BoxedHandler(make(Enqueuer { queue: queue.clone() })),
+                    HandlerOptions::default().name(controller),
+                )?
             }
         };
         Ok(Box::new(Registration {

@@ -42,6 +42,6 @@ pub use event_recorder::{EventRecorder, EventRecorderConfig, EventRecorderStats,
 pub use handler::{Enqueuer, MapFunc};
 pub use leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
 pub use manager::{Manager, ManagerBuilder, ManagerError, ManagerStatus, Runnable, RunnableFn, runnable_fn};
-pub use metrics::Metrics;
+pub use metrics::{InformerCollector, InformerStatsSource, Metrics};
 pub use object_key::{ObjectKey, Request};
 pub use reconciler::{Action, BoxError, Context, FnReconciler, Reconciler, reconciler_fn};

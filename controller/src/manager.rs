@@ -58,7 +58,7 @@ use tracing::{error, info, warn};
 
 use crate::controller::{Controller, ControllerBuilder};
 use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
-use crate::metrics::Metrics;
+use crate::metrics::{InformerCollector, Metrics};
 use crate::reconciler::BoxError;
 
 /// Something the [`Manager`] runs: a [`BuiltController`](crate::BuiltController), or your own
@@ -256,6 +256,10 @@ impl ManagerBuilder {
             &["name"],
         )?;
         registry.register(Box::new(leader_status.clone()))?;
+        let stats_factory = factory.clone();
+        registry.register(Box::new(InformerCollector::new(Arc::new(move || {
+            stats_factory.informer_stats()
+        }))?))?;
         let elector = self
             .leader_election
             .map(|config| LeaderElector::new(self.client.clone(), config))

@@ -172,3 +172,185 @@ pub(crate) struct ControllerMetrics {
     pub(crate) active_workers: IntGauge,
     pub(crate) dropped_keys: IntCounter,
 }
+
+/// Where an [`InformerCollector`] reads its figures: the informers' stats at scrape time.
+pub type InformerStatsSource = Arc<dyn Fn() -> Vec<informer_core::InformerStats> + Send + Sync>;
+
+/// Exports informer and listener figures at scrape time (no cost on the data path):
+///
+/// | metric | type | labels |
+/// |---|---|---|
+/// | `kinformer_informer_synced` | gauge (0/1) | `informer` |
+/// | `kinformer_informer_cached_objects` | gauge | `informer` |
+/// | `kinformer_reflector_lists_total` | counter | `informer` |
+/// | `kinformer_reflector_relists_after_gone_total` | counter | `informer` |
+/// | `kinformer_reflector_watches_total` | counter | `informer` |
+/// | `kinformer_reflector_events_total` | counter | `informer` |
+/// | `kinformer_reflector_errors_total` | counter | `informer` |
+/// | `kinformer_reflector_malformed_objects_total` | counter | `informer` |
+/// | `kinformer_reflector_bookmarks_total` | counter | `informer` |
+/// | `kinformer_informer_listener_pending` | gauge | `informer`, `handler` |
+/// | `kinformer_informer_listener_delivered_total` | counter | `informer`, `handler` |
+/// | `kinformer_informer_listener_handler_panics_total` | counter | `informer`, `handler` |
+/// | `kinformer_informer_listener_coalesced_total` | counter | `informer`, `handler` |
+///
+/// The [`Manager`](crate::Manager) registers one over its factory; `handler` is the
+/// registration's name (a controller's handlers are named after the controller).
+pub struct InformerCollector {
+    source: InformerStatsSource,
+    informer_gauges: Vec<(&'static str, &'static str)>,
+    informer_counters: Vec<(&'static str, &'static str)>,
+    listener_gauges: Vec<(&'static str, &'static str)>,
+    listener_counters: Vec<(&'static str, &'static str)>,
+    descs: Vec<prometheus::core::Desc>,
+}
+
+impl std::fmt::Debug for InformerCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InformerCollector").finish_non_exhaustive()
+    }
+}
+
+const INFORMER_GAUGES: &[(&str, &str)] = &[
+    ("kinformer_informer_synced", "Whether the informer's initial list has been processed into its cache (1) or not (0)."),
+    ("kinformer_informer_cached_objects", "Objects in the informer's cache."),
+];
+const INFORMER_COUNTERS: &[(&str, &str)] = &[
+    ("kinformer_reflector_lists_total", "Completed lists (initial and relists)."),
+    ("kinformer_reflector_relists_after_gone_total", "Relists forced by a 410 Gone/Expired."),
+    ("kinformer_reflector_watches_total", "Watch requests made."),
+    ("kinformer_reflector_events_total", "Watch events applied."),
+    ("kinformer_reflector_errors_total", "List and watch errors."),
+    ("kinformer_reflector_malformed_objects_total", "Objects skipped because they did not decode or had no name."),
+    ("kinformer_reflector_bookmarks_total", "Watch bookmarks received."),
+];
+const LISTENER_GAUGES: &[(&str, &str)] = &[(
+    "kinformer_informer_listener_pending",
+    "Notifications waiting in a handler's buffer.",
+)];
+const LISTENER_COUNTERS: &[(&str, &str)] = &[
+    ("kinformer_informer_listener_delivered_total", "Notifications handed to a handler."),
+    ("kinformer_informer_listener_handler_panics_total", "Notifications lost because a handler panicked."),
+    (
+        "kinformer_informer_listener_coalesced_total",
+        "Notifications folded into others because a handler's buffer passed its bound.",
+    ),
+];
+
+impl InformerCollector {
+    /// A collector reading `source` at every scrape.
+    ///
+    /// # Errors
+    /// Never for the fixed names and labels used here; the `Result` is prometheus' own.
+    pub fn new(source: InformerStatsSource) -> Result<Self, prometheus::Error> {
+        let mut descs = Vec::new();
+        for (name, help) in INFORMER_GAUGES.iter().chain(INFORMER_COUNTERS) {
+            descs.push(prometheus::core::Desc::new(
+                (*name).into(),
+                (*help).into(),
+                vec!["informer".into()],
+                Default::default(),
+            )?);
+        }
+        for (name, help) in LISTENER_GAUGES.iter().chain(LISTENER_COUNTERS) {
+            descs.push(prometheus::core::Desc::new(
+                (*name).into(),
+                (*help).into(),
+                vec!["informer".into(), "handler".into()],
+                Default::default(),
+            )?);
+        }
+        Ok(InformerCollector {
+            source,
+            informer_gauges: INFORMER_GAUGES.to_vec(),
+            informer_counters: INFORMER_COUNTERS.to_vec(),
+            listener_gauges: LISTENER_GAUGES.to_vec(),
+            listener_counters: LISTENER_COUNTERS.to_vec(),
+            descs,
+        })
+    }
+}
+
+/// The value of an informer-level family for `s`.
+fn informer_value(name: &str, s: &informer_core::InformerStats) -> u64 {
+    match name {
+        "kinformer_informer_synced" => u64::from(s.synced),
+        "kinformer_informer_cached_objects" => s.cached_objects as u64,
+        "kinformer_reflector_lists_total" => s.lists,
+        "kinformer_reflector_relists_after_gone_total" => s.relists_after_gone,
+        "kinformer_reflector_watches_total" => s.watches,
+        "kinformer_reflector_events_total" => s.events,
+        "kinformer_reflector_errors_total" => s.errors,
+        "kinformer_reflector_malformed_objects_total" => s.malformed_objects,
+        "kinformer_reflector_bookmarks_total" => s.bookmarks,
+        _ => 0,
+    }
+}
+
+/// The value of a listener-level family for `l`.
+fn listener_value(name: &str, l: &informer_core::ListenerStats) -> u64 {
+    match name {
+        "kinformer_informer_listener_pending" => l.pending as u64,
+        "kinformer_informer_listener_delivered_total" => l.delivered,
+        "kinformer_informer_listener_handler_panics_total" => l.handler_panics,
+        "kinformer_informer_listener_coalesced_total" => l.coalesced,
+        _ => 0,
+    }
+}
+
+impl prometheus::core::Collector for InformerCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let stats = (self.source)();
+        let mut families = Vec::new();
+        // Fresh, unregistered vectors filled from the snapshot: a removed informer or handler
+        // simply stops appearing. A family with no series is left out: the text encoder refuses one.
+        let mut add = |collector: &dyn prometheus::core::Collector| {
+            families.extend(collector.collect().into_iter().filter(|f| !f.get_metric().is_empty()));
+        };
+        for (name, help) in &self.informer_gauges {
+            if let Ok(vec) = IntGaugeVec::new(Opts::new(*name, *help), &["informer"]) {
+                for s in &stats {
+                    vec.with_label_values(&[s.informer.as_str()])
+                        .set(i64::try_from(informer_value(name, s)).unwrap_or(i64::MAX));
+                }
+                add(&vec);
+            }
+        }
+        for (name, help) in &self.informer_counters {
+            if let Ok(vec) = IntCounterVec::new(Opts::new(*name, *help), &["informer"]) {
+                for s in &stats {
+                    vec.with_label_values(&[s.informer.as_str()])
+                        .inc_by(informer_value(name, s));
+                }
+                add(&vec);
+            }
+        }
+        for (name, help) in &self.listener_gauges {
+            if let Ok(vec) = IntGaugeVec::new(Opts::new(*name, *help), &["informer", "handler"]) {
+                for s in &stats {
+                    for l in &s.listeners {
+                        vec.with_label_values(&[s.informer.as_str(), l.handler.as_str()])
+                            .set(i64::try_from(listener_value(name, l)).unwrap_or(i64::MAX));
+                    }
+                }
+                add(&vec);
+            }
+        }
+        for (name, help) in &self.listener_counters {
+            if let Ok(vec) = IntCounterVec::new(Opts::new(*name, *help), &["informer", "handler"]) {
+                for s in &stats {
+                    for l in &s.listeners {
+                        vec.with_label_values(&[s.informer.as_str(), l.handler.as_str()])
+                            .inc_by(listener_value(name, l));
+                    }
+                }
+                add(&vec);
+            }
+        }
+        families
+    }
+}

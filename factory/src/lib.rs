@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use informer_core::{
-    ApiListerWatcher, InformerConfig, InformerError, ReflectorConfig, SharedIndexInformer, TransformFunc,
+    ApiListerWatcher, InformerConfig, InformerError, InformerStats, ReflectorConfig, SharedIndexInformer, TransformFunc,
 };
 use kube::api::{ApiResource, DynamicObject};
 use kube::{Client, Resource};
@@ -124,6 +124,7 @@ enum InformerKey {
 trait Runnable: Send + Sync {
     fn run(&self, shutdown: CancellationToken) -> BoxFuture<'static, ()>;
     fn wait_for_cache_sync(&self, shutdown: CancellationToken) -> BoxFuture<'static, bool>;
+    fn stats(&self) -> InformerStats;
 }
 
 impl<K: Resource + Send + Sync + 'static> Runnable for SharedIndexInformer<K> {
@@ -135,6 +136,10 @@ impl<K: Resource + Send + Sync + 'static> Runnable for SharedIndexInformer<K> {
     fn wait_for_cache_sync(&self, shutdown: CancellationToken) -> BoxFuture<'static, bool> {
         let informer = self.clone();
         Box::pin(async move { informer.wait_for_cache_sync(&shutdown).await })
+    }
+
+    fn stats(&self) -> InformerStats {
+        SharedIndexInformer::stats(self)
     }
 }
 
@@ -406,6 +411,15 @@ impl SharedInformerFactory {
             },
         );
         Ok(informer)
+    }
+
+    /// A snapshot of every informer's counters (reflector and handlers), sorted by informer
+    /// name, for metrics (the controller crate's `Manager` exports them on `/metrics`).
+    pub fn informer_stats(&self) -> Vec<InformerStats> {
+        let runnables: Vec<Arc<dyn Runnable>> = self.state().informers.values().map(|e| e.runnable.clone()).collect();
+        let mut stats: Vec<InformerStats> = runnables.iter().map(|r| r.stats()).collect();
+        stats.sort_by(|a, b| a.informer.cmp(&b.informer));
+        stats
     }
 
     /// Starts every informer requested so far and not yet started; safe to call again after

@@ -25,6 +25,7 @@
 //!   `/readyz`.
 //! - [`EventRecorder`] (`event_recorder.rs`): Kubernetes Events with client-go's aggregation.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
 pub mod controller;

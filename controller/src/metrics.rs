@@ -212,16 +212,28 @@ impl std::fmt::Debug for InformerCollector {
 }
 
 const INFORMER_GAUGES: &[(&str, &str)] = &[
-    ("kinformer_informer_synced", "Whether the informer's initial list has been processed into its cache (1) or not (0)."),
+    (
+        "kinformer_informer_synced",
+        "Whether the informer's initial list has been processed into its cache (1) or not (0).",
+    ),
     ("kinformer_informer_cached_objects", "Objects in the informer's cache."),
 ];
 const INFORMER_COUNTERS: &[(&str, &str)] = &[
-    ("kinformer_reflector_lists_total", "Completed lists (initial and relists)."),
-    ("kinformer_reflector_relists_after_gone_total", "Relists forced by a 410 Gone/Expired."),
+    (
+        "kinformer_reflector_lists_total",
+        "Completed lists (initial and relists).",
+    ),
+    (
+        "kinformer_reflector_relists_after_gone_total",
+        "Relists forced by a 410 Gone/Expired.",
+    ),
     ("kinformer_reflector_watches_total", "Watch requests made."),
     ("kinformer_reflector_events_total", "Watch events applied."),
     ("kinformer_reflector_errors_total", "List and watch errors."),
-    ("kinformer_reflector_malformed_objects_total", "Objects skipped because they did not decode or had no name."),
+    (
+        "kinformer_reflector_malformed_objects_total",
+        "Objects skipped because they did not decode or had no name.",
+    ),
     ("kinformer_reflector_bookmarks_total", "Watch bookmarks received."),
 ];
 const LISTENER_GAUGES: &[(&str, &str)] = &[(
@@ -229,8 +241,14 @@ const LISTENER_GAUGES: &[(&str, &str)] = &[(
     "Notifications waiting in a handler's buffer.",
 )];
 const LISTENER_COUNTERS: &[(&str, &str)] = &[
-    ("kinformer_informer_listener_delivered_total", "Notifications handed to a handler."),
-    ("kinformer_informer_listener_handler_panics_total", "Notifications lost because a handler panicked."),
+    (
+        "kinformer_informer_listener_delivered_total",
+        "Notifications handed to a handler.",
+    ),
+    (
+        "kinformer_informer_listener_handler_panics_total",
+        "Notifications lost because a handler panicked.",
+    ),
     (
         "kinformer_informer_listener_coalesced_total",
         "Notifications folded into others because a handler's buffer passed its bound.",

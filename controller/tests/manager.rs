@@ -121,16 +121,36 @@ async fn metrics_have_reconcile_and_workqueue_series_and_readyz_flips_after_sync
         4.0
     );
     // Informer and listener series, read from the factory at scrape time.
-    assert_eq!(sample(&text, r#"kinformer_informer_synced{informer="v1/ConfigMap"}"#), 1.0, "{text}");
-    assert_eq!(sample(&text, r#"kinformer_informer_cached_objects{informer="v1/ConfigMap"}"#), 3.0);
-    assert_eq!(sample(&text, r#"kinformer_reflector_errors_total{informer="v1/ConfigMap"}"#), 2.0, "the two failed lists");
-    assert_eq!(sample(&text, r#"kinformer_reflector_lists_total{informer="v1/ConfigMap"}"#), 1.0);
     assert_eq!(
-        sample(&text, r#"kinformer_informer_listener_pending{handler="cms",informer="v1/ConfigMap"}"#),
+        sample(&text, r#"kinformer_informer_synced{informer="v1/ConfigMap"}"#),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, r#"kinformer_informer_cached_objects{informer="v1/ConfigMap"}"#),
+        3.0
+    );
+    assert_eq!(
+        sample(&text, r#"kinformer_reflector_errors_total{informer="v1/ConfigMap"}"#),
+        2.0,
+        "the two failed lists"
+    );
+    assert_eq!(
+        sample(&text, r#"kinformer_reflector_lists_total{informer="v1/ConfigMap"}"#),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"kinformer_informer_listener_pending{handler="cms",informer="v1/ConfigMap"}"#
+        ),
         0.0
     );
     assert_eq!(
-        sample(&text, r#"kinformer_informer_listener_delivered_total{handler="cms",informer="v1/ConfigMap"}"#),
+        sample(
+            &text,
+            r#"kinformer_informer_listener_delivered_total{handler="cms",informer="v1/ConfigMap"}"#
+        ),
         3.0,
         "three adds handed to the controller's handler"
     );

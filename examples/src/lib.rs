@@ -12,6 +12,8 @@
 //! `#[derive(Informer)]` on the same struct: `FooInformer`, `FooLister`, `FooNamespaceLister`,
 //! and `Foo::informer(&factory)`. `cargo xtask crds` writes its CRD to `examples/crds/`.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod demo;
 pub mod replicaset_lite;
 pub mod sample_controller;

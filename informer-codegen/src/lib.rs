@@ -24,6 +24,8 @@
 //! assert!(code.contains("pub struct FooInformer"));
 //! ```
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod generate;
 mod groups;
 mod resource_desc;

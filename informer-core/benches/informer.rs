@@ -28,10 +28,13 @@ use kube::api::{ListParams, ObjectMeta, WatchEvent, WatchParams};
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
+/// A watch's events, served once `go` fires.
+type GatedEvents = (oneshot::Receiver<()>, Vec<WatchEvent<ConfigMap>>);
+
 /// Serves one prepared list, then one prepared watch once `go` fires; later watches pend.
 struct Prepared {
     list: Mutex<Option<Vec<ConfigMap>>>,
-    events: Mutex<Option<(oneshot::Receiver<()>, Vec<WatchEvent<ConfigMap>>)>>,
+    events: Mutex<Option<GatedEvents>>,
 }
 
 impl ListerWatcher<ConfigMap> for Prepared {
@@ -180,7 +183,9 @@ fn threads_and_rss() -> (u64, u64) {
 async fn listeners(registrations: usize, non_blocking: bool) {
     let objects = 100;
     let list: Vec<ConfigMap> = (0..objects).map(|i| configmap(i, 1)).collect();
-    let events: Vec<WatchEvent<ConfigMap>> = (0..objects).map(|i| WatchEvent::Modified(configmap(i, 2 + i))).collect();
+    let events: Vec<WatchEvent<ConfigMap>> = (0..objects)
+        .map(|i| WatchEvent::Modified(configmap(i, 2 + i)))
+        .collect();
     let (go_tx, go_rx) = oneshot::channel();
     let lw = Prepared {
         list: Mutex::new(Some(list)),
@@ -201,7 +206,11 @@ async fn listeners(registrations: usize, non_blocking: bool) {
         } else {
             HandlerOptions::default()
         };
-        regs.push(informer.add_event_handler_with_options(Counting(c.clone()), options).unwrap());
+        regs.push(
+            informer
+                .add_event_handler_with_options(Counting(c.clone()), options)
+                .unwrap(),
+        );
         counters.push(c);
     }
     let shutdown = CancellationToken::new();
@@ -219,7 +228,11 @@ async fn listeners(registrations: usize, non_blocking: bool) {
     let (threads2, rss2) = threads_and_rss();
     println!(
         "| {registrations} | {} | {threads0} | {threads1} | {threads2} | {:.1} | {:.1} |",
-        if non_blocking { "non-blocking (task)" } else { "default (blocking pool)" },
+        if non_blocking {
+            "non-blocking (task)"
+        } else {
+            "default (blocking pool)"
+        },
         (rss1 as f64 - rss0 as f64) / 1024.0,
         (rss2 as f64 - rss0 as f64) / 1024.0,
     );
@@ -229,7 +242,11 @@ async fn listeners(registrations: usize, non_blocking: bool) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (n, m, rounds) = if quick { (5_000, 20_000, 3) } else { (20_000, 100_000, 5) };
+    let (n, m, rounds) = if quick {
+        (5_000, 20_000, 3)
+    } else {
+        (20_000, 100_000, 5)
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

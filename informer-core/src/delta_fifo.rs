@@ -554,7 +554,9 @@ mod tests {
     async fn pop(fifo: &DeltaFifo<ConfigMap>) -> (String, Vec<DeltaType>, bool) {
         let mut out = None;
         let mut process = |batch: &[QueueItem<ConfigMap>], initial: bool| {
-            let QueueItem::Deltas(d) = &batch[0] else { panic!("a DeltaFifo pops Deltas") };
+            let QueueItem::Deltas(d) = &batch[0] else {
+                panic!("a DeltaFifo pops Deltas")
+            };
             out = Some((d.key.clone(), d.deltas.iter().map(|d| d.kind).collect(), initial));
             Ok(())
         };

@@ -42,6 +42,8 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod backoff;
 pub mod delta_fifo;
 pub mod event_handler;
@@ -69,14 +71,14 @@ pub use indexer::Indexer;
 pub use kube::core::{Expression, Selector};
 pub use listers::{Lister, NamespaceLister};
 pub use listwatch::{ApiListerWatcher, ListPage, ListWatchError, ListerWatcher, MalformedObject, WatchStream};
+pub use real_fifo::RealFifo;
 pub use reflector::{
     LastSyncResourceVersion, Reflector, ReflectorConfig, ReflectorMetrics, ShouldResyncFunc, State, TransformFunc,
     WatchErrorHandler,
 };
-pub use real_fifo::RealFifo;
 pub use shared_informer::{
-    HandlerOptions, InformerConfig, InformerError, InformerStats, ListenerStats, MINIMUM_RESYNC_PERIOD, QueueKind, ResourceEventHandlerRegistration,
-    SharedIndexInformer,
+    HandlerOptions, InformerConfig, InformerError, InformerStats, ListenerStats, MINIMUM_RESYNC_PERIOD, QueueKind,
+    ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 pub use store::{KeyError, KnownObjects, Store, StoreError, meta_namespace_key, split_meta_namespace_key};
 pub use thread_safe_store::{IndexError, ThreadSafeStore};

@@ -386,7 +386,11 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
     fn deliver_next(&self) -> bool {
         let notification = {
             let mut buffer = self.buffer();
-            let next = if buffer.stopped { None } else { buffer.pending.pop_front() };
+            let next = if buffer.stopped {
+                None
+            } else {
+                buffer.pending.pop_front()
+            };
             match next {
                 Some(n) => {
                     buffer.in_call = true;

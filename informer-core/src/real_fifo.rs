@@ -394,7 +394,11 @@ mod tests {
         // Observe has_synced from inside the processing function: still false mid-flight.
         let mut seen = Vec::new();
         let mut process = |batch: &[QueueItem<ConfigMap>], initial: bool| {
-            seen.push((batch.iter().map(describe).collect::<Vec<_>>(), initial, fifo.has_synced()));
+            seen.push((
+                batch.iter().map(describe).collect::<Vec<_>>(),
+                initial,
+                fifo.has_synced(),
+            ));
             Ok(())
         };
         fifo.pop(&mut process).await.unwrap().unwrap();

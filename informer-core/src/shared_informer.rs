@@ -406,9 +406,7 @@ where
         if settings.stopped {
             return Err(InformerError::Stopped);
         }
-        let mut resync_period = options
-            .resync_period
-            .unwrap_or(settings.default_handler_resync_period);
+        let mut resync_period = options.resync_period.unwrap_or(settings.default_handler_resync_period);
         if !resync_period.is_zero() {
             if resync_period < MINIMUM_RESYNC_PERIOD {
                 warn!(requested = ?resync_period, "resync period too small, using the minimum of 1s");
@@ -736,7 +734,13 @@ fn apply_item<K: Resource>(cache: &mut CacheState<K>, item: &QueueItem<K>, initi
     }
 }
 
-fn apply_delta<K: Resource>(cache: &mut CacheState<K>, key: &str, delta: &Delta<K>, initial: bool, out: &mut Outgoing<K>) {
+fn apply_delta<K: Resource>(
+    cache: &mut CacheState<K>,
+    key: &str,
+    delta: &Delta<K>,
+    initial: bool,
+    out: &mut Outgoing<K>,
+) {
     match (delta.kind, &delta.object) {
         (DeltaType::Deleted, object) => {
             // The delete of an object the cache does not hold reaches no handler: none of them
@@ -805,7 +809,10 @@ fn apply_replaced_all<K: Resource>(
                 key: key.clone(),
                 obj: old.clone(),
             };
-            notifications.push((Notification::Delete(DeltaObject::DeletedFinalStateUnknown(tombstone)), false));
+            notifications.push((
+                Notification::Delete(DeltaObject::DeletedFinalStateUnknown(tombstone)),
+                false,
+            ));
         }
     }
     for (key, obj) in &replaced.objects {
@@ -936,7 +943,10 @@ mod model_tests {
     }
 
     fn converge(ops: Vec<Op>, queue: QueueKind) {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         runtime.block_on(async {
             let informer: SharedIndexInformer<ConfigMap> = SharedIndexInformer::from_arc(
                 Arc::new(Unused),
@@ -963,7 +973,8 @@ mod model_tests {
             let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let bounded_view: Arc<Mutex<HashMap<String, String>>> = Arc::default();
             let bounded = {
-                let (add_view, update_view, delete_view) = (bounded_view.clone(), bounded_view.clone(), bounded_view.clone());
+                let (add_view, update_view, delete_view) =
+                    (bounded_view.clone(), bounded_view.clone(), bounded_view.clone());
                 let (g1, g2, g3) = (go.clone(), go.clone(), go.clone());
                 let wait = |go: &std::sync::atomic::AtomicBool| {
                     while !go.load(Ordering::SeqCst) {
@@ -991,11 +1002,20 @@ mod model_tests {
                 .add_event_handler_with_options(bounded, HandlerOptions::default().max_pending(3))
                 .unwrap();
             informer.inner.processor.run(tokio::runtime::Handle::current());
-            let (fifo, is_empty, check_fifo): (Arc<dyn Queue<ConfigMap>>, Box<dyn Fn() -> bool>, Box<dyn Fn() -> Result<(), String>>) = match queue {
+            type Probe<T> = Box<dyn Fn() -> T>;
+            type UnderTest = (Arc<dyn Queue<ConfigMap>>, Probe<bool>, Probe<Result<(), String>>);
+            let (fifo, is_empty, check_fifo): UnderTest = match queue {
                 QueueKind::RealFifo => {
                     let fifo = Arc::new(RealFifo::new().with_batch_size(3));
                     let (a, b) = (fifo.clone(), fifo.clone());
-                    (fifo, Box::new(move || a.is_empty()), Box::new(move || { let _ = &b; Ok(()) }))
+                    (
+                        fifo,
+                        Box::new(move || a.is_empty()),
+                        Box::new(move || {
+                            let _ = &b;
+                            Ok(())
+                        }),
+                    )
                 }
                 QueueKind::DeltaFifo => {
                     let fifo = Arc::new(DeltaFifo::new(DeltaFifoOptions {
@@ -1003,7 +1023,11 @@ mod model_tests {
                         emit_delta_type_replaced: true,
                     }));
                     let (a, b) = (fifo.clone(), fifo.clone());
-                    (fifo, Box::new(move || a.is_empty()), Box::new(move || b.check_invariants()))
+                    (
+                        fifo,
+                        Box::new(move || a.is_empty()),
+                        Box::new(move || b.check_invariants()),
+                    )
                 }
             };
             let mut process = |batch: &[QueueItem<ConfigMap>], initial: bool| {
@@ -1019,7 +1043,11 @@ mod model_tests {
                         rv += 1;
                         let existed = server.insert(key(i), v.to_string()).is_some();
                         let obj = object(i, v, rv);
-                        if existed { fifo.update(obj).unwrap() } else { fifo.add(obj).unwrap() }
+                        if existed {
+                            fifo.update(obj).unwrap()
+                        } else {
+                            fifo.add(obj).unwrap()
+                        }
                     }
                     Op::Delete(i) => {
                         if server.remove(&key(i)).is_some() {
@@ -1040,7 +1068,9 @@ mod model_tests {
                     Op::Resync => fifo.resync().unwrap(),
                     Op::Pop(n) => {
                         for _ in 0..n {
-                            if is_empty() { break; }
+                            if is_empty() {
+                                break;
+                            }
                             fifo.pop(&mut process).await.unwrap().unwrap();
                         }
                     }
@@ -1052,25 +1082,49 @@ mod model_tests {
                 fifo.pop(&mut process).await.unwrap().unwrap();
             }
 
-            let cache: HashMap<String, String> =
-                informer.indexer().list().iter().map(|o| (meta_key(o), label(o))).collect();
+            let cache: HashMap<String, String> = informer
+                .indexer()
+                .list()
+                .iter()
+                .map(|o| (meta_key(o), label(o)))
+                .collect();
             assert_eq!(cache, server, "cache equals the server");
             informer.indexer().check_invariants().unwrap();
             if rv > 0 && queue == QueueKind::RealFifo {
-                assert_eq!(informer.last_store_sync_resource_version(), rv.to_string(), "the cache caught up with the last change");
+                assert_eq!(
+                    informer.last_store_sync_resource_version(),
+                    rv.to_string(),
+                    "the cache caught up with the last change"
+                );
             }
             let limit = std::time::Instant::now() + Duration::from_secs(10);
             while registration.pending() > 0 || *view.lock().unwrap() != cache {
-                assert!(std::time::Instant::now() < limit, "handler view {:?} != cache {cache:?}", view.lock().unwrap());
+                assert!(
+                    std::time::Instant::now() < limit,
+                    "handler view {:?} != cache {cache:?}",
+                    view.lock().unwrap()
+                );
                 std::thread::yield_now();
             }
-            assert_eq!(registration.handler_panics(), 0, "a handler assertion failed (see the log)");
+            assert_eq!(
+                registration.handler_panics(),
+                0,
+                "a handler assertion failed (see the log)"
+            );
             go.store(true, Ordering::SeqCst);
             while bounded_registration.pending() > 0 || *bounded_view.lock().unwrap() != cache {
-                assert!(std::time::Instant::now() < limit, "bounded view {:?} != cache {cache:?}", bounded_view.lock().unwrap());
+                assert!(
+                    std::time::Instant::now() < limit,
+                    "bounded view {:?} != cache {cache:?}",
+                    bounded_view.lock().unwrap()
+                );
                 std::thread::yield_now();
             }
-            assert_eq!(bounded_registration.handler_panics(), 0, "a bounded handler assertion failed (see the log)");
+            assert_eq!(
+                bounded_registration.handler_panics(),
+                0,
+                "a bounded handler assertion failed (see the log)"
+            );
             let stats = bounded_registration.stats();
             assert!(stats.pending == 0 && stats.max_pending == Some(3));
             informer.inner.processor.stop().await;
@@ -1092,7 +1146,9 @@ mod model_tests {
     fn replaced_all(prefix: &str, n: usize, rv: u64) -> QueueItem<ConfigMap> {
         QueueItem::ReplacedAll(ReplacedAll {
             resource_version: rv.to_string(),
-            objects: (0..n).map(|i| (format!("ns/{prefix}{i}"), named(prefix, i, rv))).collect(),
+            objects: (0..n)
+                .map(|i| (format!("ns/{prefix}{i}"), named(prefix, i, rv)))
+                .collect(),
         })
     }
 
@@ -1142,11 +1198,18 @@ mod model_tests {
                     a.lock().unwrap().push(format!("add {} {initial}", meta_key(o)));
                 })
                 .on_update(move |old: &Arc<ConfigMap>, new: &Arc<ConfigMap>| {
-                    let (o, n) = (old.metadata.resource_version.clone().unwrap(), new.metadata.resource_version.clone().unwrap());
+                    let (o, n) = (
+                        old.metadata.resource_version.clone().unwrap(),
+                        new.metadata.resource_version.clone().unwrap(),
+                    );
                     u.lock().unwrap().push(format!("update {} {o}->{n}", meta_key(new)));
                 })
                 .on_delete(move |gone: DeletedObject<ConfigMap>| {
-                    d.lock().unwrap().push(format!("delete {} tombstone={}", meta_key(gone.object()), gone.is_tombstone()));
+                    d.lock().unwrap().push(format!(
+                        "delete {} tombstone={}",
+                        meta_key(gone.object()),
+                        gone.is_tombstone()
+                    ));
                 })
         };
         let registration = informer.add_event_handler(handler).unwrap();
@@ -1171,7 +1234,11 @@ mod model_tests {
                 "update ns/a0 1->4",
             ]
         );
-        assert_eq!(informer.last_store_sync_resource_version(), "6", "the bookmark advanced it");
+        assert_eq!(
+            informer.last_store_sync_resource_version(),
+            "6",
+            "the bookmark advanced it"
+        );
         informer.inner.processor.stop().await;
     }
 
@@ -1212,8 +1279,15 @@ mod model_tests {
             assert!(tokio::time::Instant::now() < deadline, "the fast handler was delayed");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        assert!(fast_reg.listener.initial_delivered(), "the fast handler took all its adds");
-        assert_eq!(stalled_calls.load(Ordering::SeqCst), 4, "each stalled handler is inside its first call");
+        assert!(
+            fast_reg.listener.initial_delivered(),
+            "the fast handler took all its adds"
+        );
+        assert_eq!(
+            stalled_calls.load(Ordering::SeqCst),
+            4,
+            "each stalled handler is inside its first call"
+        );
         release.store(true, Ordering::SeqCst);
         informer.inner.processor.stop().await;
     }

@@ -51,11 +51,7 @@ fn rv(cm: &ConfigMap) -> u64 {
 }
 
 fn value(cm: &ConfigMap) -> String {
-    cm.data
-        .as_ref()
-        .and_then(|d| d.get("v"))
-        .cloned()
-        .unwrap_or_default()
+    cm.data.as_ref().and_then(|d| d.get("v")).cloned().unwrap_or_default()
 }
 
 /// A handler that keeps its own view of the world from its notifications and records every
@@ -112,9 +108,11 @@ impl ResourceEventHandler<ConfigMap> for Shared {
         let mut view = w.view.lock().unwrap();
         match view.get(&k) {
             None => w.violation(format!("update of {k} the handler does not hold")),
-            Some((seen, _)) if rv(new) < *seen => {
-                w.violation(format!("update of {k} to rv {} after rv {seen} (old {})", rv(new), rv(old)))
-            }
+            Some((seen, _)) if rv(new) < *seen => w.violation(format!(
+                "update of {k} to rv {} after rv {seen} (old {})",
+                rv(new),
+                rv(old)
+            )),
             _ => {}
         }
         view.insert(k, (rv(new), value(new)));
@@ -125,7 +123,10 @@ impl ResourceEventHandler<ConfigMap> for Shared {
         w.tick();
         let k = key(obj.object());
         if w.view.lock().unwrap().remove(&k).is_none() {
-            w.violation(format!("delete of {k} (tombstone: {}) the handler does not hold", obj.is_tombstone()));
+            w.violation(format!(
+                "delete of {k} (tombstone: {}) the handler does not hold",
+                obj.is_tombstone()
+            ));
         }
         w.deletes.fetch_add(1, Ordering::Relaxed);
     }
@@ -135,10 +136,7 @@ impl ResourceEventHandler<ConfigMap> for Shared {
 fn server_state(env: &envtest::Server) -> BTreeMap<String, (u64, String)> {
     let mut state = BTreeMap::new();
     for ns in NAMESPACES {
-        for o in env
-            .objects_of(&format!("/api/v1/namespaces/{ns}/configmaps"))
-            .unwrap()
-        {
+        for o in env.objects_of(&format!("/api/v1/namespaces/{ns}/configmaps")).unwrap() {
             let cm: ConfigMap = serde_json::from_value(o).unwrap();
             state.insert(key(&cm), (rv(&cm), value(&cm)));
         }
@@ -157,7 +155,12 @@ fn cache_state(informer: &SharedIndexInformer<ConfigMap>) -> BTreeMap<String, (u
 }
 
 fn view_state(w: &Witness) -> BTreeMap<String, (u64, String)> {
-    w.view.lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    w.view
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// Creates, updates and deletes ConfigMaps at a steady pace until `stop`.
@@ -206,7 +209,12 @@ async fn faults(env: &envtest::Server, seed: u64, stop: CancellationToken) -> u6
         match rng.random_range(0..8) {
             0 => faults.close_watches(),
             1 => faults.expire_next_watches(rng.random_range(1..3)),
-            2 => faults.fail_next("/api/v1/configmaps", [500, 503, 429][rng.random_range(0..3)], rng.random_range(1..4), 1),
+            2 => faults.fail_next(
+                "/api/v1/configmaps",
+                [500, 503, 429][rng.random_range(0..3)],
+                rng.random_range(1..4),
+                1,
+            ),
             3 => faults.set_latency(Duration::from_millis(rng.random_range(10..60))),
             4 => faults.set_latency(Duration::ZERO),
             5 => faults.compact(),
@@ -255,7 +263,11 @@ async fn run_seed(seed: u64, queue: QueueKind, chaos: Duration) {
         } else {
             HandlerOptions::default()
         };
-        registrations.push(informer.add_event_handler_with_options(Shared(w.clone()), options).unwrap());
+        registrations.push(
+            informer
+                .add_event_handler_with_options(Shared(w.clone()), options)
+                .unwrap(),
+        );
     }
     let shutdown = CancellationToken::new();
     let task = tokio::spawn({
@@ -298,7 +310,10 @@ async fn run_seed(seed: u64, queue: QueueKind, chaos: Duration) {
     }
     for (i, w) in witnesses.iter().enumerate() {
         let violations = w.violations.lock().unwrap().clone();
-        assert!(violations.is_empty(), "seed {seed} ({queue:?}): handler {i} saw {violations:#?}");
+        assert!(
+            violations.is_empty(),
+            "seed {seed} ({queue:?}): handler {i} saw {violations:#?}"
+        );
     }
     assert!(
         registrations[1].handler_panics() > 0,
@@ -309,7 +324,10 @@ async fn run_seed(seed: u64, queue: QueueKind, chaos: Duration) {
     shutdown.cancel();
     task.await.unwrap();
     let took = stopping.elapsed();
-    assert!(took < Duration::from_secs(1), "seed {seed} ({queue:?}): shutdown took {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "seed {seed} ({queue:?}): shutdown took {took:?}"
+    );
     eprintln!(
         "chaos seed {seed} {queue:?}: {writes} writes, {injected} faults, {} objects, {} deletes seen, \
          {} lists, {} watches, {} errors",

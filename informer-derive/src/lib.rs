@@ -19,6 +19,8 @@
 //! `Foo::informer(&factory)`. Code refers to `::kinformer`; override with
 //! `#[informer(crate = "path::to::kinformer")]`.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use proc_macro::TokenStream;
 
 /// Derives `FooInformer`, `FooLister` (and `FooNamespaceLister`) for a resource type.

@@ -38,6 +38,8 @@
 //! # let _ = (web, all); Ok(()) }
 //! ```
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub use controller;
 pub use factory;
 pub use informer_core as cache;

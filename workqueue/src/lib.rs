@@ -33,6 +33,8 @@
 //! # }
 //! ```
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod default_rate_limiters;
 pub mod delaying_queue;
 pub mod metrics;

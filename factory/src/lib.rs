@@ -29,6 +29,8 @@
 //! # Ok(()) }
 //! ```
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod generated;
 
 /// Paths the generated code (and `#[derive(Informer)]` code compiled inside this crate) uses
@@ -301,9 +303,19 @@ impl SharedInformerFactory {
         if let Some(tweak) = &self.inner.tweak {
             tweak(&mut options);
         }
-        let mut config = ReflectorConfig::default().name(name).page_size(options.page_size);
-        config.label_selector = options.label_selector;
-        config.field_selector = options.field_selector;
+        let mut config = ReflectorConfig::default().name(name);
+        // 500 is the pager's default: leave it to the reflector, whose relists at a
+        // resourceVersion then go unpaginated to the watch cache, as client-go's factory
+        // informers (which never set a page size) do. Any other size applies to every list.
+        if options.page_size != informer_core::reflector::DEFAULT_PAGE_SIZE {
+            config = config.page_size(options.page_size);
+        }
+        if let Some(selector) = options.label_selector {
+            config = config.labels(selector);
+        }
+        if let Some(selector) = options.field_selector {
+            config = config.fields(selector);
+        }
         config
     }
 

@@ -1,5 +1,14 @@
 //! Exponential backoff with jitter for list/watch retries (client-go's
 //! `wait.NewExponentialBackoffManager` as the reflector configures it).
+//!
+//! ```
+//! use std::time::Duration;
+//! use informer_core::{Backoff, BackoffConfig};
+//!
+//! let mut backoff = Backoff::new(BackoffConfig::default().initial(Duration::from_millis(100)).jitter(0.0));
+//! assert_eq!(backoff.next_delay(), Duration::from_millis(100));
+//! assert_eq!(backoff.next_delay(), Duration::from_millis(200));
+//! ```
 
 use std::time::Duration;
 
@@ -8,7 +17,10 @@ use tokio::time::Instant;
 
 /// Backoff parameters. The default is client-go's reflector backoff: 800 ms doubling to 30 s,
 /// each wait stretched by up to 100 % jitter, back to 800 ms after 2 minutes without failure.
+///
+/// Built from `Default` with the setters, so that fields can be added without a breaking change.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct BackoffConfig {
     /// The first wait.
     pub initial: Duration,
@@ -31,6 +43,43 @@ impl Default for BackoffConfig {
             jitter: 1.0,
             reset_after: Duration::from_secs(120),
         }
+    }
+}
+
+impl BackoffConfig {
+    /// Sets the first wait.
+    #[must_use]
+    pub fn initial(mut self, initial: Duration) -> Self {
+        self.initial = initial;
+        self
+    }
+
+    /// Sets the longest wait before jitter.
+    #[must_use]
+    pub fn max(mut self, max: Duration) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// Sets the growth per failure (values below 1 count as 1).
+    #[must_use]
+    pub fn factor(mut self, factor: f64) -> Self {
+        self.factor = factor;
+        self
+    }
+
+    /// Sets the jitter: each wait is `d + random(0..jitter) * d` (0: none).
+    #[must_use]
+    pub fn jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Sets how long without a failure starts the waits again from `initial`.
+    #[must_use]
+    pub fn reset_after(mut self, reset_after: Duration) -> Self {
+        self.reset_after = reset_after;
+        self
     }
 }
 
@@ -79,10 +128,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn grows_to_max_and_resets_after_quiet_period() {
-        let mut backoff = Backoff::new(BackoffConfig {
-            jitter: 0.0,
-            ..BackoffConfig::default()
-        });
+        let mut backoff = Backoff::new(BackoffConfig::default().jitter(0.0));
         let delays: Vec<_> = (0..8).map(|_| backoff.next_delay()).collect();
         let ms: Vec<u128> = delays.iter().map(Duration::as_millis).collect();
         assert_eq!(ms, [800, 1600, 3200, 6400, 12800, 25600, 30000, 30000]);

@@ -6,21 +6,44 @@
 //! `Api::watch`, so that a malformed object on a stream is reported with its key and skipped
 //! instead of ending the watch, and so that an HTTP 410 on the watch request is told apart
 //! from other failures.
+//!
+//! List requests are built with kube's [`Request::list`], with one correction: kube-core's
+//! `ListParams` leaves `resourceVersion` out when it is `"0"` and a `limit` is set, while
+//! client-go's reflector sends both on its first list. Both matter: `resourceVersion=0` lets
+//! the server's watch cache answer (it then ignores the limit and answers in one page), and
+//! the limit pages the list when the watch cache is off and etcd answers. So
+//! [`ApiListerWatcher`] puts `resourceVersion=0` back into such a request.
+//!
+//! ```
+//! use informer_core::{ListPage, ListWatchError, MalformedObject};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! // What a hand-written `ListerWatcher` returns: a page, and the errors the reflector understands.
+//! let page = ListPage::<ConfigMap>::new(Vec::new(), "42")
+//!     .continue_token(Some("next".to_string()))
+//!     .malformed(vec![MalformedObject::new("invalid type: string, expected a map").key("ns/bad")]);
+//! assert_eq!(page.resource_version, "42");
+//! assert!(ListWatchError::api(410, "Expired", "too old resource version").is_gone());
+//! ```
 
 use std::fmt::Debug;
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{AsyncBufReadExt, StreamExt};
-use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::api::{ListParams, VersionMatch, WatchEvent, WatchParams};
 use kube::core::{ObjectList, Request, Status};
 use kube::{Api, Client, Resource};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
-/// One page of a list.
+/// One page of a list, as a [`ListerWatcher`] returns it.
+///
+/// Made with [`ListPage::new`] (or `Default`) and the setters, so that fields can be added
+/// without breaking implementations of [`ListerWatcher`].
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct ListPage<K> {
     /// The objects that decoded.
     pub items: Vec<K>,
@@ -32,8 +55,48 @@ pub struct ListPage<K> {
     pub malformed: Vec<MalformedObject>,
 }
 
+impl<K> Default for ListPage<K> {
+    fn default() -> Self {
+        ListPage {
+            items: Vec::new(),
+            resource_version: String::new(),
+            continue_token: None,
+            malformed: Vec::new(),
+        }
+    }
+}
+
+impl<K> ListPage<K> {
+    /// A last (or only) page holding `items`, listed at `resource_version`.
+    pub fn new(items: Vec<K>, resource_version: impl Into<String>) -> Self {
+        ListPage {
+            items,
+            resource_version: resource_version.into(),
+            ..ListPage::default()
+        }
+    }
+
+    /// Sets the token for the next page (`None`: this is the last page).
+    #[must_use]
+    pub fn continue_token(mut self, token: Option<String>) -> Self {
+        self.continue_token = token;
+        self
+    }
+
+    /// Sets the items that did not decode.
+    #[must_use]
+    pub fn malformed(mut self, malformed: Vec<MalformedObject>) -> Self {
+        self.malformed = malformed;
+        self
+    }
+}
+
 /// An object the server sent that does not decode as `K`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Made with [`MalformedObject::new`] and [`MalformedObject::key`], so that fields can be added
+/// without breaking implementations of [`ListerWatcher`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MalformedObject {
     /// `namespace/name`, when the metadata could be read.
     pub key: Option<String>,
@@ -41,11 +104,33 @@ pub struct MalformedObject {
     pub error: String,
 }
 
+impl MalformedObject {
+    /// An object that failed to decode with `error`, its key unknown.
+    pub fn new(error: impl Into<String>) -> Self {
+        MalformedObject {
+            key: None,
+            error: error.into(),
+        }
+    }
+
+    /// Names the object: `namespace/name`, or `name` if cluster-scoped.
+    #[must_use]
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+}
+
 /// Errors from listing or watching.
+///
+/// Non-exhaustive, and so is its [`Api`](ListWatchError::Api) variant: match with `..` and
+/// build an `Api` error with [`ListWatchError::api`] or [`ListWatchError::from_status`].
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ListWatchError {
     /// The server answered with a `Status` error (HTTP error, or an ERROR event in a watch).
     #[error("api error {code} {reason}: {message}")]
+    #[non_exhaustive]
     Api {
         /// HTTP status code (410 for an expired resourceVersion).
         code: u16,
@@ -65,14 +150,47 @@ pub enum ListWatchError {
     /// The response body was not what a list or watch returns.
     #[error("undecodable response: {0}")]
     Decode(String),
+    /// The request could not be built from the parameters (e.g. a `resourceVersionMatch`
+    /// without a `resourceVersion`); it was not sent.
+    #[error("invalid request: {0}")]
+    Request(String),
 }
 
 impl ListWatchError {
+    /// An error the server answered with: HTTP `code`, `reason` (`Expired`, `TooManyRequests`,
+    /// ...) and `message`.
+    pub fn api(code: u16, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        ListWatchError::Api {
+            code,
+            reason: reason.into(),
+            message: message.into(),
+            retry_after_seconds: None,
+        }
+    }
+
     /// Whether the resourceVersion or continue token we sent is too old: the server forgot it
-    /// and a fresh list is needed (HTTP 410, reasons `Expired`/`Gone`).
+    /// and a fresh list is needed (HTTP 410, reasons `Expired`/`Gone`; client-go's reflector
+    /// `isExpiredError`).
     pub fn is_gone(&self) -> bool {
         matches!(self, ListWatchError::Api { code: 410, .. })
             || matches!(self, ListWatchError::Api { reason, .. } if reason == "Expired" || reason == "Gone")
+    }
+
+    /// Whether the reason is `Expired` (client-go `apierrors.IsResourceExpired`): what the
+    /// server answers a continue token it no longer holds. Narrower than
+    /// [`is_gone`](Self::is_gone), as client-go's pager is.
+    pub fn is_resource_expired(&self) -> bool {
+        matches!(self, ListWatchError::Api { reason, .. } if reason == "Expired")
+    }
+
+    /// Whether the server has not yet seen the resourceVersion we asked for (client-go
+    /// `isTooLargeResourceVersionError`): a `504 Timeout` saying "Too large resource version",
+    /// as a server answers a list at a resourceVersion from a newer server before an HA failover.
+    ///
+    /// Recognised by code and message, which every server version sends; client-go also looks
+    /// for the `ResourceVersionTooLarge` cause, which the same servers send with that message.
+    pub fn is_too_large_resource_version(&self) -> bool {
+        matches!(self, ListWatchError::Api { code: 504, message, .. } if message.contains("Too large resource version"))
     }
 
     /// Whether the server asked us to slow down (HTTP 429).
@@ -80,7 +198,8 @@ impl ListWatchError {
         matches!(self, ListWatchError::Api { code: 429, .. })
     }
 
-    fn from_status(status: &Status) -> Self {
+    /// The error a `Status` from the server describes.
+    pub fn from_status(status: &Status) -> Self {
         ListWatchError::Api {
             code: status.code,
             reason: status.reason.clone(),
@@ -109,6 +228,10 @@ pub type WatchStream<K> = BoxStream<'static, Result<WatchEvent<K>, ListWatchErro
 /// Lists and watches one resource (client-go `ListerWatcher`).
 pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// Lists one page.
+    ///
+    /// `params` may carry `resource_version: Some("0")` together with a `limit` (the
+    /// reflector's first list, as client-go's): send both. kube's `Request::list` drops the
+    /// resourceVersion in that case; [`ApiListerWatcher`] puts it back.
     fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>>;
 
     /// Watches for changes after `resource_version`.
@@ -191,6 +314,35 @@ fn key_of_raw(raw: &str) -> Option<String> {
     })
 }
 
+/// The list request for `params`: kube's, with `resourceVersion=0` put back where kube-core
+/// drops it (a limit is set and there is no continue token), so the request carries both as
+/// client-go's does. If a later kube sends it itself, nothing is added.
+pub(crate) fn list_request(url_path: &str, params: &ListParams) -> Result<http::Request<Vec<u8>>, ListWatchError> {
+    let mut request = Request::new(url_path)
+        .list(params)
+        .map_err(|e| ListWatchError::Request(e.to_string()))?;
+    let any_version = params.resource_version.as_deref() == Some("0");
+    if !any_version || params.limit.is_none() || params.continue_token.is_some() {
+        return Ok(request);
+    }
+    let uri = request.uri().to_string();
+    let (path, query) = uri.split_once('?').unwrap_or((uri.as_str(), ""));
+    if query.split('&').any(|pair| pair.starts_with("resourceVersion=")) {
+        return Ok(request);
+    }
+    // "0" and the match names need no escaping.
+    let mut pairs: Vec<&str> = query.split('&').filter(|pair| !pair.is_empty()).collect();
+    pairs.push("resourceVersion=0");
+    if params.version_match == Some(VersionMatch::NotOlderThan) {
+        pairs.push("resourceVersionMatch=NotOlderThan");
+    }
+    let uri = format!("{path}?{}", pairs.join("&"));
+    *request.uri_mut() = uri
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| ListWatchError::Request(e.to_string()))?;
+    Ok(request)
+}
+
 /// Decodes one list response. The whole list is decoded in one pass; only when that fails
 /// are items decoded one by one, so that one bad item costs only itself.
 pub(crate) fn decode_list<K: DeserializeOwned + Clone>(text: &str) -> Result<ListPage<K>, ListWatchError> {
@@ -258,9 +410,9 @@ where
     K: Resource + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
 {
     fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
-        let request = Request::new(&self.url_path).list(params);
+        let request = list_request(&self.url_path, params);
         Box::pin(async move {
-            let request = request.map_err(|e| ListWatchError::Decode(e.to_string()))?;
+            let request = request?;
             let text = self.client.request_text(request).await?;
             decode_list(&text)
         })
@@ -273,7 +425,7 @@ where
     ) -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>> {
         let request = Request::new(&self.url_path).watch(params, resource_version);
         Box::pin(async move {
-            let mut request = request.map_err(|e| ListWatchError::Decode(e.to_string()))?;
+            let mut request = request.map_err(|e| ListWatchError::Request(e.to_string()))?;
             // One event per line must reach us as it is written: no compression on watches.
             request.headers_mut().insert(
                 http::header::ACCEPT_ENCODING,
@@ -306,6 +458,77 @@ where
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn query_of(params: &ListParams) -> Vec<String> {
+        let request = list_request("/api/v1/configmaps", params).unwrap();
+        let query = request.uri().query().unwrap_or_default().to_string();
+        let mut pairs: Vec<String> = query.split('&').filter(|p| !p.is_empty()).map(String::from).collect();
+        pairs.sort();
+        pairs
+    }
+
+    #[test]
+    fn a_list_at_resource_version_0_with_a_limit_sends_both() {
+        let first = ListParams {
+            limit: Some(500),
+            resource_version: Some("0".into()),
+            label_selector: Some("app=x".into()),
+            ..ListParams::default()
+        };
+        assert_eq!(
+            query_of(&first),
+            ["labelSelector=app%3Dx", "limit=500", "resourceVersion=0"]
+        );
+        let not_older = ListParams {
+            version_match: Some(VersionMatch::NotOlderThan),
+            ..first.clone()
+        };
+        assert_eq!(
+            query_of(&not_older),
+            [
+                "labelSelector=app%3Dx",
+                "limit=500",
+                "resourceVersion=0",
+                "resourceVersionMatch=NotOlderThan"
+            ]
+        );
+    }
+
+    #[test]
+    fn other_lists_are_sent_as_kube_builds_them() {
+        // Without a limit kube sends resourceVersion=0 itself (once).
+        let unpaged = ListParams {
+            resource_version: Some("0".into()),
+            ..ListParams::default()
+        };
+        assert_eq!(query_of(&unpaged), ["resourceVersion=0"]);
+        // A continue token carries the version; none may be sent beside it.
+        let next_page = ListParams {
+            limit: Some(500),
+            continue_token: Some("tok".into()),
+            resource_version: Some("0".into()),
+            ..ListParams::default()
+        };
+        assert_eq!(query_of(&next_page), ["continue=tok", "limit=500"]);
+        let at_version = ListParams {
+            limit: Some(2),
+            resource_version: Some("42".into()),
+            ..ListParams::default()
+        };
+        assert_eq!(query_of(&at_version), ["limit=2", "resourceVersion=42"]);
+        assert_eq!(query_of(&ListParams::default()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn too_large_resource_version_and_expired_are_told_apart() {
+        let too_large = ListWatchError::api(504, "Timeout", "Too large resource version: 9, current: 3");
+        assert!(too_large.is_too_large_resource_version());
+        assert!(!too_large.is_gone());
+        assert!(!ListWatchError::api(504, "Timeout", "slow").is_too_large_resource_version());
+        let gone = ListWatchError::api(410, "Gone", "gone");
+        assert!(gone.is_gone() && !gone.is_resource_expired());
+        assert!(ListWatchError::api(410, "Expired", "too old").is_resource_expired());
+    }
 
     #[test]
     fn a_list_with_one_bad_item_keeps_the_good_ones_and_names_the_bad_one() {

@@ -1,9 +1,9 @@
 //! The reflector: keeps a [`Store`] in step with the server by ListAndWatch
 //! (client-go `reflector.go`).
 //!
-//! It lists (paginated, [`ReflectorConfig::page_size`] per page) and `replace`s the store
-//! with the result, then watches from the list's resourceVersion and turns every event into
-//! `add`/`update`/`delete`. BOOKMARKs only move the resourceVersion on.
+//! It lists (in pages, as client-go's pager) and `replace`s the store with the result, then
+//! watches from the list's resourceVersion and turns every event into `add`/`update`/`delete`;
+//! a BOOKMARK is passed to [`Store::bookmark`] and moves the resourceVersion on.
 //!
 //! The protocol is an explicit state machine ([`State`]) with one transition per step, in
 //! the manner of kube-runtime's watcher:
@@ -12,31 +12,81 @@
 //! |---|---|---|
 //! | `List` | listed | `Watch(list rv)` |
 //! | `List` | continue token expired mid-list | the same list finished in one unpaginated request |
-//! | `List` | 410 (the rv we listed at is too old) | `List` with rv `""` (a consistent read), after backoff |
-//! | `List` | other error | `List`, after backoff |
+//! | `List` | 410, or "too large resource version", at the rv we listed at | at once, the same list as a consistent read (rv `""`) |
+//! | `List` | other error (or that consistent read failed) | `List` after backoff; a consistent read until a list succeeds if the rv was unavailable |
 //! | `Watch(rv)` | stream ended normally | `Watch(last rv)`, at once |
 //! | `Watch(rv)` | HTTP 410 on the request, or an ERROR event with a 410 `Status` | `List` at the last rv (served from the watch cache), after backoff |
 //! | `Watch(rv)` | other error, or a stream that closed within a second with no events | `Watch(last rv)`, after backoff |
 //!
 //! kube-runtime relists only on the in-stream form of 410 and retries an HTTP 410 forever;
-//! both forms relist here. Every relist waits a backoff delay first, as client-go's
-//! `BackoffUntil` loop does, so a server answering 410 again and again is not hammered. Other
-//! errors re-watch from the last resourceVersion rather than relisting as client-go does: the
-//! resourceVersion is still valid, and a relist of a large resource after every transient error
-//! is what overloads servers during incidents. Lists at a specific resourceVersion are not
-//! paginated (the server's watch cache serves them whole), as in client-go; an object without
-//! a name, or a list or bookmark without a resourceVersion, is rejected rather than trusted.
+//! both forms relist here. Every relist after a watch waits a backoff delay first, as
+//! client-go's `BackoffUntil` loop does, so a server answering 410 again and again is not
+//! hammered. Other errors re-watch from the last resourceVersion rather than relisting as
+//! client-go does: the resourceVersion is still valid, and a relist of a large resource after
+//! every transient error is what overloads servers during incidents. An object without a name,
+//! or a list or bookmark without a resourceVersion, is rejected rather than trusted.
+//!
+//! # Which resourceVersion, which pages
+//!
+//! As client-go's `relistResourceVersion`: the first list asks for `resourceVersion=0` (any
+//! version, so the server's watch cache answers instead of etcd), later lists for the last
+//! synced resourceVersion, and a list after that one was unavailable (410 or "too large")
+//! for `""` (a consistent read) until a list succeeds.
+//!
+//! Paging follows client-go's `list()` and pager exactly ([`ReflectorConfig::page_size`]):
+//!
+//! - a page size the user set applies to every list, at any resourceVersion;
+//! - otherwise lists at `""` and `"0"` ask for pages of [`DEFAULT_PAGE_SIZE`]. Together with
+//!   `resourceVersion=0` the limit is only a hint: a watch cache ignores it and answers
+//!   everything in one page, which ends the list at once (the pager's semantics);
+//! - lists at a specific resourceVersion are not paginated, so the watch cache can serve them
+//!   (it serves such lists only without a limit), *unless* the first list (at `"0"`) came back
+//!   in pages (client-go `paginatedResult`): then the server has no watch cache for the
+//!   resource, etcd answers anyway, and every later list uses pages of [`DEFAULT_PAGE_SIZE`];
+//! - an expired continue token (reason `Expired`, page 2 or later) finishes the list in one
+//!   unpaginated request at the list's resourceVersion (client-go's `FullListIfExpired`), so a
+//!   list slower than compaction still completes, whether first list or relist.
+//!
+//! # Watching
 //!
 //! Backoff is client-go's (800 ms doubling to 30 s, jittered, reset after 2 minutes without
-//! failure); the watch timeout is drawn from `[min_watch_timeout, 2 × min_watch_timeout)` (5–10
-//! minutes by default) so that many clients do not re-watch in lockstep. A malformed object is
-//! logged with its key, counted in [`ReflectorMetrics`], and skipped; the watch goes on.
+//! failure); the watch timeout is drawn from `[min, 2 × min)` where `min` is
+//! [`ReflectorConfig::min_watch_timeout`] but never below client-go's 5 minutes
+//! ([`MIN_WATCH_TIMEOUT`]), so that many clients do not re-watch in lockstep and short watches
+//! do not load the server. A malformed object is logged with its key, counted in
+//! [`ReflectorMetrics`], and skipped; the watch goes on.
+//!
+//! During a watch the last-synced resourceVersion (and a
+//! [`ResourceVersionUpdater`], if set) follows every event, as client-go's `handleWatch`
+//! does, with client-go's rule for a watch started at `""` or `"0"`: its first events are
+//! synthetic ADDEDs in no resourceVersion order, so the resourceVersion only follows once an
+//! event other than ADDED arrived. Watches started at a specific resourceVersion, and the
+//! stream that goes on after a streamed initial list, follow from the first event.
 //!
 //! With [`ReflectorConfig::use_watch_list`] the initial list is streamed
 //! (`sendInitialEvents=true`): initial ADDED events are collected until the BOOKMARK
 //! annotated `k8s.io/initial-events-end`, then replace the store, and the same stream goes on
 //! as the watch. If the server refuses or the stream fails first, that round falls back to
 //! list+watch.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use informer_core::{ApiListerWatcher, Indexer, Reflector, ReflectorConfig};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo(client: kube::Client) {
+//! let cache = Indexer::<ConfigMap>::default();
+//! let reflector = Reflector::new(
+//!     Arc::new(ApiListerWatcher::new(kube::Api::<ConfigMap>::all(client))),
+//!     Arc::new(cache.clone()),
+//!     ReflectorConfig::default().name("configmaps").labels("app=web"),
+//! )
+//! .with_resource_version_updater(Arc::new(|rv: &str| tracing::debug!(rv, "synced")));
+//! reflector.run(CancellationToken::new()).await;
+//! # }
+//! ```
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,23 +116,54 @@ pub type WatchErrorHandler = Arc<dyn Fn(&ListWatchError) + Send + Sync>;
 /// Asked on each resync tick whether to resync now (the informer's processor answers).
 pub type ShouldResyncFunc = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// Told every resourceVersion the reflector's last-synced resourceVersion moves to during a
+/// watch (client-go `ResourceVersionUpdater`), under client-go's rule: from the first event of
+/// a watch started at a specific resourceVersion, and for a watch started at `""`/`"0"` only
+/// once an event other than ADDED arrived. Not called for lists: `Store::replace` carries
+/// their resourceVersion.
+///
+/// client-go asks the store whether it implements `ResourceVersionUpdater`; here it is a hook
+/// set with [`Reflector::with_resource_version_updater`], so any component can follow the
+/// reflector without being its store. It runs on the reflector's task: keep it quick.
+pub type ResourceVersionUpdater = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// The annotation on the BOOKMARK that ends a streamed initial list.
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
 
+/// The shortest watch timeout (client-go `defaultMinWatchTimeout`, 5 minutes): a configured
+/// [`ReflectorConfig::min_watch_timeout`] below it is raised to it, as client-go does, so that
+/// short watches do not load the server.
+pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The page size of lists the user did not set one for (client-go's pager `defaultPageSize`).
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
+
 /// How a reflector lists and watches.
+///
+/// Built from `Default` with the setters (`ReflectorConfig::default().name("pods").page_size(100)`),
+/// so that fields can be added without a breaking change.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ReflectorConfig {
     /// Names the reflector in logs (e.g. the resource).
     pub name: String,
-    /// Objects per list page; 0 lists in one request.
-    pub page_size: u32,
+    /// Objects per list page, as set by the user (client-go `WatchListPageSize`).
+    ///
+    /// `None` (default): client-go's rules, see the [module docs](self): pages of
+    /// [`DEFAULT_PAGE_SIZE`] for lists at `""` and `"0"`, lists at a specific resourceVersion
+    /// whole unless the first list came back in pages. `Some(n)`: pages of `n` for every list,
+    /// at any resourceVersion; as client-go warns, such lists always go to etcd instead of the
+    /// watch cache. `Some(0)`: no list is paginated (client-go's pager with a page size of 0;
+    /// client-go's reflector has no setting for it, since 0 means "unset" there).
+    pub page_size: Option<u32>,
     /// Label selector for list and watch.
     pub label_selector: Option<String>,
     /// Field selector for list and watch.
     pub field_selector: Option<String>,
     /// How often to resync the store; zero disables resync.
     pub resync_period: Duration,
-    /// The watch timeout is drawn from `[min_watch_timeout, 2 × min_watch_timeout)`.
+    /// The watch timeout is drawn from `[min, 2 × min)`, `min` being this or
+    /// [`MIN_WATCH_TIMEOUT`] if this is shorter (client-go `ReflectorOptions.MinWatchTimeout`).
     pub min_watch_timeout: Duration,
     /// Stream the initial list (`sendInitialEvents=true`) instead of listing.
     pub use_watch_list: bool,
@@ -94,11 +175,11 @@ impl Default for ReflectorConfig {
     fn default() -> Self {
         ReflectorConfig {
             name: "reflector".to_string(),
-            page_size: 500,
+            page_size: None,
             label_selector: None,
             field_selector: None,
             resync_period: Duration::ZERO,
-            min_watch_timeout: Duration::from_secs(300),
+            min_watch_timeout: MIN_WATCH_TIMEOUT,
             use_watch_list: false,
             backoff: BackoffConfig::default(),
         }
@@ -113,10 +194,11 @@ impl ReflectorConfig {
         self
     }
 
-    /// Sets the list page size (0: no paging).
+    /// Sets the page size of every list, at any resourceVersion (0: no list is paginated).
+    /// Leave it unset for client-go's default paging; see [`ReflectorConfig::page_size`].
     #[must_use]
     pub fn page_size(mut self, page_size: u32) -> Self {
-        self.page_size = page_size;
+        self.page_size = Some(page_size);
         self
     }
 
@@ -148,7 +230,8 @@ impl ReflectorConfig {
         self
     }
 
-    /// Sets the minimum watch timeout.
+    /// Sets the minimum watch timeout; values below [`MIN_WATCH_TIMEOUT`] (5 minutes) count
+    /// as 5 minutes.
     #[must_use]
     pub fn min_watch_timeout(mut self, timeout: Duration) -> Self {
         self.min_watch_timeout = timeout;
@@ -163,12 +246,14 @@ impl ReflectorConfig {
     }
 }
 
-/// Counters a reflector keeps, readable while it runs (for metrics and tests).
+/// Counters a reflector keeps, readable while it runs (for metrics and tests). Made with
+/// `Default`; counters may be added.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct ReflectorMetrics {
     /// Completed lists (initial and relists).
     pub lists: AtomicU64,
-    /// Relists forced by a 410 Gone/Expired.
+    /// Relists forced by a 410 Gone/Expired (or "too large resource version").
     pub relists_after_gone: AtomicU64,
     /// Watch requests made.
     pub watches: AtomicU64,
@@ -211,16 +296,20 @@ impl LastSyncResourceVersion {
     }
 }
 
-/// Where the ListAndWatch protocol stands.
+/// Where the ListAndWatch protocol stands (see the table in the [module docs](self)).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum State {
-    /// A list is needed. `rv_unavailable`: the server forgot our resourceVersion (410), so
-    /// the list must be a consistent read (`resourceVersion=""`).
+    /// A list is needed.
+    #[non_exhaustive]
     List {
-        /// Whether the last resourceVersion is known to be expired.
+        /// The server no longer has (410) or does not yet have ("too large") the last
+        /// resourceVersion, so the list must be a consistent read (`resourceVersion` unset);
+        /// client-go `isLastSyncResourceVersionUnavailable`. Cleared by a successful list.
         rv_unavailable: bool,
     },
     /// Watching from a resourceVersion.
+    #[non_exhaustive]
     Watch {
         /// The resourceVersion to watch from.
         resource_version: String,
@@ -238,6 +327,46 @@ enum Transition {
     Stop,
 }
 
+/// What the protocol remembers across steps besides its [`State`].
+#[derive(Debug, Default)]
+struct Memory {
+    /// The first list (at `"0"`) came back in pages: the server has no watch cache for this
+    /// resource, so later lists at a resourceVersion are paginated too (client-go
+    /// `paginatedResult`). Never cleared.
+    paginated_result: bool,
+}
+
+/// A whole list, gathered page by page.
+struct Listed<K> {
+    items: Vec<Arc<K>>,
+    resource_version: String,
+    /// A continue token was followed (client-go's pager `paginatedResult`).
+    paginated: bool,
+}
+
+/// The watch timeout in seconds, drawn from `[min, 2 × min)` with `min` never below
+/// [`MIN_WATCH_TIMEOUT`] (client-go `minWatchTimeout + rand.Float64() * (max - min)`, truncated
+/// to whole seconds).
+fn watch_timeout_seconds(min_watch_timeout: Duration) -> u32 {
+    let min = min_watch_timeout.max(MIN_WATCH_TIMEOUT).as_secs_f64();
+    let seconds = min + rand::rng().random::<f64>() * min;
+    // `as` saturates: a timeout beyond u32::MAX seconds is u32::MAX.
+    seconds as u32
+}
+
+/// The page size of a list at `resource_version` (`None`: a consistent read), as client-go's
+/// `list()` sets its pager's: the user's if set; the default once the first list was
+/// paginated; none at a specific resourceVersion (so the watch cache can serve it); else the
+/// default. 0: not paginated.
+fn list_page_size(configured: Option<u32>, paginated_result: bool, resource_version: Option<&str>) -> u32 {
+    match (configured, resource_version) {
+        (Some(page_size), _) => page_size,
+        (None, _) if paginated_result => DEFAULT_PAGE_SIZE,
+        (None, Some(rv)) if !rv.is_empty() && rv != "0" => 0,
+        (None, _) => DEFAULT_PAGE_SIZE,
+    }
+}
+
 /// Keeps a store in step with one resource on the server.
 pub struct Reflector<K> {
     config: ReflectorConfig,
@@ -245,6 +374,7 @@ pub struct Reflector<K> {
     store: Arc<dyn Store<K>>,
     should_resync: Option<ShouldResyncFunc>,
     watch_error_handler: Option<WatchErrorHandler>,
+    resource_version_updater: Option<ResourceVersionUpdater>,
     transform: Option<TransformFunc<K>>,
     last_sync_resource_version: LastSyncResourceVersion,
     metrics: Arc<ReflectorMetrics>,
@@ -262,6 +392,7 @@ where
             store,
             should_resync: None,
             watch_error_handler: None,
+            resource_version_updater: None,
             transform: None,
             last_sync_resource_version: LastSyncResourceVersion::default(),
             metrics: Arc::new(ReflectorMetrics::default()),
@@ -279,6 +410,14 @@ where
     #[must_use]
     pub fn with_watch_error_handler(mut self, f: WatchErrorHandler) -> Self {
         self.watch_error_handler = Some(f);
+        self
+    }
+
+    /// Calls `f` each time the last-synced resourceVersion moves during a watch (client-go
+    /// `ResourceVersionUpdater`; see [`ResourceVersionUpdater`] for when).
+    #[must_use]
+    pub fn with_resource_version_updater(mut self, f: ResourceVersionUpdater) -> Self {
+        self.resource_version_updater = Some(f);
         self
     }
 
@@ -325,10 +464,11 @@ where
 
     async fn list_and_watch(&self) {
         let mut backoff = Backoff::new(self.config.backoff.clone());
+        let mut memory = Memory::default();
         let mut state = State::List { rv_unavailable: false };
         loop {
             let transition = match state {
-                State::List { rv_unavailable } => self.step_list(rv_unavailable).await,
+                State::List { rv_unavailable } => self.step_list(rv_unavailable, &mut memory).await,
                 State::Watch { resource_version } => self.step_watch(resource_version).await,
             };
             state = match transition {
@@ -390,26 +530,23 @@ where
         let obj = self.transformed(obj);
         match meta_namespace_key(obj.as_ref()) {
             Ok(_) => items.push(obj),
-            Err(e) => self.skip_malformed(&MalformedObject {
-                key: None,
-                error: e.to_string(),
-            }),
+            Err(e) => self.skip_malformed(&MalformedObject::new(e.to_string())),
         }
     }
 
     fn watch_params(&self) -> WatchParams {
-        let min = self.config.min_watch_timeout.as_secs().max(1);
-        let timeout = rand::rng().random_range(min..min * 2);
-        let mut params = WatchParams::default().timeout(u32::try_from(timeout).unwrap_or(u32::MAX));
+        let mut params = WatchParams::default().timeout(watch_timeout_seconds(self.config.min_watch_timeout));
+        // As client-go: ask for bookmarks; nothing relies on getting them.
+        params.bookmarks = true;
         params.label_selector = self.config.label_selector.clone();
         params.field_selector = self.config.field_selector.clone();
         params
     }
 
-    async fn step_list(&self, rv_unavailable: bool) -> Transition {
+    async fn step_list(&self, rv_unavailable: bool, memory: &mut Memory) -> Transition {
         if self.config.use_watch_list {
             match self.watch_list().await {
-                Ok(Some((stream, rv))) => return self.consume_watch(stream, rv, Instant::now()).await,
+                Ok(Some((stream, rv))) => return self.consume_watch(stream, rv, Instant::now(), true).await,
                 Ok(None) => return Transition::Stop,
                 Err(e) => {
                     self.report(&e);
@@ -417,62 +554,116 @@ where
                 }
             }
         }
-        match self.list(rv_unavailable).await {
-            Ok(Some(rv)) => Transition::Now(State::Watch { resource_version: rv }),
-            Ok(None) => Transition::Stop,
-            Err(e) if e.is_gone() => {
-                self.report(&e);
-                ReflectorMetrics::inc(&self.metrics.relists_after_gone);
-                info!(reflector = %self.config.name, error = %e, "list expired, relisting with a consistent read");
-                Transition::AfterBackoff(State::List { rv_unavailable: true })
-            }
+        // client-go's relistResourceVersion: "" (a consistent read) once the last rv is
+        // unavailable, else the last synced rv, or "0" (any, from the watch cache) at first.
+        let resource_version = match (rv_unavailable, self.last_sync_resource_version.get()) {
+            (true, _) => None,
+            (false, last) if last.is_empty() => Some("0".to_string()),
+            (false, last) => Some(last),
+        };
+        // As client-go, the page size is chosen once, for the rv first asked for, and kept for
+        // the consistent read that may follow.
+        let page_size = list_page_size(
+            self.config.page_size,
+            memory.paginated_result,
+            resource_version.as_deref(),
+        );
+        let mut rv_unavailable = rv_unavailable;
+        let mut listed = self.list(resource_version.as_deref(), page_size).await;
+        if let Err(e) = &listed
+            && (e.is_gone() || e.is_too_large_resource_version())
+        {
+            // As client-go's list(): retry at once as a consistent read. The pager already
+            // finished an expired paginated list in one request; this is the rv itself being
+            // unavailable (compacted away, or not yet seen by this server).
+            self.report(e);
+            ReflectorMetrics::inc(&self.metrics.relists_after_gone);
+            info!(
+                reflector = %self.config.name,
+                error = %e,
+                resource_version = resource_version.as_deref().unwrap_or(""),
+                "list's resourceVersion unavailable, listing again as a consistent read",
+            );
+            rv_unavailable = true;
+            listed = self.list(None, page_size).await;
+        }
+        let listed = match listed {
+            Ok(listed) => listed,
             Err(e) => {
                 self.report(&e);
                 warn!(reflector = %self.config.name, error = %e, "list failed");
-                Transition::AfterBackoff(State::List { rv_unavailable })
+                return Transition::AfterBackoff(State::List { rv_unavailable });
+            }
+        };
+        // Only the list at "0" tells whether the server has a watch cache: a consistent read
+        // ("") comes from etcd, paginated even when a watch cache exists (client-go's comment).
+        if resource_version.as_deref() == Some("0") && listed.paginated {
+            memory.paginated_result = true;
+        }
+        let count = listed.items.len();
+        match self.store.replace(listed.items, &listed.resource_version) {
+            Ok(()) => {}
+            Err(StoreError::Closed) => return Transition::Stop,
+            Err(StoreError::Key(e)) => {
+                let e = ListWatchError::Decode(format!("listed object without a key: {e}"));
+                self.report(&e);
+                return Transition::AfterBackoff(State::List { rv_unavailable });
             }
         }
+        self.last_sync_resource_version.set(&listed.resource_version);
+        ReflectorMetrics::inc(&self.metrics.lists);
+        info!(
+            reflector = %self.config.name,
+            objects = count,
+            resource_version = %listed.resource_version,
+            page_size,
+            paginated = listed.paginated,
+            "listed",
+        );
+        Transition::Now(State::Watch {
+            resource_version: listed.resource_version,
+        })
     }
 
-    /// Lists every page and replaces the store. `Ok(None)`: the store is closed.
-    async fn list(&self, rv_unavailable: bool) -> Result<Option<String>, ListWatchError> {
-        // client-go's relistResourceVersion: "" after a 410 (consistent read), else the last
-        // synced rv, or "0" (any, served from the watch cache) before the first list.
-        let last = self.last_sync_resource_version.get();
-        let resource_version = match (rv_unavailable, last.as_str()) {
-            (true, _) => None,
-            (false, "") => Some("0".to_string()),
-            (false, rv) => Some(rv.to_string()),
+    /// Lists everything at `resource_version` (`None`: a consistent read) in pages of
+    /// `page_size` (0: one request), as client-go's pager (`ListPager.List` with
+    /// `FullListIfExpired`).
+    async fn list(&self, resource_version: Option<&str>, page_size: u32) -> Result<Listed<K>, ListWatchError> {
+        let first = ListParams {
+            label_selector: self.config.label_selector.clone(),
+            field_selector: self.config.field_selector.clone(),
+            limit: (page_size > 0).then_some(page_size),
+            resource_version: resource_version.map(str::to_string),
+            ..ListParams::default()
         };
-        // client-go pages only lists served from etcd ("") or "any" ("0"); a list at a specific
-        // resourceVersion is served whole from the watch cache.
-        let paged = self.config.page_size > 0 && matches!(resource_version.as_deref(), None | Some("0"));
-        let mut items = Vec::new();
-        let mut continue_token: Option<String> = None;
         let started = Instant::now();
-        let list_rv = loop {
-            let mut params = ListParams {
-                label_selector: self.config.label_selector.clone(),
-                field_selector: self.config.field_selector.clone(),
-                limit: paged.then_some(self.config.page_size),
-                continue_token: continue_token.clone(),
-                ..ListParams::default()
-            };
-            if continue_token.is_none() {
-                params.resource_version = resource_version.clone();
-            }
+        let mut params = first.clone();
+        let mut items = Vec::new();
+        let mut paginated = false;
+        loop {
             let page = match self.lister_watcher.list(&params).await {
                 Ok(page) => page,
-                Err(e) if e.is_gone() && continue_token.is_some() => {
-                    // The continue token expired mid-list (client-go's pager FullListIfExpired):
-                    // a list slower than compaction would never finish page by page, so list
-                    // the rest at once: everything, unpaginated, at the original version.
-                    info!(reflector = %self.config.name, listed = items.len(), "continue token expired, listing in one request");
+                Err(e) if e.is_resource_expired() && params.continue_token.is_some() => {
+                    // The continue token expired mid-list (FullListIfExpired): a list slower
+                    // than compaction would never finish page by page, so list everything at
+                    // once, unpaginated, at the original resourceVersion. Like the pager, this
+                    // answer is the list, whatever it says about further pages.
+                    info!(
+                        reflector = %self.config.name,
+                        listed = items.len(),
+                        "continue token expired, listing in one request",
+                    );
+                    let whole = ListParams { limit: None, ..first };
+                    let page = self.lister_watcher.list(&whole).await?;
                     items.clear();
-                    params.limit = None;
-                    params.continue_token = None;
-                    params.resource_version = resource_version.clone();
-                    self.lister_watcher.list(&params).await?
+                    for malformed in &page.malformed {
+                        self.skip_malformed(malformed);
+                    }
+                    items.reserve(page.items.len());
+                    for obj in page.items {
+                        self.push_keyed(&mut items, obj);
+                    }
+                    return self.listed(items, page.resource_version, true);
                 }
                 Err(e) => return Err(e),
             };
@@ -483,34 +674,42 @@ where
             for obj in page.items {
                 self.push_keyed(&mut items, obj);
             }
+            // A server may ignore the limit (a watch cache does at "0") and answer in one
+            // page: that ends the list, unpaginated.
             match page.continue_token {
-                Some(token) if params.limit.is_some() => {
+                Some(token) => {
                     info!(reflector = %self.config.name, listed = items.len(), elapsed = ?started.elapsed(), "listing");
-                    continue_token = Some(token);
+                    // The token carries the list's resourceVersion; none may be sent with it.
+                    params.continue_token = Some(token);
+                    params.resource_version = None;
+                    params.version_match = None;
+                    paginated = true;
                 }
-                _ => break page.resource_version,
+                None => return self.listed(items, page.resource_version, paginated),
             }
-        };
-        if list_rv.is_empty() {
+        }
+    }
+
+    fn listed(
+        &self,
+        items: Vec<Arc<K>>,
+        resource_version: String,
+        paginated: bool,
+    ) -> Result<Listed<K>, ListWatchError> {
+        if resource_version.is_empty() {
             // Watching from "" would mean "current state": missed deletes would go unnoticed.
             return Err(ListWatchError::Decode("the list carries no resourceVersion".into()));
         }
-        let count = items.len();
-        match self.store.replace(items, &list_rv) {
-            Ok(()) => {}
-            Err(StoreError::Closed) => return Ok(None),
-            Err(StoreError::Key(e)) => return Err(ListWatchError::Decode(format!("listed object without a key: {e}"))),
-        }
-        self.last_sync_resource_version.set(&list_rv);
-        ReflectorMetrics::inc(&self.metrics.lists);
-        info!(reflector = %self.config.name, objects = count, resource_version = %list_rv, elapsed = ?started.elapsed(), "listed");
-        Ok(Some(list_rv))
+        Ok(Listed {
+            items,
+            resource_version,
+            paginated,
+        })
     }
 
     /// Streams the initial list. `Ok(None)`: the store is closed.
     async fn watch_list(&self) -> Result<Option<(WatchStream<K>, String)>, ListWatchError> {
         let mut params = self.watch_params();
-        params.bookmarks = true;
         params.send_initial_events = true;
         ReflectorMetrics::inc(&self.metrics.watches);
         let mut stream = self.lister_watcher.watch(&params, "").await?;
@@ -523,10 +722,7 @@ where
                         Ok(key) => {
                             initial.insert(key, obj);
                         }
-                        Err(e) => self.skip_malformed(&MalformedObject {
-                            key: None,
-                            error: e.to_string(),
-                        }),
+                        Err(e) => self.skip_malformed(&MalformedObject::new(e.to_string())),
                     }
                 }
                 Ok(WatchEvent::Deleted(obj)) => {
@@ -535,6 +731,8 @@ where
                     }
                 }
                 Ok(WatchEvent::Bookmark(bookmark)) => {
+                    // As client-go, bookmarks of the initial phase go to the temporary set,
+                    // not to the store: the store gets the whole list with `replace`.
                     ReflectorMetrics::inc(&self.metrics.bookmarks);
                     let end = bookmark
                         .metadata
@@ -555,14 +753,7 @@ where
                         return Ok(Some((stream, rv)));
                     }
                 }
-                Ok(WatchEvent::Error(status)) => {
-                    return Err(ListWatchError::Api {
-                        code: status.code,
-                        reason: status.reason.clone(),
-                        message: status.message.clone(),
-                        retry_after_seconds: None,
-                    });
-                }
+                Ok(WatchEvent::Error(status)) => return Err(ListWatchError::from_status(&status)),
                 Err(ListWatchError::Malformed(m)) => self.skip_malformed(&m),
                 Err(e) => return Err(e),
             }
@@ -576,8 +767,14 @@ where
         let params = self.watch_params();
         ReflectorMetrics::inc(&self.metrics.watches);
         let started = Instant::now();
+        // client-go's propagateRVFromStart: a watch from "" or "0" begins with synthetic ADDED
+        // events in no resourceVersion order.
+        let propagate_rv_from_start = !(resource_version.is_empty() || resource_version == "0");
         match self.lister_watcher.watch(&params, &resource_version).await {
-            Ok(stream) => self.consume_watch(stream, resource_version, started).await,
+            Ok(stream) => {
+                self.consume_watch(stream, resource_version, started, propagate_rv_from_start)
+                    .await
+            }
             Err(e) => self.after_watch_error(e, resource_version),
         }
     }
@@ -596,14 +793,28 @@ where
         }
     }
 
-    /// Applies events until the stream ends or fails.
+    /// Moves the last-synced resourceVersion to `rv` and tells the updater.
+    fn synced_to(&self, rv: &str) {
+        self.last_sync_resource_version.set(rv);
+        if let Some(updater) = &self.resource_version_updater {
+            updater(rv);
+        }
+    }
+
+    /// Applies events until the stream ends or fails (client-go `handleWatch`).
+    ///
+    /// `propagate_rv_from_start`: follow the resourceVersion from the first event; otherwise
+    /// only once an event other than ADDED arrived (client-go `propagateRVFromStart` /
+    /// `eventReceivedBesidesAdded`).
     async fn consume_watch(
         &self,
         mut stream: WatchStream<K>,
         mut resource_version: String,
         started: Instant,
+        propagate_rv_from_start: bool,
     ) -> Transition {
         let mut events = 0u64;
+        let mut event_received_besides_added = false;
         while let Some(item) = stream.next().await {
             let event = match item {
                 Ok(event) => event,
@@ -620,46 +831,56 @@ where
                 WatchEvent::Deleted(obj) => (obj, DeltaType::Deleted),
                 WatchEvent::Bookmark(bookmark) => {
                     ReflectorMetrics::inc(&self.metrics.bookmarks);
+                    let rv = bookmark.metadata.resource_version;
                     // A bookmark without a resourceVersion carries nothing; watching from ""
                     // later would replay current state and hide missed deletes.
-                    if !bookmark.metadata.resource_version.is_empty() {
-                        resource_version = bookmark.metadata.resource_version;
-                        self.last_sync_resource_version.set(&resource_version);
+                    if rv.is_empty() {
+                        warn!(reflector = %self.config.name, "ignoring a bookmark without a resourceVersion");
+                        continue;
                     }
+                    event_received_besides_added = true;
+                    // client-go ReflectorBookmarkStore: the store learns the rv in order.
+                    match self.store.bookmark(&rv) {
+                        Ok(()) => {}
+                        Err(StoreError::Closed) => return Transition::Stop,
+                        Err(e) => {
+                            warn!(reflector = %self.config.name, error = %e, resource_version = %rv, "store refused a bookmark")
+                        }
+                    }
+                    debug!(reflector = %self.config.name, resource_version = %rv, "bookmark");
+                    resource_version = rv;
+                    self.synced_to(&resource_version);
                     continue;
                 }
                 WatchEvent::Error(status) => {
-                    let error = ListWatchError::Api {
-                        code: status.code,
-                        reason: status.reason.clone(),
-                        message: status.message.clone(),
-                        retry_after_seconds: None,
-                    };
-                    return self.after_watch_error(error, resource_version);
+                    return self.after_watch_error(ListWatchError::from_status(&status), resource_version);
                 }
             };
             let new_rv = obj.meta().resource_version.clone();
             let obj = self.transformed(obj);
             let applied = match change {
-                DeltaType::Deleted => self.store.delete(obj),
-                DeltaType::Updated => self.store.update(obj),
+                DeltaType::Deleted => {
+                    event_received_besides_added = true;
+                    self.store.delete(obj)
+                }
+                DeltaType::Updated => {
+                    event_received_besides_added = true;
+                    self.store.update(obj)
+                }
                 _ => self.store.add(obj),
             };
             match applied {
-                Ok(()) => {}
+                Ok(()) => ReflectorMetrics::inc(&self.metrics.events),
                 Err(StoreError::Closed) => return Transition::Stop,
-                Err(StoreError::Key(e)) => {
-                    self.skip_malformed(&MalformedObject {
-                        key: None,
-                        error: e.to_string(),
-                    });
-                    continue;
-                }
+                // As client-go, the event is skipped but its resourceVersion still counts: the
+                // server has moved past it.
+                Err(StoreError::Key(e)) => self.skip_malformed(&MalformedObject::new(e.to_string())),
             }
-            ReflectorMetrics::inc(&self.metrics.events);
-            if let Some(rv) = new_rv.filter(|rv| !rv.is_empty()) {
+            if let Some(rv) = new_rv.filter(|rv| !rv.is_empty())
+                && (propagate_rv_from_start || event_received_besides_added)
+            {
                 resource_version = rv;
-                self.last_sync_resource_version.set(&resource_version);
+                self.synced_to(&resource_version);
             }
         }
         if events == 0 && started.elapsed() < Duration::from_secs(1) {
@@ -669,5 +890,230 @@ where
         }
         debug!(reflector = %self.config.name, events, "watch ended, re-watching");
         Transition::Now(State::Watch { resource_version })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use futures::future::BoxFuture;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::core::TypeMeta;
+    use kube::core::watch::{Bookmark, BookmarkMeta};
+
+    use super::*;
+    use crate::listwatch::ListPage;
+
+    #[test]
+    fn the_watch_timeout_is_drawn_from_min_to_twice_min_and_min_is_never_below_five_minutes() {
+        for (configured, min) in [
+            (Duration::ZERO, 300),
+            (Duration::from_secs(1), 300),
+            (Duration::from_secs(299), 300),
+            (MIN_WATCH_TIMEOUT, 300),
+            (Duration::from_secs(1200), 1200),
+        ] {
+            let draws: Vec<u32> = (0..10_000).map(|_| watch_timeout_seconds(configured)).collect();
+            assert!(
+                draws.iter().all(|t| (min..2 * min).contains(t)),
+                "{configured:?}: {:?}..{:?}",
+                draws.iter().min(),
+                draws.iter().max()
+            );
+            // Spread over the range, not stuck at one end (client-go's jitter).
+            assert!(draws.iter().any(|t| *t < min + min / 4), "{configured:?}");
+            assert!(draws.iter().any(|t| *t >= 2 * min - min / 4), "{configured:?}");
+        }
+    }
+
+    #[test]
+    fn the_page_size_follows_client_go_list() {
+        // Unset: the pager's default for "" and "0", none at a specific rv...
+        assert_eq!(list_page_size(None, false, Some("0")), DEFAULT_PAGE_SIZE);
+        assert_eq!(list_page_size(None, false, None), DEFAULT_PAGE_SIZE);
+        assert_eq!(list_page_size(None, false, Some("42")), 0);
+        // ... unless the first list came back in pages.
+        assert_eq!(list_page_size(None, true, Some("42")), DEFAULT_PAGE_SIZE);
+        // Set: every list, at any rv.
+        for rv in [None, Some("0"), Some("42")] {
+            assert_eq!(list_page_size(Some(7), false, rv), 7);
+            assert_eq!(list_page_size(Some(0), true, rv), 0);
+        }
+    }
+
+    /// The server is never reached in these tests: `consume_watch` is fed a stream directly.
+    struct Unreachable;
+
+    impl ListerWatcher<ConfigMap> for Unreachable {
+        fn list(&self, _: &ListParams) -> BoxFuture<'_, Result<ListPage<ConfigMap>, ListWatchError>> {
+            Box::pin(futures::future::pending())
+        }
+
+        fn watch(&self, _: &WatchParams, _: &str) -> BoxFuture<'_, Result<WatchStream<ConfigMap>, ListWatchError>> {
+            Box::pin(futures::future::pending())
+        }
+    }
+
+    /// Records the calls a reflector makes on its store.
+    #[derive(Default)]
+    struct Calls(Mutex<Vec<String>>);
+
+    impl Calls {
+        fn push(&self, call: String) -> Result<(), StoreError> {
+            self.0.lock().unwrap().push(call);
+            Ok(())
+        }
+
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut self.0.lock().unwrap())
+        }
+    }
+
+    fn rv_of(obj: &ConfigMap) -> String {
+        obj.metadata.resource_version.clone().unwrap_or_default()
+    }
+
+    impl Store<ConfigMap> for Calls {
+        fn add(&self, obj: Arc<ConfigMap>) -> Result<(), StoreError> {
+            self.push(format!("add {}", rv_of(&obj)))
+        }
+        fn update(&self, obj: Arc<ConfigMap>) -> Result<(), StoreError> {
+            self.push(format!("update {}", rv_of(&obj)))
+        }
+        fn delete(&self, obj: Arc<ConfigMap>) -> Result<(), StoreError> {
+            self.push(format!("delete {}", rv_of(&obj)))
+        }
+        fn replace(&self, _: Vec<Arc<ConfigMap>>, rv: &str) -> Result<(), StoreError> {
+            self.push(format!("replace {rv}"))
+        }
+        fn resync(&self) -> Result<(), StoreError> {
+            Ok(())
+        }
+        fn bookmark(&self, rv: &str) -> Result<(), StoreError> {
+            self.push(format!("bookmark {rv}"))
+        }
+    }
+
+    fn cm(name: &str, rv: &str) -> ConfigMap {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("ns".into());
+        cm.metadata.resource_version = Some(rv.into());
+        cm
+    }
+
+    fn bookmark(rv: &str) -> WatchEvent<ConfigMap> {
+        WatchEvent::Bookmark(Bookmark {
+            types: TypeMeta {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+            },
+            metadata: BookmarkMeta {
+                resource_version: rv.into(),
+                annotations: BTreeMap::new(),
+            },
+        })
+    }
+
+    /// Feeds `events` to a reflector's watch loop from `from`; returns the store's calls, the
+    /// resourceVersions the updater saw, the last-synced resourceVersion and the transition.
+    async fn watch(
+        from: &str,
+        propagate_rv_from_start: bool,
+        events: Vec<WatchEvent<ConfigMap>>,
+    ) -> (Vec<String>, Vec<String>, String, Transition) {
+        let store = Arc::new(Calls::default());
+        let updates = Arc::new(Mutex::new(Vec::new()));
+        let reflector = Reflector::new(Arc::new(Unreachable), store.clone(), ReflectorConfig::default())
+            .with_resource_version_updater({
+                let updates = updates.clone();
+                Arc::new(move |rv: &str| updates.lock().unwrap().push(rv.to_string()))
+            });
+        let stream = futures::stream::iter(events.into_iter().map(Ok)).boxed();
+        let transition = reflector
+            .consume_watch(stream, from.to_string(), Instant::now(), propagate_rv_from_start)
+            .await;
+        let updates = updates.lock().unwrap().clone();
+        (
+            store.take(),
+            updates,
+            reflector.last_sync_resource_version(),
+            transition,
+        )
+    }
+
+    #[tokio::test]
+    async fn from_a_set_resource_version_every_event_moves_it_and_bookmarks_reach_the_store() {
+        // client-go's TestReflectorResourceVersionUpdate.
+        let events = vec![
+            WatchEvent::Added(cm("a", "10")),
+            WatchEvent::Modified(cm("a", "20")),
+            bookmark("30"),
+            WatchEvent::Deleted(cm("a", "40")),
+        ];
+        let (calls, updates, last, transition) = watch("5", true, events).await;
+        assert_eq!(calls, ["add 10", "update 20", "bookmark 30", "delete 40"]);
+        assert_eq!(updates, ["10", "20", "30", "40"]);
+        assert_eq!(last, "40");
+        assert_eq!(
+            transition,
+            Transition::Now(State::Watch {
+                resource_version: "40".into()
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn from_0_synthetic_adds_do_not_move_the_resource_version_until_another_event() {
+        let events = vec![
+            WatchEvent::Added(cm("b", "12")),
+            WatchEvent::Added(cm("a", "7")),
+            WatchEvent::Modified(cm("a", "13")),
+            WatchEvent::Added(cm("c", "14")),
+        ];
+        let (calls, updates, _, transition) = watch("0", false, events).await;
+        assert_eq!(calls, ["add 12", "add 7", "update 13", "add 14"]);
+        assert_eq!(updates, ["13", "14"]);
+        assert_eq!(
+            transition,
+            Transition::Now(State::Watch {
+                resource_version: "14".into()
+            })
+        );
+
+        // Only ADDED: the next watch starts at "0" again, as client-go's.
+        let (_, updates, _, transition) = watch("0", false, vec![WatchEvent::Added(cm("b", "12"))]).await;
+        assert!(updates.is_empty(), "{updates:?}");
+        assert_eq!(
+            transition,
+            Transition::Now(State::Watch {
+                resource_version: "0".into()
+            })
+        );
+
+        // A bookmark also ends the synthetic phase.
+        let events = vec![
+            WatchEvent::Added(cm("b", "12")),
+            bookmark("15"),
+            WatchEvent::Added(cm("d", "16")),
+        ];
+        let (calls, updates, _, _) = watch("", false, events).await;
+        assert_eq!(calls, ["add 12", "bookmark 15", "add 16"]);
+        assert_eq!(updates, ["15", "16"]);
+    }
+
+    #[tokio::test]
+    async fn a_bookmark_without_a_resource_version_is_ignored() {
+        let (calls, updates, _, transition) = watch("5", true, vec![bookmark(""), bookmark("9")]).await;
+        assert_eq!(calls, ["bookmark 9"]);
+        assert_eq!(updates, ["9"]);
+        assert_eq!(
+            transition,
+            Transition::Now(State::Watch {
+                resource_version: "9".into()
+            })
+        );
     }
 }

@@ -49,21 +49,11 @@ pub struct FakeApi {
 }
 
 pub fn gone() -> ListWatchError {
-    ListWatchError::Api {
-        code: 410,
-        reason: "Expired".into(),
-        message: "too old resource version".into(),
-        retry_after_seconds: None,
-    }
+    ListWatchError::api(410, "Expired", "too old resource version")
 }
 
 pub fn server_error() -> ListWatchError {
-    ListWatchError::Api {
-        code: 500,
-        reason: "InternalError".into(),
-        message: "boom".into(),
-        retry_after_seconds: None,
-    }
+    ListWatchError::api(500, "InternalError", "boom")
 }
 
 pub fn configmap(name: &str, value: &str) -> ConfigMap {
@@ -150,10 +140,9 @@ impl FakeApi {
     pub fn send_malformed(&self, key: &str) {
         let state = self.state();
         for w in &state.watchers {
-            let _ = w.send(Err(ListWatchError::Malformed(informer_core::MalformedObject {
-                key: Some(key.to_string()),
-                error: "invalid type: string, expected a map".into(),
-            })));
+            let _ = w.send(Err(ListWatchError::Malformed(
+                informer_core::MalformedObject::new("invalid type: string, expected a map").key(key),
+            )));
         }
     }
 
@@ -245,12 +234,8 @@ impl ListerWatcher<ConfigMap> for FakeApi {
             items.push(ConfigMap::default());
         }
         let next = start + items.len();
-        let page = ListPage {
-            items,
-            resource_version: state.rv.to_string(),
-            continue_token: (next < state.objects.len()).then(|| next.to_string()),
-            malformed: Vec::new(),
-        };
+        let page = ListPage::new(items, state.rv.to_string())
+            .continue_token((next < state.objects.len()).then(|| next.to_string()));
         Box::pin(async move { Ok(page) })
     }
 
@@ -270,12 +255,7 @@ impl ListerWatcher<ConfigMap> for FakeApi {
             let (tx, rx) = mpsc::unbounded_channel();
             if params.send_initial_events {
                 if state.refuse_watch_list {
-                    return Err(ListWatchError::Api {
-                        code: 422,
-                        reason: "Invalid".into(),
-                        message: "sendInitialEvents is forbidden".into(),
-                        retry_after_seconds: None,
-                    });
+                    return Err(ListWatchError::api(422, "Invalid", "sendInitialEvents is forbidden"));
                 }
                 for obj in state.objects.values() {
                     let _ = tx.send(Ok(WatchEvent::Added(obj.clone())));

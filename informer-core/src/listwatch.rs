@@ -168,6 +168,19 @@ impl ListWatchError {
         }
     }
 
+    /// Adds the server's `retryAfterSeconds` (what a 429 or 503 with `Retry-After` carries) to
+    /// an [`Api`](ListWatchError::Api) error; other errors are returned unchanged.
+    #[must_use]
+    pub fn with_retry_after(mut self, seconds: u32) -> Self {
+        if let ListWatchError::Api {
+            retry_after_seconds, ..
+        } = &mut self
+        {
+            *retry_after_seconds = Some(seconds);
+        }
+        self
+    }
+
     /// Whether the resourceVersion or continue token we sent is too old: the server forgot it
     /// and a fresh list is needed (HTTP 410, reasons `Expired`/`Gone`; client-go's reflector
     /// `isExpiredError`).

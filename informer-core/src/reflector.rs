@@ -16,7 +16,12 @@
 //! | `List` | other error (or that consistent read failed) | `List` after backoff; a consistent read until a list succeeds if the rv was unavailable |
 //! | `Watch(rv)` | stream ended normally | `Watch(last rv)`, at once |
 //! | `Watch(rv)` | HTTP 410 on the request, or an ERROR event with a 410 `Status` | `List` at the last rv (served from the watch cache), after backoff |
+//! | `Watch(rv)` | "too large resource version" (504) | `List` as a consistent read (rv `""`), after backoff |
 //! | `Watch(rv)` | other error, or a stream that closed within a second with no events | `Watch(last rv)`, after backoff |
+//!
+//! "After backoff" is the next backoff delay, or, when the error was a 429 or 5xx carrying
+//! `Retry-After` (`retryAfterSeconds`), the wait the server asked for (at most
+//! [`MAX_RETRY_AFTER`]).
 //!
 //! kube-runtime relists only on the in-stream form of 410 and retries an HTTP 410 forever;
 //! both forms relist here. Every relist after a watch waits a backoff delay first, as
@@ -134,6 +139,10 @@ pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
 /// [`ReflectorConfig::min_watch_timeout`] below it is raised to it, as client-go does, so that
 /// short watches do not load the server.
 pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The longest server-requested wait (`Retry-After`) the reflector honours; a longer one is
+/// cut to this, so a bogus header cannot park an informer for hours.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);
 
 /// The page size of lists the user did not set one for (client-go's pager `defaultPageSize`).
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
@@ -378,6 +387,8 @@ pub struct Reflector<K> {
     transform: Option<TransformFunc<K>>,
     last_sync_resource_version: LastSyncResourceVersion,
     metrics: Arc<ReflectorMetrics>,
+    /// The wait the server asked for with the last error (Retry-After on a 429 or 5xx).
+    retry_after: std::sync::Mutex<Option<Duration>>,
 }
 
 impl<K> Reflector<K>
@@ -396,6 +407,7 @@ where
             transform: None,
             last_sync_resource_version: LastSyncResourceVersion::default(),
             metrics: Arc::new(ReflectorMetrics::default()),
+            retry_after: std::sync::Mutex::new(None),
         }
     }
 
@@ -474,8 +486,12 @@ where
             state = match transition {
                 Transition::Now(next) => next,
                 Transition::AfterBackoff(next) => {
-                    let delay = backoff.next_delay();
-                    debug!(reflector = %self.config.name, ?delay, "backing off");
+                    // The backoff advances either way, so failures without Retry-After that
+                    // follow still escalate.
+                    let backoff_delay = backoff.next_delay();
+                    let retry_after = self.retry_after.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    let delay = retry_after.unwrap_or(backoff_delay);
+                    debug!(reflector = %self.config.name, ?delay, server_asked = retry_after.is_some(), "backing off");
                     tokio::time::sleep(delay).await;
                     next
                 }
@@ -502,6 +518,16 @@ where
 
     fn report(&self, error: &ListWatchError) {
         ReflectorMetrics::inc(&self.metrics.errors);
+        // A 429 or 5xx carrying Retry-After sets the next wait; any other error clears it.
+        let retry_after = match error {
+            ListWatchError::Api {
+                code,
+                retry_after_seconds: Some(seconds),
+                ..
+            } if *code == 429 || *code >= 500 => Some(Duration::from_secs(u64::from(*seconds)).min(MAX_RETRY_AFTER)),
+            _ => None,
+        };
+        *self.retry_after.lock().unwrap_or_else(|p| p.into_inner()) = retry_after;
         if let Some(handler) = &self.watch_error_handler {
             handler(error);
         }
@@ -781,7 +807,15 @@ where
 
     fn after_watch_error(&self, error: ListWatchError, resource_version: String) -> Transition {
         self.report(&error);
-        if error.is_gone() {
+        if error.is_too_large_resource_version() {
+            // The server has not seen our resourceVersion (an etcd restore, or a failover to a
+            // server behind the one we listed from): as client-go, the last resourceVersion is
+            // unavailable and the relist is a consistent read, else it would fail forever.
+            ReflectorMetrics::inc(&self.metrics.relists_after_gone);
+            warn!(reflector = %self.config.name, error = %error, %resource_version,
+                "watch resourceVersion too large, relisting with a consistent read");
+            Transition::AfterBackoff(State::List { rv_unavailable: true })
+        } else if error.is_gone() {
             ReflectorMetrics::inc(&self.metrics.relists_after_gone);
             // As client-go: relist at the last resourceVersion first (served from the server's
             // watch cache, not etcd); only if that list is expired too is it a consistent read.

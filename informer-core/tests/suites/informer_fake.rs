@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::common::{FakeApi, after_virtual_time, gone, server_error, until};
 use informer_core::{
-    DeletedObject, InformerConfig, InformerError, ReflectorConfig, ReflectorMetrics, ResourceEventHandler,
-    ResourceEventHandlerRegistration, SharedIndexInformer,
+    DeletedObject, InformerConfig, InformerError, ListWatchError, ReflectorConfig, ReflectorMetrics,
+    ResourceEventHandler, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use tokio_util::sync::CancellationToken;
@@ -665,6 +665,60 @@ async fn a_list_410_relists_at_once_as_a_consistent_read() {
     assert_eq!(lists.len(), 2);
     assert_eq!(lists[0].resource_version.as_deref(), Some("0"));
     assert_eq!(lists[1].resource_version, None, "consistent read after the 410");
+    assert_eq!(
+        ReflectorMetrics::get(&informer.reflector_metrics().relists_after_gone),
+        1
+    );
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_on_a_429_or_5xx_sets_the_next_wait() {
+    let api = FakeApi::new();
+    api.apply("a", "1");
+    api.fail_next_list(ListWatchError::api(429, "TooManyRequests", "slow down").with_retry_after(7));
+    let informer = informer(&api, Duration::ZERO);
+    let reg = informer.add_event_handler(Recorder::default()).unwrap();
+    let started = tokio::time::Instant::now();
+    let running = start(&informer);
+    after_virtual_time("synced", || reg.has_synced()).await;
+    // Client-go's backoff would wait 0.8-1.6 s; the server asked for 7 s.
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(7) && waited < Duration::from_millis(7500),
+        "waited {waited:?}"
+    );
+    // A 503 with Retry-After on the watch: the re-watch waits what the server asked.
+    until("watching", || api.open_watches() == 1).await;
+    let watches = api.watch_requests().len();
+    api.fail_next_watch(ListWatchError::api(503, "ServiceUnavailable", "busy").with_retry_after(20));
+    let broke = tokio::time::Instant::now();
+    api.break_watches(server_error);
+    after_virtual_time("re-watched", || api.watch_requests().len() >= watches + 2).await;
+    // One backoff delay (at most a few seconds here), then the 20 s the server asked for.
+    let waited = broke.elapsed();
+    assert!(
+        waited >= Duration::from_secs(20) && waited < Duration::from_secs(25),
+        "waited {waited:?}"
+    );
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_answered_too_large_resource_version_relists_as_a_consistent_read() {
+    let api = FakeApi::new();
+    api.apply("a", "1");
+    let informer = informer(&api, Duration::ZERO);
+    let reg = informer.add_event_handler(Recorder::default()).unwrap();
+    let running = start(&informer);
+    after_virtual_time("synced", || reg.has_synced()).await;
+    until("watching", || api.open_watches() == 1).await;
+    // After an etcd restore the server is behind our resourceVersion: client-go relists with
+    // resourceVersion "" rather than retrying the watch forever.
+    api.fail_next_watch(ListWatchError::api(504, "Timeout", "Too large resource version: 99, current: 2"));
+    api.break_watches(server_error);
+    after_virtual_time("relisted", || api.list_requests().len() == 2).await;
+    assert_eq!(api.list_requests()[1].resource_version, None, "a consistent read");
     assert_eq!(
         ReflectorMetrics::get(&informer.reflector_metrics().relists_after_gone),
         1

@@ -8,9 +8,13 @@
 //! | `close-watches` | close every open watch now |
 //! | `expire-watches?count=N` | answer the next N watch requests with HTTP 410 `Expired` |
 //! | `fail?prefix=P&code=C&count=N&retryAfter=S` | answer the next N requests under path P with C (500/503/429) |
-//! | `latency?ms=M` | delay every API request by M ms (0 clears) |
+//! | `latency?ms=M` | delay every API request by M ms (0 clears; at most 60 s) |
 //! | `compact` | drop the watch cache: older revisions expire |
 //! | `restart` | drop all watchers and the cache; keep objects and the revision counter |
+//!
+//! Counts and delays are bounded ([`MAX_FAULT_COUNT`], [`MAX_LATENCY`],
+//! [`MAX_RETRY_AFTER_SECS`]) and added with saturating arithmetic, so no value a client sends
+//! can overflow or stall the server for good. With a token set, these routes require it.
 //!
 //! The request log records every API request (method, path, query, watch?) so tests can assert
 //! on what a client actually sent.
@@ -20,6 +24,15 @@ use crate::storage::Storage;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The longest injected latency: a fault must not park the server for good.
+pub const MAX_LATENCY: Duration = Duration::from_secs(60);
+
+/// The most requests one fault can affect.
+pub const MAX_FAULT_COUNT: usize = 1_000_000;
+
+/// The longest `Retry-After` a failure fault sends.
+pub const MAX_RETRY_AFTER_SECS: u32 = 3600;
 
 /// One request as the server received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,9 +99,11 @@ impl Faults {
         self.storage.lock().cache.close_all();
     }
 
-    /// Answers the next `n` watch requests with HTTP 410 (`Status` reason `Expired`).
+    /// Answers the next `n` watch requests with HTTP 410 (`Status` reason `Expired`). Counts
+    /// add up, saturating at [`MAX_FAULT_COUNT`].
     pub fn expire_next_watches(&self, n: usize) {
-        self.state().expire_watches += n;
+        let mut state = self.state();
+        state.expire_watches = state.expire_watches.saturating_add(n).min(MAX_FAULT_COUNT);
     }
 
     /// Answers the next `count` requests whose path starts with `prefix` with `code`
@@ -97,14 +112,14 @@ impl Faults {
         self.state().path_faults.push(PathFault {
             prefix: prefix.into(),
             code,
-            remaining: count,
-            retry_after: retry_after_secs,
+            remaining: count.min(MAX_FAULT_COUNT),
+            retry_after: retry_after_secs.min(MAX_RETRY_AFTER_SECS),
         });
     }
 
-    /// Delays every API request by `latency` (zero clears).
+    /// Delays every API request by `latency` (zero clears), at most [`MAX_LATENCY`].
     pub fn set_latency(&self, latency: Duration) {
-        self.state().latency = latency;
+        self.state().latency = latency.min(MAX_LATENCY);
     }
 
     /// Drops the watch cache: watches and continue tokens at older revisions get `410`.
@@ -185,7 +200,9 @@ pub(crate) fn admin(faults: &Faults, method: &http::Method, op: &str, query: &st
                 return Err(ApiError::internal("unreachable"));
             }
             ("POST", "faults/close-watches") => faults.close_watches(),
-            ("POST", "faults/expire-watches") => faults.expire_next_watches(num("count", 1)? as usize),
+            ("POST", "faults/expire-watches") => {
+                faults.expire_next_watches(usize::try_from(num("count", 1)?).unwrap_or(MAX_FAULT_COUNT))
+            }
             ("POST", "faults/fail") => {
                 let code = num("code", 500)?;
                 if !matches!(code, 429 | 500 | 503) {
@@ -194,8 +211,8 @@ pub(crate) fn admin(faults: &Faults, method: &http::Method, op: &str, query: &st
                 faults.fail_next(
                     q.get("prefix").unwrap_or("/"),
                     code as u16,
-                    num("count", 1)? as usize,
-                    num("retryAfter", 1)?.min(u32::MAX as u64) as u32,
+                    usize::try_from(num("count", 1)?).unwrap_or(MAX_FAULT_COUNT),
+                    u32::try_from(num("retryAfter", 1)?).unwrap_or(MAX_RETRY_AFTER_SECS),
                 );
             }
             ("POST", "faults/latency") => {

@@ -28,6 +28,8 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 #![warn(missing_docs)]
 
 mod config;
@@ -52,7 +54,7 @@ mod watch_cache;
 
 pub use config::Config;
 pub use error::Error;
-pub use faults::{Faults, RecordedRequest};
+pub use faults::{Faults, MAX_FAULT_COUNT, MAX_LATENCY, MAX_RETRY_AFTER_SECS, RecordedRequest};
 pub use kubeconfig::kubeconfig;
 pub use patch::PatchKind;
 pub use resources::{Registry, ResourceInfo, builtin as builtin_resources};

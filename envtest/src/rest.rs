@@ -105,7 +105,7 @@ impl Rest {
     /// LIST with selectors, pagination and resourceVersion semantics.
     pub(crate) fn list(&self, path: &ResourcePath, q: &Query) -> Result<Value, ApiError> {
         let filter = filter_from(path, q)?;
-        let limit = q.uint("limit")?.unwrap_or(0) as usize;
+        let limit = usize::try_from(q.uint("limit")?.unwrap_or(0)).unwrap_or(usize::MAX);
         let rv = parse_rv(q.get("resourceVersion"))?;
         let rv_match = q.get("resourceVersionMatch").filter(|s| !s.is_empty());
         let token = q.get("continue").filter(|s| !s.is_empty());

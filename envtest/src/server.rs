@@ -1,7 +1,7 @@
 //! [`Server`]: binds 127.0.0.1, routes requests to the verbs, streams watches.
 //!
 //! One `axum` fallback handler decodes every request itself (paths are dynamic: CRDs add
-//! resources at run time). Order of checks per request: admin endpoint, bearer token, request log
+//! resources at run time). Order of checks per request: bearer token (all routes but the health probes), admin endpoint, request log
 //! and injected faults, then discovery or the resource verbs.
 
 use crate::config::Config;
@@ -250,12 +250,11 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
-    if let Some(op) = path.strip_prefix("/_envtest/") {
-        return crate::faults::admin(&app.faults, &method, op, &query).into_response();
-    }
     let q = Query::parse(&query);
     let is_watch = method == Method::GET && q.flag("watch");
     let health = matches!(path.as_str(), "/healthz" | "/readyz" | "/livez");
+    // The token guards every route but the health probes, the admin routes included: they
+    // read the request log and inject faults.
     if let Some(token) = &app.config.token
         && !health
     {
@@ -264,6 +263,9 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         if given != Some(expected.as_str()) {
             return ApiError::unauthorized().into_response();
         }
+    }
+    if let Some(op) = path.strip_prefix("/_envtest/") {
+        return crate::faults::admin(&app.faults, &method, op, &query).into_response();
     }
     let (latency, fault) = app.faults.on_request(RecordedRequest {
         method: method.to_string(),
@@ -471,9 +473,11 @@ fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query) -> Result<Response, ApiErr
         initial,
         initial_events_end: initial_end,
         bookmark_interval: bookmarks.then_some(app.config.bookmark_interval),
+        // A timeout too far in the future to represent is no deadline at all (checked: a
+        // client-chosen number must not overflow the clock).
         deadline: timeout
             .filter(|t| *t > 0)
-            .map(|t| tokio::time::Instant::now() + Duration::from_secs(t)),
+            .and_then(|t| tokio::time::Instant::now().checked_add(Duration::from_secs(t))),
         server_cancel: app.cancel.clone(),
         output: tx,
     };

@@ -1,0 +1,128 @@
+//! Regression tests for hostile or careless input to envtest (issue #12): each of these once
+//! panicked the server, stalled it, or let an unauthenticated client in.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use envtest::{Config, Server};
+
+/// Sends a raw HTTP/1.1 request with an optional bearer token; returns the status code and
+/// whether any response came back at all.
+async fn send(base: &str, method: &str, path: &str, token: Option<&str>) -> (u16, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n");
+    s.write_all(head.as_bytes()).await.expect("write");
+    // Read the status line only (a watch would stream on).
+    let mut buf = vec![0u8; 256];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .unwrap_or(Ok(0))
+        .unwrap_or(0);
+    let (code, _) = common::parse_response(&buf[..n]);
+    (code, n > 0)
+}
+
+#[tokio::test]
+async fn admin_routes_require_the_token_when_one_is_set() {
+    let env = Server::start(Config::default().token("s3cret")).await.unwrap();
+    let base = env.base_url().to_string();
+    assert_eq!(send(&base, "GET", "/_envtest/requests", None).await.0, 401);
+    assert_eq!(
+        send(&base, "POST", "/_envtest/faults/latency?ms=600000", None).await.0,
+        401
+    );
+    assert_eq!(
+        send(&base, "POST", "/_envtest/faults/expire-watches?count=5", Some("wrong"))
+            .await
+            .0,
+        401
+    );
+    // The refused latency fault did not take: an authorized request is answered at once.
+    let started = Instant::now();
+    assert_eq!(send(&base, "GET", "/api/v1/namespaces", Some("s3cret")).await.0, 200);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // With the token the admin routes work.
+    assert_eq!(send(&base, "GET", "/_envtest/requests", Some("s3cret")).await.0, 200);
+    // Health probes stay open, as kube-apiserver's.
+    assert_eq!(send(&base, "GET", "/readyz", None).await.0, 200);
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_watch_timeout_beyond_the_clock_is_no_deadline_not_a_panic() {
+    let env = Server::start(Config::default()).await.unwrap();
+    let base = env.base_url().to_string();
+    let (code, answered) = send(
+        &base,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=18446744073709551615",
+        None,
+    )
+    .await;
+    assert!(answered, "the server answered (the request task did not panic)");
+    assert_eq!(code, 200);
+    let (code, _) = send(
+        &base,
+        "GET",
+        "/api/v1/namespaces/default/configmaps?limit=18446744073709551615",
+        None,
+    )
+    .await;
+    assert_eq!(code, 200);
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn fault_counts_saturate_and_clear_resets_them() {
+    let env = Server::start(Config::default()).await.unwrap();
+    let base = env.base_url().to_string();
+    for _ in 0..2 {
+        let (code, answered) = send(
+            &base,
+            "POST",
+            "/_envtest/faults/expire-watches?count=18446744073709551615",
+            None,
+        )
+        .await;
+        assert!(answered && code == 200, "got {code}");
+    }
+    assert_eq!(
+        send(&base, "GET", "/api/v1/namespaces/default/configmaps?watch=true", None)
+            .await
+            .0,
+        410,
+        "the next watches expire"
+    );
+    assert_eq!(send(&base, "POST", "/_envtest/faults/clear", None).await.0, 200);
+    assert_eq!(
+        send(
+            &base,
+            "GET",
+            "/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1",
+            None
+        )
+        .await
+        .0,
+        200,
+        "clear reset the count"
+    );
+    let (code, answered) = send(
+        &base,
+        "POST",
+        "/_envtest/faults/fail?code=503&count=18446744073709551615&retryAfter=18446744073709551615",
+        None,
+    )
+    .await;
+    assert!(answered && code == 200, "got {code}");
+    assert_eq!(send(&base, "GET", "/api/v1/namespaces", None).await.0, 503);
+    env.faults().clear();
+    assert_eq!(send(&base, "GET", "/api/v1/namespaces", None).await.0, 200);
+    env.shutdown().await;
+}

@@ -72,6 +72,7 @@ impl<K> FactoryResource for K where
 
 /// Errors from the factory.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FactoryError {
     /// `shutdown` was called; the factory makes no more informers.
     #[error("the informer factory has been shut down")]
@@ -100,6 +101,7 @@ pub enum FactoryError {
 /// The list options a tweak may change for every informer of a factory (client-go
 /// `TweakListOptionsFunc`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ListOptions {
     /// Label selector for list and watch.
     pub label_selector: Option<String>,

@@ -127,6 +127,7 @@ impl HistogramMetric for Histogram {
 
 /// Errors creating metrics.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum MetricsError {
     /// The registry refused a metric, typically because it is already registered.
     #[error("registering workqueue metrics: {0}")]

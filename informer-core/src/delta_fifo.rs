@@ -528,20 +528,8 @@ impl<K: Resource + Send + Sync + 'static> Queue<K> for DeltaFifo<K> {
 mod tests {
     use super::*;
     use crate::indexer::Indexer;
+    use crate::testing::configmap as cm;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
-
-    fn cm(name: &str, rv: &str) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("ns".into()),
-                resource_version: Some(rv.into()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        })
-    }
 
     fn fifo_with(known: &Indexer<ConfigMap>) -> DeltaFifo<ConfigMap> {
         DeltaFifo::new(DeltaFifoOptions {

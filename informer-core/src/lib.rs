@@ -58,6 +58,8 @@ pub mod real_fifo;
 pub mod reflector;
 pub mod shared_informer;
 pub mod store;
+#[cfg(test)]
+mod testing;
 pub mod thread_safe_store;
 
 pub use backoff::{Backoff, BackoffConfig};

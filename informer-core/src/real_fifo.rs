@@ -299,20 +299,8 @@ impl<K: Resource + Send + Sync + 'static> Queue<K> for RealFifo<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::configmap as cm;
     use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::ObjectMeta;
-
-    fn cm(name: &str, rv: &str) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("ns".into()),
-                resource_version: Some(rv.into()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        })
-    }
 
     /// A readable summary of an item: `Added ns/a`, `ReplacedAll@5 [ns/a, ns/b]`, `SyncAll`, `Bookmark@7`.
     fn describe(item: &QueueItem<ConfigMap>) -> String {

@@ -1132,15 +1132,7 @@ mod model_tests {
     }
 
     fn named(prefix: &str, i: usize, rv: u64) -> Arc<ConfigMap> {
-        Arc::new(ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(format!("{prefix}{i}")),
-                namespace: Some("ns".into()),
-                resource_version: Some(rv.to_string()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        })
+        crate::testing::configmap(&format!("{prefix}{i}"), &rv.to_string())
     }
 
     fn replaced_all(prefix: &str, n: usize, rv: u64) -> QueueItem<ConfigMap> {

@@ -23,9 +23,77 @@ pub fn kubeconfig(server: &str, token: Option<&str>) -> serde_json::Value {
     })
 }
 
-/// Writes the kubeconfig to `path`.
+/// Writes the kubeconfig to `path`, readable by its owner only (it holds the token).
+///
+/// The document goes to a new file created exclusively (`O_EXCL`, mode 0600) beside `path` and
+/// is then renamed over it: a file or symlink someone planted at `path` is replaced, never
+/// followed or written through, and a reader never sees half a file.
 pub(crate) fn write(path: &Path, server: &str, token: Option<&str>) -> Result<(), Error> {
+    use std::io::Write;
     let doc = serde_json::to_vec_pretty(&kubeconfig(server, token))?;
-    std::fs::write(path, doc)?;
-    Ok(())
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = dir.join(format!(
+        ".{name}.{}.{:016x}.tmp",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let written = (|| -> std::io::Result<()> {
+        let mut file = options.open(&temp)?;
+        file.write_all(&doc)?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    Ok(written?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(unix)]
+    fn the_kubeconfig_is_private_and_replaces_a_planted_symlink() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!(
+            "envtest-kubeconfig-{}-{:x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("victim");
+        std::fs::write(&target, "do not touch").unwrap();
+        let path = dir.join("kubeconfig");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+
+        write(&path, "http://127.0.0.1:1", Some("t0ken")).unwrap();
+
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            "do not touch",
+            "the symlink was not followed"
+        );
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_file(), "the symlink itself was replaced");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(doc["users"][0]["user"]["token"], "t0ken");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

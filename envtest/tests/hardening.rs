@@ -126,3 +126,39 @@ async fn fault_counts_saturate_and_clear_resets_them() {
     assert_eq!(send(&base, "GET", "/api/v1/namespaces", None).await.0, 200);
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_binary_reads_its_token_from_a_file_and_writes_a_private_kubeconfig() {
+    use std::io::BufRead;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("envtest-token-file-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("token"), "fr0m-a-file\n").unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer-apiserver"))
+        .args(["--listen", "127.0.0.1:0", "--token-file"])
+        .arg(dir.join("token"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut url)
+        .unwrap();
+    let url = url.trim().to_string();
+
+    let mode = std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777;
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    let unauthenticated = send(&url, "GET", "/api/v1/namespaces", None).await.0;
+    let authenticated = send(&url, "GET", "/api/v1/namespaces", Some("fr0m-a-file")).await.0;
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(mode, 0o600, "the kubeconfig holds the token: owner only");
+    assert!(text.contains("fr0m-a-file"));
+    assert_eq!(unauthenticated, 401);
+    assert_eq!(authenticated, 200);
+}

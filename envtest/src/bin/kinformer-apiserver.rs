@@ -1,20 +1,28 @@
-//! `kinformer-apiserver --listen 127.0.0.1:0 --kubeconfig PATH [--token T]`
+//! `kinformer-apiserver --listen 127.0.0.1:0 --kubeconfig PATH [--token-file FILE | --token T]`
 //!
 //! Runs envtest's API server as a process (for kubectl and for examples run by hand): prints the
 //! URL on stdout, writes a kubeconfig that kubectl and `kube::Client::try_default()` accept, and
 //! serves until SIGINT or SIGTERM.
+//!
+//! With `--token-file FILE` (or `--token T`, which anyone who can run `ps` sees) every request
+//! but the health probes needs that bearer token, and the kubeconfig carries it. The kubeconfig
+//! is written mode 0600, created fresh and renamed into place. Without a token the server is
+//! open to every local user: kubectl sends bearer tokens only over HTTPS (observed with kubectl
+//! 1.32: no `Authorization` header on an `http://` server), so a token on this plain-HTTP server
+//! locks kubectl out, and a random token by default has to wait for TLS serving.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str =
-    "usage: kinformer-apiserver [--listen 127.0.0.1:0] [--kubeconfig PATH] [--token TOKEN] [--watch-cache-size N]";
+const USAGE: &str = "usage: kinformer-apiserver [--listen 127.0.0.1:0] [--kubeconfig PATH] \
+     [--token-file FILE | --token TOKEN] [--watch-cache-size N]";
 
 struct Args {
     listen: SocketAddr,
     kubeconfig: Option<PathBuf>,
     token: Option<String>,
+    token_file: Option<PathBuf>,
     watch_cache_size: Option<usize>,
 }
 
@@ -23,6 +31,7 @@ fn parse_args() -> Result<Args, String> {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         kubeconfig: None,
         token: None,
+        token_file: None,
         watch_cache_size: None,
     };
     let mut it = std::env::args().skip(1);
@@ -43,6 +52,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--kubeconfig" => args.kubeconfig = Some(PathBuf::from(value()?)),
             "--token" => args.token = Some(value()?),
+            "--token-file" => args.token_file = Some(PathBuf::from(value()?)),
             "--watch-cache-size" => {
                 args.watch_cache_size = Some(value()?.parse().map_err(|e| format!("--watch-cache-size: {e}"))?);
             }
@@ -93,7 +103,26 @@ async fn main() -> ExitCode {
         }
     };
     let mut config = envtest::Config::default().listen(args.listen);
-    if let Some(t) = args.token {
+    let token = match (args.token, args.token_file) {
+        (Some(_), Some(_)) => {
+            eprintln!("--token and --token-file exclude each other\n{USAGE}");
+            return ExitCode::from(2);
+        }
+        (Some(t), None) => Some(t),
+        (None, Some(file)) => match std::fs::read_to_string(&file) {
+            Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
+            Ok(_) => {
+                eprintln!("kinformer-apiserver: {} is empty", file.display());
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("kinformer-apiserver: reading {}: {e}", file.display());
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => None,
+    };
+    if let Some(t) = token {
         config = config.token(t);
     }
     if let Some(n) = args.watch_cache_size {

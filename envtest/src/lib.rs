@@ -29,7 +29,6 @@
 //! ```
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
-
 #![warn(missing_docs)]
 
 mod config;

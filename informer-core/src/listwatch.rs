@@ -150,6 +150,16 @@ pub enum ListWatchError {
     /// The response body was not what a list or watch returns.
     #[error("undecodable response: {0}")]
     Decode(String),
+    /// A list page or a watch event was larger than the configured bound; it was not read
+    /// further (see [`ApiListerWatcher::max_page_bytes`] and
+    /// [`ApiListerWatcher::max_event_bytes`]).
+    #[error("{what} larger than {limit} bytes")]
+    TooLarge {
+        /// `"list page"` or `"watch event"`.
+        what: &'static str,
+        /// The bound in bytes.
+        limit: usize,
+    },
     /// The request could not be built from the parameters (e.g. a `resourceVersionMatch`
     /// without a `resourceVersion`); it was not sent.
     #[error("invalid request: {0}")]
@@ -259,14 +269,23 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
 pub struct ApiListerWatcher<K> {
     client: Client,
     url_path: String,
+    max_page_bytes: usize,
+    max_event_bytes: usize,
     _kind: std::marker::PhantomData<fn() -> K>,
 }
+
+/// The default bound on one list page's body and on one watch event's line (64 MiB): generous
+/// (a page of 500 large objects fits), and what keeps a broken or hostile server from making the
+/// client allocate without bound.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 << 20;
 
 impl<K> Clone for ApiListerWatcher<K> {
     fn clone(&self) -> Self {
         ApiListerWatcher {
             client: self.client.clone(),
             url_path: self.url_path.clone(),
+            max_page_bytes: self.max_page_bytes,
+            max_event_bytes: self.max_event_bytes,
             _kind: std::marker::PhantomData,
         }
     }
@@ -279,6 +298,8 @@ impl<K: Resource> ApiListerWatcher<K> {
         ApiListerWatcher {
             client: api.into_client(),
             url_path,
+            max_page_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             _kind: std::marker::PhantomData,
         }
     }
@@ -289,8 +310,27 @@ impl<K: Resource> ApiListerWatcher<K> {
         ApiListerWatcher {
             client,
             url_path: url_path.into(),
+            max_page_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             _kind: std::marker::PhantomData,
         }
+    }
+
+    /// Bounds one list page's body (default [`DEFAULT_MAX_RESPONSE_BYTES`]); a larger page is
+    /// [`ListWatchError::TooLarge`] and is not read further.
+    #[must_use]
+    pub fn max_page_bytes(mut self, bytes: usize) -> Self {
+        self.max_page_bytes = bytes;
+        self
+    }
+
+    /// Bounds one watch event (one line of the stream; default
+    /// [`DEFAULT_MAX_RESPONSE_BYTES`]); a longer one ends the stream with
+    /// [`ListWatchError::TooLarge`], so the reflector counts it, logs it and re-watches.
+    #[must_use]
+    pub fn max_event_bytes(mut self, bytes: usize) -> Self {
+        self.max_event_bytes = bytes;
+        self
     }
 
     /// The collection URL this lists and watches.
@@ -391,6 +431,54 @@ pub(crate) fn decode_list<K: DeserializeOwned + Clone>(text: &str) -> Result<Lis
     }
 }
 
+/// One line of a watch stream, or the fact that it passed the bound.
+enum Line {
+    Text(String),
+    TooLong,
+}
+
+/// The lines of `reader`, each at most `max` bytes: a longer line is reported once as
+/// [`Line::TooLong`] (its bytes read past, never buffered) and ends the stream.
+fn bounded_lines<R>(reader: R, max: usize) -> impl futures::Stream<Item = std::io::Result<Line>>
+where
+    R: futures::AsyncBufRead + Send + 'static,
+{
+    futures::stream::unfold(Some(Box::pin(reader)), move |state| async move {
+        let mut reader = state?;
+        let mut line = Vec::new();
+        loop {
+            let available = match reader.fill_buf().await {
+                Ok(available) => available,
+                Err(e) => return Some((Err(e), None)),
+            };
+            if available.is_empty() {
+                // End of stream: a last line without a newline still counts.
+                if line.is_empty() {
+                    return None;
+                }
+                return Some((Ok(Line::Text(String::from_utf8_lossy(&line).into_owned())), None));
+            }
+            let (chunk, end) = match available.iter().position(|b| *b == b'\n') {
+                Some(i) => (i, Some(i + 1)),
+                None => (available.len(), None),
+            };
+            if line.len().saturating_add(chunk) > max {
+                return Some((Ok(Line::TooLong), None));
+            }
+            line.extend_from_slice(&available[..chunk]);
+            let consumed = end.unwrap_or(chunk);
+            reader.as_mut().consume(consumed);
+            if end.is_some() {
+                let text = match String::from_utf8(line) {
+                    Ok(text) => text,
+                    Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+                };
+                return Some((Ok(Line::Text(text)), Some(reader)));
+            }
+        }
+    })
+}
+
 /// Decodes one line of a watch stream; `None` for a blank line.
 pub(crate) fn decode_watch_line<K: DeserializeOwned + Clone>(
     line: &str,
@@ -424,9 +512,24 @@ where
 {
     fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         let request = list_request(&self.url_path, params);
+        let limit = self.max_page_bytes;
         Box::pin(async move {
+            use futures::AsyncReadExt;
             let request = request?;
-            let text = self.client.request_text(request).await?;
+            let body = self.client.request_stream(request).await?;
+            // Read at most one byte past the bound: enough to tell, never more.
+            let mut bytes = Vec::new();
+            body.take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
+                .read_to_end(&mut bytes)
+                .await
+                .map_err(|e| ListWatchError::Transport(kube::Error::ReadEvents(e)))?;
+            if bytes.len() > limit {
+                return Err(ListWatchError::TooLarge {
+                    what: "list page",
+                    limit,
+                });
+            }
+            let text = String::from_utf8(bytes).map_err(|e| ListWatchError::Decode(e.to_string()))?;
             decode_list(&text)
         })
     }
@@ -437,6 +540,7 @@ where
         resource_version: &str,
     ) -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>> {
         let request = Request::new(&self.url_path).watch(params, resource_version);
+        let max_event_bytes = self.max_event_bytes;
         Box::pin(async move {
             let mut request = request.map_err(|e| ListWatchError::Request(e.to_string()))?;
             // One event per line must reach us as it is written: no compression on watches.
@@ -445,9 +549,13 @@ where
                 http::HeaderValue::from_static("identity"),
             );
             let body = self.client.request_stream(request).await?;
-            let events = body.lines().filter_map(|line| async move {
+            let events = bounded_lines(body, max_event_bytes).filter_map(move |line| async move {
                 match line {
-                    Ok(line) => decode_watch_line::<K>(&line),
+                    Ok(Line::Text(line)) => decode_watch_line::<K>(&line),
+                    Ok(Line::TooLong) => Some(Err(ListWatchError::TooLarge {
+                        what: "watch event",
+                        limit: max_event_bytes,
+                    })),
                     // The server (or a proxy) cut the stream mid-chunk, or the client's read timeout
                     // fired on an idle stream: the watch simply ended
                     // and is resumed from the last resourceVersion.

@@ -1001,6 +1001,15 @@ mod model_tests {
             let bounded_registration = informer
                 .add_event_handler_with_options(bounded, HandlerOptions::default().max_pending(3))
                 .unwrap();
+            // Release the stalled handler however this case ends: a failed assertion must fail
+            // the case, not leave a blocking-pool thread waiting and the runtime's drop hung.
+            struct Release(Arc<std::sync::atomic::AtomicBool>);
+            impl Drop for Release {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::SeqCst);
+                }
+            }
+            let _release = Release(go.clone());
             informer.inner.processor.run(tokio::runtime::Handle::current());
             type Probe<T> = Box<dyn Fn() -> T>;
             type UnderTest = (Arc<dyn Queue<ConfigMap>>, Probe<bool>, Probe<Result<(), String>>);
@@ -1239,6 +1248,15 @@ mod model_tests {
         let informer: SharedIndexInformer<ConfigMap> =
             SharedIndexInformer::from_arc(Arc::new(Unused), InformerConfig::default());
         let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Released however the test ends, so a failed assertion cannot leave pool threads
+        // blocked and the runtime's drop waiting for them.
+        struct Release(Arc<std::sync::atomic::AtomicBool>);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let _release = Release(release.clone());
         let stalled_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         // Four handlers that block (more than the runtime has workers) until released.
         for _ in 0..4 {
@@ -1267,19 +1285,20 @@ mod model_tests {
         // The fast handler and this task (on the async workers) keep going while four
         // blocking-pool threads sit in the stalled handlers.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while fast_seen.load(Ordering::SeqCst) < 100 {
+        // (The initial-list count drops just after each call returns: wait for both.)
+        while fast_seen.load(Ordering::SeqCst) < 100 || !fast_reg.listener.initial_delivered() {
             assert!(tokio::time::Instant::now() < deadline, "the fast handler was delayed");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        assert!(
-            fast_reg.listener.initial_delivered(),
-            "the fast handler took all its adds"
-        );
-        assert_eq!(
-            stalled_calls.load(Ordering::SeqCst),
-            4,
-            "each stalled handler is inside its first call"
-        );
+        // Each stalled handler is (or will be) inside its first call, and only that one.
+        while stalled_calls.load(Ordering::SeqCst) < 4 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a stalled handler never started"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(stalled_calls.load(Ordering::SeqCst), 4);
         release.store(true, Ordering::SeqCst);
         informer.inner.processor.stop().await;
     }

@@ -396,6 +396,15 @@ async fn a_stalled_handler_does_not_delay_another_handler() {
     let api = FakeApi::new();
     let informer = informer(&api, Duration::ZERO);
     let release = Arc::new(AtomicBool::new(false));
+    // Released however the test ends: a failed assertion must fail the test, not leave the
+    // stalled handler's thread blocked and the runtime's drop waiting for it.
+    struct Release(Arc<AtomicBool>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let _release = Release(release.clone());
     let stalled_seen = Recorder::default();
     let stalled = {
         let release = release.clone();

@@ -1,0 +1,218 @@
+//! Chaos for a controller: a ConfigMap controller with 4 workers over envtest while a writer
+//! churns objects and a seeded fault schedule closes watches, expires resumes, bursts
+//! 500/503/429 (with Retry-After), adds latency, compacts and restarts the watch cache. At the
+//! end (writer stopped, faults cleared, bounded settle time):
+//! - no key was ever reconciled by two workers at once;
+//! - the last reconcile of every key saw its final state: the server's value, or gone.
+//!
+//! A short run (two seeds) is part of `cargo test`; `KINFORMER_CHAOS_SEED=<n>` replays one seed,
+//! `KINFORMER_CHAOS_SECS` sets the chaos time.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use controller::{Action, Context, Controller, Request, reconciler_fn};
+use factory::SharedInformerFactory;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio_util::sync::CancellationToken;
+
+const NAMES: usize = 30;
+
+#[derive(Default)]
+struct Witness {
+    in_flight: Mutex<HashSet<String>>,
+    /// key → the value the last reconcile saw (None: the object was gone).
+    last_seen: Mutex<HashMap<String, Option<String>>>,
+    violations: Mutex<Vec<String>>,
+}
+
+fn value(cm: &ConfigMap) -> Option<String> {
+    cm.data.as_ref().and_then(|d| d.get("v")).cloned()
+}
+
+async fn writer(client: kube::Client, seed: u64, stop: CancellationToken) -> HashSet<String> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let mut touched = HashSet::new();
+    while !stop.is_cancelled() {
+        let name = format!("cm-{}", rng.random_range(0..NAMES));
+        touched.insert(format!("default/{name}"));
+        if rng.random_range(0..4) == 0 {
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+        } else {
+            let mut cm = ConfigMap::default();
+            cm.metadata.name = Some(name.clone());
+            cm.data = Some(BTreeMap::from([(
+                "v".to_string(),
+                rng.random_range(0..1_000_000u32).to_string(),
+            )]));
+            match api.get_opt(&name).await {
+                Ok(Some(existing)) => {
+                    cm.metadata.resource_version = existing.metadata.resource_version;
+                    let _ = api.replace(&name, &PostParams::default(), &cm).await;
+                }
+                Ok(None) => {
+                    let _ = api.create(&PostParams::default(), &cm).await;
+                }
+                Err(_) => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    touched
+}
+
+async fn faults(env: &envtest::Server, seed: u64, stop: CancellationToken) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xfa17);
+    let faults = env.faults();
+    while !stop.is_cancelled() {
+        let wait = Duration::from_millis(rng.random_range(100..400));
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        match rng.random_range(0..6) {
+            0 => faults.close_watches(),
+            1 => faults.expire_next_watches(1),
+            2 => faults.fail_next(
+                "/api/v1/namespaces/default/configmaps",
+                [500, 503, 429][rng.random_range(0..3)],
+                2,
+                1,
+            ),
+            3 => faults.set_latency(Duration::from_millis(rng.random_range(5..40))),
+            4 => faults.compact(),
+            _ => faults.restart(),
+        }
+    }
+    faults.clear();
+}
+
+async fn run_seed(seed: u64, chaos: Duration) {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let witness = Arc::new(Witness::default());
+    let reconciler = {
+        let witness = witness.clone();
+        reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
+            let witness = witness.clone();
+            async move {
+                let key = req.to_string();
+                if !witness.in_flight.lock().unwrap().insert(key.clone()) {
+                    witness
+                        .violations
+                        .lock()
+                        .unwrap()
+                        .push(format!("{key} reconciled concurrently"));
+                }
+                let seen = ctx.get(&req).and_then(|cm| value(&cm));
+                // Stay inside a moment so overlapping reconciles of one key would be caught.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                witness.last_seen.lock().unwrap().insert(key.clone(), seen);
+                witness.in_flight.lock().unwrap().remove(&key);
+                Ok::<_, kube::Error>(Action::Done)
+            }
+        })
+    };
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("chaos", &factory)
+            .for_resource::<ConfigMap>()
+            .workers(4)
+            .run(reconciler, shutdown.clone()),
+    );
+
+    let stop = CancellationToken::new();
+    let writes = tokio::spawn(writer(client.clone(), seed, stop.clone()));
+    let timer = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(chaos).await;
+            stop.cancel();
+        })
+    };
+    faults(&env, seed, stop.clone()).await;
+    timer.await.unwrap();
+    let touched = writes.await.unwrap();
+    env.faults().clear();
+
+    let server: HashMap<String, Option<String>> = env
+        .objects_of("/api/v1/namespaces/default/configmaps")
+        .unwrap()
+        .into_iter()
+        .map(|o| {
+            let cm: ConfigMap = serde_json::from_value(o).unwrap();
+            (
+                format!("default/{}", cm.metadata.name.clone().unwrap_or_default()),
+                value(&cm),
+            )
+        })
+        .collect();
+    let expected: HashMap<String, Option<String>> = touched
+        .iter()
+        .map(|k| (k.clone(), server.get(k).cloned().flatten()))
+        .collect();
+    let settle = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let last = witness.last_seen.lock().unwrap().clone();
+        // Keys created and deleted before the controller ever saw them may never be reconciled.
+        let converged = expected
+            .iter()
+            .all(|(k, v)| last.get(k).cloned().unwrap_or(None) == *v && (v.is_none() || last.contains_key(k)));
+        if converged {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < settle,
+            "seed {seed}: the last reconciles did not see the final state within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let violations = witness.violations.lock().unwrap().clone();
+    assert!(violations.is_empty(), "seed {seed}: {violations:?}");
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    eprintln!(
+        "controller chaos seed {seed}: {} keys, {} on the server",
+        expected.len(),
+        server.len()
+    );
+    env.shutdown().await;
+}
+
+fn seeds(default: &[u64]) -> Vec<u64> {
+    match std::env::var("KINFORMER_CHAOS_SEED").ok().and_then(|s| s.parse().ok()) {
+        Some(seed) => vec![seed],
+        None => default.to_vec(),
+    }
+}
+
+fn chaos_secs(default: u64) -> Duration {
+    Duration::from_secs(
+        std::env::var("KINFORMER_CHAOS_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_chaos_short() {
+    for seed in seeds(&[11, 12]) {
+        run_seed(seed, chaos_secs(4)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long chaos run: cargo test -p controller --test chaos -- --ignored"]
+async fn controller_chaos_long() {
+    for seed in seeds(&(200..220).collect::<Vec<_>>()) {
+        run_seed(seed, chaos_secs(15)).await;
+    }
+}

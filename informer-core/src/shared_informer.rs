@@ -756,8 +756,7 @@ fn apply_delta<K: Resource>(
             }
         }
         (_, DeltaObject::Object(obj)) => {
-            let old = cache.get(key).cloned();
-            cache.insert(key.to_string(), obj.clone());
+            let old = cache.upsert(key, obj.clone());
             // A watch event's resourceVersion is the newest the cache has seen; a Sync or
             // Replaced delta (DeltaFifo) carries an older one.
             if matches!(delta.kind, DeltaType::Added | DeltaType::Updated)

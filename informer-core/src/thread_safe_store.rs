@@ -264,10 +264,26 @@ impl<K> Inner<K> {
 
     pub(crate) fn insert(&mut self, key: String, obj: Arc<K>) {
         // Index values are computed before anything changes: an index function that panics
-        // (user code) then leaves the store as it was.
+        // (user code) then leaves the store as it was. Nothing reads between the two steps
+        // (the caller holds the write lock), so the indexes may move first and the key is
+        // then moved into the map, not cloned.
         let updates = self.index_updates(self.items.get(&key).map(Arc::as_ref), Some(&obj));
-        self.items.insert(key.clone(), obj);
         self.apply_index_updates(updates, &key);
+        self.items.insert(key, obj);
+    }
+
+    /// Inserts or replaces the object under `key`, returning the one it replaced. Allocates
+    /// the key only when it is new: the hot path of watch updates to existing objects.
+    pub(crate) fn upsert(&mut self, key: &str, obj: Arc<K>) -> Option<Arc<K>> {
+        let updates = self.index_updates(self.items.get(key).map(Arc::as_ref), Some(&obj));
+        self.apply_index_updates(updates, key);
+        match self.items.get_mut(key) {
+            Some(slot) => Some(std::mem::replace(slot, obj)),
+            None => {
+                self.items.insert(key.to_string(), obj);
+                None
+            }
+        }
     }
 
     pub(crate) fn remove(&mut self, key: &str) -> Option<Arc<K>> {

@@ -5,6 +5,8 @@
 //! The suite (`suites/informer_envtest.rs`) runs twice: on the [`RealFifo`](informer_core::RealFifo),
 //! the default queue, and on the [`DeltaFifo`](informer_core::DeltaFifo).
 
+mod common;
+
 /// The suite on the RealFifo.
 mod real_fifo {
     const QUEUE: informer_core::QueueKind = informer_core::QueueKind::RealFifo;

@@ -20,6 +20,7 @@
 
 mod common;
 
+use common::eventually;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -157,14 +158,6 @@ fn at(rv: &str, limit: Option<&str>) -> (Option<String>, Option<String>, bool) {
 
 fn next_page(limit: &str) -> (Option<String>, Option<String>, bool) {
     (None, Some(limit.to_string()), true)
-}
-
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// A reflector's configuration for these tests: short backoff, so relists come quickly.

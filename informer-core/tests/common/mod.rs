@@ -313,3 +313,13 @@ pub async fn after_virtual_time(what: &str, mut cond: impl FnMut() -> bool) {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
 }
+
+/// Under real time (tests over envtest), polls `cond` every 10 ms until it holds; a 20 s
+/// deadline turns a missed condition into a failure instead of a hang.
+pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

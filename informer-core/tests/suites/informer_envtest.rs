@@ -1,4 +1,5 @@
 // Included twice by `tests/informer_envtest.rs`, once per queue kind (`QUEUE`).
+use crate::common::eventually;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -47,14 +48,6 @@ fn cache_state<K: Resource + Send + Sync + 'static>(informer: &SharedIndexInform
             (key, meta.resource_version.clone().unwrap_or_default())
         })
         .collect()
-}
-
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 struct Running<K> {

@@ -67,32 +67,6 @@ async fn writer(client: kube::Client, seed: u64, stop: CancellationToken) -> Has
     touched
 }
 
-async fn faults(env: &envtest::Server, seed: u64, stop: CancellationToken) {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0xfa17);
-    let faults = env.faults();
-    while !stop.is_cancelled() {
-        let wait = Duration::from_millis(rng.random_range(100..400));
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        match rng.random_range(0..6) {
-            0 => faults.close_watches(),
-            1 => faults.expire_next_watches(1),
-            2 => faults.fail_next(
-                "/api/v1/namespaces/default/configmaps",
-                [500, 503, 429][rng.random_range(0..3)],
-                2,
-                1,
-            ),
-            3 => faults.set_latency(Duration::from_millis(rng.random_range(5..40))),
-            4 => faults.compact(),
-            _ => faults.restart(),
-        }
-    }
-    faults.clear();
-}
-
 async fn run_seed(seed: u64, chaos: Duration) {
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
@@ -137,7 +111,13 @@ async fn run_seed(seed: u64, chaos: Duration) {
             stop.cancel();
         })
     };
-    faults(&env, seed, stop.clone()).await;
+    envtest::chaos::inject_faults(
+        &env.faults(),
+        "/api/v1/namespaces/default/configmaps",
+        seed,
+        stop.clone(),
+    )
+    .await;
     timer.await.unwrap();
     let touched = writes.await.unwrap();
     env.faults().clear();
@@ -186,33 +166,17 @@ async fn run_seed(seed: u64, chaos: Duration) {
     env.shutdown().await;
 }
 
-fn seeds(default: &[u64]) -> Vec<u64> {
-    match std::env::var("KINFORMER_CHAOS_SEED").ok().and_then(|s| s.parse().ok()) {
-        Some(seed) => vec![seed],
-        None => default.to_vec(),
-    }
-}
-
-fn chaos_secs(default: u64) -> Duration {
-    Duration::from_secs(
-        std::env::var("KINFORMER_CHAOS_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_chaos_short() {
-    for seed in seeds(&[11, 12]) {
-        run_seed(seed, chaos_secs(4)).await;
+    for seed in envtest::chaos::seeds(&[11, 12]) {
+        run_seed(seed, envtest::chaos::chaos_time(4)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long chaos run: cargo test -p controller --test chaos -- --ignored"]
 async fn controller_chaos_long() {
-    for seed in seeds(&(200..220).collect::<Vec<_>>()) {
-        run_seed(seed, chaos_secs(15)).await;
+    for seed in envtest::chaos::seeds(&(200..220).collect::<Vec<_>>()) {
+        run_seed(seed, envtest::chaos::chaos_time(15)).await;
     }
 }

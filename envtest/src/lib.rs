@@ -31,6 +31,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+pub mod chaos;
 mod config;
 mod crd;
 mod discovery;

@@ -195,42 +195,6 @@ async fn writer(client: kube::Client, seed: u64, stop: CancellationToken) -> u64
     writes
 }
 
-/// Injects faults on a seeded schedule until `stop`; returns how many.
-async fn faults(env: &envtest::Server, seed: u64, stop: CancellationToken) -> u64 {
-    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
-    let faults = env.faults();
-    let mut injected = 0;
-    while !stop.is_cancelled() {
-        let wait = Duration::from_millis(rng.random_range(100..400));
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(wait) => {}
-        }
-        match rng.random_range(0..8) {
-            0 => faults.close_watches(),
-            1 => faults.expire_next_watches(rng.random_range(1..3)),
-            2 => faults.fail_next(
-                "/api/v1/configmaps",
-                [500, 503, 429][rng.random_range(0..3)],
-                rng.random_range(1..4),
-                1,
-            ),
-            3 => faults.set_latency(Duration::from_millis(rng.random_range(10..60))),
-            4 => faults.set_latency(Duration::ZERO),
-            5 => faults.compact(),
-            6 => faults.restart(),
-            _ => {
-                // An in-stream 410 on resume: expire, then drop the current watches.
-                faults.expire_next_watches(1);
-                faults.close_watches();
-            }
-        }
-        injected += 1;
-    }
-    faults.clear();
-    injected
-}
-
 async fn run_seed(seed: u64, queue: QueueKind, chaos: Duration) {
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
@@ -283,7 +247,7 @@ async fn run_seed(seed: u64, queue: QueueKind, chaos: Duration) {
             tokio::time::sleep(chaos).await;
             stopper.cancel();
         });
-        let injected = faults(&env, seed, stop.clone()).await;
+        let injected = envtest::chaos::inject_faults(&env.faults(), "/api/v1/configmaps", seed, stop.clone()).await;
         timer.await.unwrap();
         injected
     };
@@ -354,42 +318,26 @@ fn diff(
         .collect()
 }
 
-fn seeds(default: &[u64]) -> Vec<u64> {
-    match std::env::var("KINFORMER_CHAOS_SEED").ok().and_then(|s| s.parse().ok()) {
-        Some(seed) => vec![seed],
-        None => default.to_vec(),
-    }
-}
-
-fn chaos_secs(default: u64) -> Duration {
-    Duration::from_secs(
-        std::env::var("KINFORMER_CHAOS_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(default),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_short_real_fifo() {
-    for seed in seeds(&[1, 2]) {
-        run_seed(seed, QueueKind::RealFifo, chaos_secs(4)).await;
+    for seed in envtest::chaos::seeds(&[1, 2]) {
+        run_seed(seed, QueueKind::RealFifo, envtest::chaos::chaos_time(4)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_short_delta_fifo() {
-    for seed in seeds(&[3, 4]) {
-        run_seed(seed, QueueKind::DeltaFifo, chaos_secs(4)).await;
+    for seed in envtest::chaos::seeds(&[3, 4]) {
+        run_seed(seed, QueueKind::DeltaFifo, envtest::chaos::chaos_time(4)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "long chaos run: minutes; cargo test -p informer-core --test chaos -- --ignored"]
 async fn chaos_long() {
-    for seed in seeds(&(100..120).collect::<Vec<_>>()) {
+    for seed in envtest::chaos::seeds(&(100..120).collect::<Vec<_>>()) {
         for queue in [QueueKind::RealFifo, QueueKind::DeltaFifo] {
-            run_seed(seed, queue, chaos_secs(20)).await;
+            run_seed(seed, queue, envtest::chaos::chaos_time(20)).await;
         }
     }
 }

@@ -133,6 +133,13 @@ impl<K: Resource + 'static> Indexer<K> {
     }
 }
 
+/// Records `obj`'s resourceVersion, if it has one, as the store's last seen.
+pub(crate) fn record_resource_version<K: Resource>(inner: &mut crate::thread_safe_store::Inner<K>, obj: &K) {
+    if let Some(rv) = obj.meta().resource_version.as_deref() {
+        inner.set_resource_version(rv);
+    }
+}
+
 /// Writes record the resourceVersion they carry (an object's, a relist's, a bookmark's) as the
 /// store's [`last_store_sync_resource_version`](Indexer::last_store_sync_resource_version), as
 /// client-go's `threadSafeMap` does.
@@ -140,9 +147,7 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
     fn add(&self, obj: Arc<K>) -> Result<(), StoreError> {
         let key = meta_namespace_key(obj.as_ref())?;
         let mut inner = self.store.writer();
-        if let Some(rv) = obj.meta().resource_version.as_deref() {
-            inner.set_resource_version(rv);
-        }
+        record_resource_version(&mut inner, obj.as_ref());
         inner.insert(key, obj);
         Ok(())
     }
@@ -154,9 +159,7 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
     fn delete(&self, obj: Arc<K>) -> Result<(), StoreError> {
         let key = meta_namespace_key(obj.as_ref())?;
         let mut inner = self.store.writer();
-        if let Some(rv) = obj.meta().resource_version.as_deref() {
-            inner.set_resource_version(rv);
-        }
+        record_resource_version(&mut inner, obj.as_ref());
         inner.remove(&key);
         Ok(())
     }

@@ -27,9 +27,6 @@ struct Inner<K> {
     runtime: Option<Handle>,
     /// Set by `stop`: no listener may be added after it, or its deliveries would outlive `run`.
     stopped: bool,
-    /// Listeners stopped (by `stop_listeners` or removal) whose handler call may still be in
-    /// progress; `stop` waits for them.
-    stopping: Vec<Arc<ProcessorListener<K>>>,
 }
 
 pub(crate) struct SharedProcessor<K> {
@@ -56,7 +53,6 @@ impl<K: kube::Resource + Send + Sync + 'static> SharedProcessor<K> {
                 listeners: Vec::new(),
                 runtime: None,
                 stopped: false,
-                stopping: Vec::new(),
             }),
         }
     }
@@ -161,18 +157,15 @@ impl<K: kube::Resource + Send + Sync + 'static> SharedProcessor<K> {
     pub(crate) fn stop_listeners(&self) {
         let mut inner = self.write();
         inner.stopped = true;
-        let listeners: Vec<_> = inner.listeners.iter().map(|e| e.listener.clone()).collect();
-        for listener in &listeners {
-            listener.stop();
+        for entry in &inner.listeners {
+            entry.listener.stop();
         }
-        inner.stopping.extend(listeners);
     }
 
     /// Stops every listener and waits until none is inside its handler any more.
     pub(crate) async fn stop(&self) {
         self.stop_listeners();
-        let stopping = std::mem::take(&mut self.write().stopping);
-        for listener in stopping {
+        for listener in self.listeners() {
             listener.wait_stopped().await;
         }
     }

@@ -28,7 +28,7 @@ use crate::delta_fifo::{DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaFifoOpt
 use crate::event_handler::ResourceEventHandler;
 use crate::fifo::{PopError, ProcessError, Queue, QueueItem, ReplacedAll};
 use crate::index::Indexers;
-use crate::indexer::Indexer;
+use crate::indexer::{Indexer, record_resource_version};
 use crate::listener::{ListenerOptions, Notification, ProcessorListener};
 use crate::listwatch::ListerWatcher;
 use crate::processor::{SharedProcessor, determine_resync_period};
@@ -747,10 +747,8 @@ fn apply_delta<K: Resource>(
             // was ever told about it (the DeltaFifo drops those when queued; the RealFifo
             // cannot tell then).
             if cache.remove(key).is_some() {
-                if let DeltaObject::Object(obj) = object
-                    && let Some(rv) = obj.meta().resource_version.as_deref()
-                {
-                    cache.set_resource_version(rv);
+                if let DeltaObject::Object(obj) = object {
+                    record_resource_version(cache, obj);
                 }
                 out.push((Notification::Delete(object.clone()), false));
             }
@@ -759,10 +757,8 @@ fn apply_delta<K: Resource>(
             let old = cache.upsert(key, obj.clone());
             // A watch event's resourceVersion is the newest the cache has seen; a Sync or
             // Replaced delta (DeltaFifo) carries an older one.
-            if matches!(delta.kind, DeltaType::Added | DeltaType::Updated)
-                && let Some(rv) = obj.meta().resource_version.as_deref()
-            {
-                cache.set_resource_version(rv);
+            if matches!(delta.kind, DeltaType::Added | DeltaType::Updated) {
+                record_resource_version(cache, obj);
             }
             match old {
                 Some(old) => {

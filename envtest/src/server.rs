@@ -18,6 +18,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use http::{Method, StatusCode, header};
 use serde_json::{Value, json};
@@ -97,6 +98,14 @@ impl Server {
         let router = Router::new().fallback(handle).with_state(app.clone());
         let serve_cancel = cancel.clone();
         let task = tokio::spawn(async move {
+            // TCP_NODELAY on every connection, as Go's net/http (and so kube-apiserver) sets it:
+            // without it, Nagle's algorithm holds a small watch event until the previous one is
+            // acknowledged, and the client's delayed ACK turns that into milliseconds of latency.
+            let listener = listener.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!(error = %e, "could not set TCP_NODELAY");
+                }
+            });
             let serve = axum::serve(listener, router).with_graceful_shutdown(serve_cancel.cancelled_owned());
             if let Err(e) = serve.await {
                 tracing::warn!(error = %e, "envtest server stopped with an error");

@@ -6,6 +6,10 @@
 //! - `cargo xtask codegen --check`: fails if the checked-in generated code is stale (CI).
 //! - `cargo xtask crds [--check]`: writes (or checks) the CRD YAML of the example resource
 //!   types into `examples/crds/`, from their schemars schemas via kube's `CustomResourceExt`.
+//! - `cargo xtask bench [--quick] [--scale 1k,10k,100k] [driver flags]`: builds the
+//!   side-by-side suite (`bench/`) and envtest's server in release and runs the suite's driver,
+//!   which writes `BENCHMARKS.md` and `bench/plots/` (a `--quick` run writes under
+//!   `target/bench/` instead). `cargo xtask bench -- --help` lists the driver's flags.
 //!
 //! xtask deliberately depends on neither `factory` nor `examples`: the code it generates lives
 //! in `factory`, so if the checked-in code ever stops compiling, `cargo xtask codegen` must
@@ -18,7 +22,7 @@ use std::process::{Command, ExitCode, Stdio};
 use informer_codegen::{ResourceDesc, generate_group, generate_group_accessors, group_module};
 use quote::quote;
 
-const USAGE: &str = "usage: cargo xtask codegen [--check] | cargo xtask crds [--check]";
+const USAGE: &str = "usage: cargo xtask codegen [--check] | cargo xtask crds [--check] | cargo xtask bench [--quick] [--scale 1k,10k] [...]";
 
 /// The first line of every file `cargo xtask codegen` writes (Go's generated-code convention,
 /// which editors and linters recognise).
@@ -55,6 +59,7 @@ fn main() -> ExitCode {
         ["codegen", "--check"] => codegen(Mode::Check),
         ["crds"] => crds(Mode::Write),
         ["crds", "--check"] => crds(Mode::Check),
+        ["bench", ref rest @ ..] => bench(rest),
         _ => Err(USAGE.to_string()),
     };
     match result {
@@ -257,6 +262,48 @@ fn crds(mode: Mode) -> Result<(), String> {
     let files = crd_files()?;
     let changed = sync(&root().join(CRDS_DIR), &files, CRDS_HEADER, mode)?;
     report(changed, files.len(), mode, "cargo xtask crds")
+}
+
+/// Builds the bench crate's binaries and envtest's server in release, then runs the driver
+/// with the remaining arguments.
+fn bench(rest: &[&str]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // One build for both packages, so the crates they share are built once, with one feature set.
+    let builds: [&[&str]; 1] = [&[
+        "build",
+        "--release",
+        "-p",
+        "kinformer-bench",
+        "-p",
+        "envtest",
+        "--bins",
+        "--examples",
+    ]];
+    for build in builds {
+        let status = Command::new(&cargo)
+            .args(build)
+            .current_dir(root())
+            .status()
+            .map_err(|e| format!("{cargo}: {e}"))?;
+        if !status.success() {
+            return Err(format!("cargo {} failed", build.join(" ")));
+        }
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let driver = target.join("release").join("bench-driver");
+    let rest: Vec<&str> = rest.iter().copied().filter(|a| *a != "--").collect();
+    let command = format!("cargo xtask bench {}", rest.join(" "));
+    let status = Command::new(&driver)
+        .args(&rest)
+        .args(["--command", command.trim()])
+        .current_dir(root())
+        .status()
+        .map_err(|e| format!("{}: {e}", driver.display()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the bench driver failed ({status})"))
+    }
 }
 
 #[cfg(test)]

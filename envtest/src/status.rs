@@ -200,13 +200,68 @@ pub(crate) fn success(kind: &str, name: &str, uid: &str) -> Value {
     })
 }
 
-/// A JSON response.
+/// A JSON response, its top-level fields in the API server's order (see [`ApiServerOrder`]).
 pub(crate) fn json_response(code: StatusCode, body: &Value) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let bytes = match body {
+        Value::Object(map) => serde_json::to_vec(&ApiServerOrder(map)),
+        other => serde_json::to_vec(other),
+    }
+    .unwrap_or_default();
     (
         code,
         [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
         bytes,
     )
         .into_response()
+}
+
+/// A top-level object written as kube-apiserver writes it (Go struct order): `kind`,
+/// `apiVersion`, `metadata`, then the rest (`items` of a list, `spec`, `status`, ...). envtest
+/// stores objects as `serde_json::Value`, whose maps are sorted, which would put a list's
+/// `items` before its `metadata`; clients may rely on the server's order (kinformer reads a
+/// page's `continue` token from the bytes in front of its items to request the next page early).
+struct ApiServerOrder<'a>(&'a serde_json::Map<String, Value>);
+
+/// The fields [`ApiServerOrder`] writes first, in this order.
+const LEADING_FIELDS: [&str; 3] = ["kind", "apiVersion", "metadata"];
+
+impl serde::Serialize for ApiServerOrder<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for field in LEADING_FIELDS {
+            if let Some(value) = self.0.get(field) {
+                map.serialize_entry(field, value)?;
+            }
+        }
+        for (field, value) in self.0 {
+            if !LEADING_FIELDS.contains(&field.as_str()) {
+                map.serialize_entry(field, value)?;
+            }
+        }
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_is_written_kind_api_version_metadata_then_items() {
+        let list = json!({"items": [{"metadata": {"name": "a"}}], "metadata": {"continue": "c"}, "kind": "ConfigMapList", "apiVersion": "v1"});
+        let Value::Object(map) = &list else { unreachable!() };
+        let text = serde_json::to_string(&ApiServerOrder(map)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"continue":"c"},"items":[{"metadata":{"name":"a"}}]}"#
+        );
+        let object = json!({"status": {}, "spec": {}, "metadata": {}, "apiVersion": "v1", "kind": "Pod"});
+        let Value::Object(map) = &object else { unreachable!() };
+        let text = serde_json::to_string(&ApiServerOrder(map)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{},"spec":{},"status":{}}"#
+        );
+    }
 }

@@ -14,6 +14,17 @@
 //! the limit pages the list when the watch cache is off and etcd answers. So
 //! [`ApiListerWatcher`] puts `resourceVersion=0` back into such a request.
 //!
+//! **Paged lists are pipelined.** client-go (and kube-runtime) ask for page k+1 only once page
+//! k is decoded, so the server, the network and the decoder take turns. [`ApiListerWatcher`]
+//! reads page k's `continue` token from the list's `metadata` without decoding the items (it
+//! is in front of them in built-in resources' lists, after them in custom resources'), requests
+//! page k+1 at once, and decodes
+//! page k meanwhile, off the async workers when the page is large. The reflector still asks for
+//! pages one by one and sees exactly what it would have seen: a page fetched ahead is used only
+//! when the reflector asks for that very token, the token read ahead is checked against the
+//! decoded one, and one not asked for is dropped (its request aborted). A list is still one
+//! request per page; `cargo xtask bench` measures the gain (BENCHMARKS.md).
+//!
 //! ```
 //! use informer_core::{ListPage, ListWatchError, MalformedObject};
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -27,6 +38,7 @@
 //! ```
 
 use std::fmt::Debug;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -37,6 +49,7 @@ use kube::{Api, Client, Resource};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
+use tokio_util::task::AbortOnDropHandle;
 
 /// One page of a list, as a [`ListerWatcher`] returns it.
 ///
@@ -271,8 +284,22 @@ pub struct ApiListerWatcher<K> {
     url_path: String,
     max_page_bytes: usize,
     max_event_bytes: usize,
+    /// The next page of the list in progress, requested before the reflector asked for it.
+    ahead: Arc<Mutex<Option<PageAhead>>>,
     _kind: std::marker::PhantomData<fn() -> K>,
 }
+
+/// A list page requested ahead of the reflector (see the module doc); dropping it aborts the
+/// request.
+struct PageAhead {
+    /// The `continue` token it was requested with.
+    token: String,
+    body: AbortOnDropHandle<Result<Vec<u8>, ListWatchError>>,
+}
+
+/// Pages at least this large are decoded on the blocking pool, so the next page's request and
+/// other informers' work go on meanwhile; smaller ones cost less to decode than to hand over.
+const DECODE_OFF_TASK_BYTES: usize = 64 << 10;
 
 /// The default bound on one list page's body and on one watch event's line (64 MiB): generous
 /// (a page of 500 large objects fits), and what keeps a broken or hostile server from making the
@@ -286,6 +313,7 @@ impl<K> Clone for ApiListerWatcher<K> {
             url_path: self.url_path.clone(),
             max_page_bytes: self.max_page_bytes,
             max_event_bytes: self.max_event_bytes,
+            ahead: Arc::default(),
             _kind: std::marker::PhantomData,
         }
     }
@@ -300,6 +328,7 @@ impl<K: Resource> ApiListerWatcher<K> {
             url_path,
             max_page_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            ahead: Arc::default(),
             _kind: std::marker::PhantomData,
         }
     }
@@ -312,6 +341,7 @@ impl<K: Resource> ApiListerWatcher<K> {
             url_path: url_path.into(),
             max_page_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            ahead: Arc::default(),
             _kind: std::marker::PhantomData,
         }
     }
@@ -506,31 +536,137 @@ pub(crate) fn decode_watch_line<K: DeserializeOwned + Clone>(
     }
 }
 
+impl<K> ApiListerWatcher<K> {
+    fn ahead_lock(&self) -> MutexGuard<'_, Option<PageAhead>> {
+        // The slot holds no invariant a panic could break: recover it.
+        self.ahead.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Requests the page after `token` now, for the reflector's next `list` call.
+    fn fetch_ahead(&self, params: &ListParams, token: &str) {
+        let mut next = params.clone();
+        next.continue_token = Some(token.to_string());
+        let Ok(request) = list_request(&self.url_path, &next) else {
+            return;
+        };
+        let (client, limit) = (self.client.clone(), self.max_page_bytes);
+        let body = AbortOnDropHandle::new(tokio::spawn(async move { read_page(&client, request, limit).await }));
+        *self.ahead_lock() = Some(PageAhead {
+            token: token.to_string(),
+            body,
+        });
+    }
+}
+
+/// Reads one list response's body, at most `limit` bytes of it.
+async fn read_page(client: &Client, request: http::Request<Vec<u8>>, limit: usize) -> Result<Vec<u8>, ListWatchError> {
+    use futures::AsyncReadExt;
+    let body = client.request_stream(request).await?;
+    // Read at most one byte past the bound: enough to tell, never more.
+    let mut bytes = Vec::new();
+    body.take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| ListWatchError::Transport(kube::Error::ReadEvents(e)))?;
+    if bytes.len() > limit {
+        return Err(ListWatchError::TooLarge {
+            what: "list page",
+            limit,
+        });
+    }
+    Ok(bytes)
+}
+
+/// How far into a list body [`peek_continue`] looks for `metadata`: a list's `kind` and
+/// `apiVersion` come first, both short.
+const PEEK_BYTES: usize = 4096;
+
+/// The `continue` token of a list body, read from its top-level `metadata` without decoding
+/// the items: built-in resources' lists are written in Go struct order (`kind`, `apiVersion`,
+/// `metadata`, `items`), so it is near the start; custom resources' lists are written from a
+/// map with sorted keys (`apiVersion`, `items`, `kind`, `metadata`), so it is at the end. `None`
+/// when there is none or the body is laid out otherwise. A hint only: the caller checks it
+/// against the decoded list.
+fn peek_continue(body: &[u8]) -> Option<String> {
+    const KEY: &[u8] = b"\"metadata\"";
+    let head = &body[..body.len().min(PEEK_BYTES)];
+    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
+    if let Some(meta) = find(head, KEY)
+        && find(head, b"\"items\"").is_none_or(|items| meta < items)
+    {
+        return metadata_continue(&body[meta + KEY.len()..]).map(|(token, _)| token)?;
+    }
+    // Items first: the list's own metadata is the last `"metadata"` key, and nothing but the
+    // closing brace may follow its value.
+    let tail_start = body.len().saturating_sub(PEEK_BYTES);
+    let tail = &body[tail_start..];
+    let meta = tail.windows(KEY.len()).rposition(|w| w == KEY)?;
+    let (token, rest) = metadata_continue(&tail[meta + KEY.len()..])?;
+    let rest: Vec<u8> = rest.iter().copied().filter(|b| !b.is_ascii_whitespace()).collect();
+    if rest == b"}" { token } else { None }
+}
+
+/// Parses `: {...}` (a list's metadata after its key) and returns its `continue` token and the
+/// bytes after the value; `None` if it is not that.
+fn metadata_continue(after_key: &[u8]) -> Option<(Option<String>, &[u8])> {
+    #[derive(Deserialize)]
+    struct ListMetaContinue {
+        #[serde(rename = "continue")]
+        continue_: Option<String>,
+    }
+    let colon = after_key.iter().position(|b| !b.is_ascii_whitespace())?;
+    if after_key[colon] != b':' {
+        return None;
+    }
+    let value = &after_key[colon + 1..];
+    let mut values = serde_json::Deserializer::from_slice(value).into_iter::<ListMetaContinue>();
+    let meta = values.next()?.ok()?;
+    let rest = &value[values.byte_offset()..];
+    Some((meta.continue_.filter(|c| !c.is_empty()), rest))
+}
+
 impl<K> ListerWatcher<K> for ApiListerWatcher<K>
 where
     K: Resource + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
 {
     fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
         let request = list_request(&self.url_path, params);
-        let limit = self.max_page_bytes;
+        let params = params.clone();
         Box::pin(async move {
-            use futures::AsyncReadExt;
-            let request = request?;
-            let body = self.client.request_stream(request).await?;
-            // Read at most one byte past the bound: enough to tell, never more.
-            let mut bytes = Vec::new();
-            body.take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
-                .read_to_end(&mut bytes)
-                .await
-                .map_err(|e| ListWatchError::Transport(kube::Error::ReadEvents(e)))?;
-            if bytes.len() > limit {
-                return Err(ListWatchError::TooLarge {
-                    what: "list page",
-                    limit,
-                });
+            // A page fetched ahead serves only the request it was made for; any other drops it.
+            let ahead = self.ahead_lock().take();
+            let ahead = match (ahead, &params.continue_token) {
+                (Some(ahead), Some(token)) if ahead.token == *token => Some(ahead.body),
+                _ => None,
+            };
+            let bytes = match ahead {
+                Some(body) => body
+                    .await
+                    .map_err(|e| ListWatchError::Request(format!("list page fetched ahead: {e}")))??,
+                None => read_page(&self.client, request?, self.max_page_bytes).await?,
+            };
+            let next = if params.limit.is_some() {
+                peek_continue(&bytes)
+            } else {
+                None
+            };
+            if let Some(token) = &next {
+                self.fetch_ahead(&params, token);
             }
             let text = String::from_utf8(bytes).map_err(|e| ListWatchError::Decode(e.to_string()))?;
-            decode_list(&text)
+            let page = if text.len() >= DECODE_OFF_TASK_BYTES {
+                tokio::task::spawn_blocking(move || decode_list::<K>(&text))
+                    .await
+                    .map_err(|e| ListWatchError::Decode(format!("list page decoder: {e}")))??
+            } else {
+                decode_list::<K>(&text)?
+            };
+            if page.continue_token != next {
+                // The bytes in front of the items said otherwise than the decoded list: trust
+                // the decoded one and drop what was fetched on the other's word.
+                self.ahead_lock().take();
+            }
+            Ok(page)
         })
     }
 
@@ -579,6 +715,34 @@ where
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[test]
+    fn the_continue_token_is_read_from_the_metadata_in_front_of_the_items() {
+        let page = br#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":"abc=="},"items":[{"metadata":{"continue":"no"}}]}"#;
+        assert_eq!(peek_continue(page).as_deref(), Some("abc=="));
+        let spaced = br#"{ "kind" : "List", "metadata" :
+            { "continue" : "x\"y" }, "items" : [] }"#;
+        assert_eq!(peek_continue(spaced).as_deref(), Some("x\"y"));
+        // The last page, an empty token, and no metadata at all: nothing to fetch ahead.
+        assert_eq!(
+            peek_continue(br#"{"metadata":{"resourceVersion":"7"},"items":[]}"#),
+            None
+        );
+        assert_eq!(peek_continue(br#"{"metadata":{"continue":""},"items":[]}"#), None);
+        assert_eq!(peek_continue(br#"{"items":[]}"#), None);
+        // Items first (custom resources' lists, sorted keys): the list's metadata at the end,
+        // never an item's.
+        let sorted = br#"{"apiVersion":"example.com/v1","items":[{"metadata":{"continue":"no"}}],"kind":"FooList","metadata":{"continue":"c"}}"#;
+        assert_eq!(peek_continue(sorted).as_deref(), Some("c"));
+        let last = br#"{"apiVersion":"v1","items":[{"metadata":{"continue":"no"}}],"kind":"FooList"}"#;
+        assert_eq!(peek_continue(last), None);
+        let item_last = br#"{"apiVersion":"v1","kind":"FooList","items":[{"x":1,"metadata":{"continue":"no"}}]}"#;
+        assert_eq!(peek_continue(item_last), None);
+        // Cut off or not JSON: no hint, no panic.
+        assert_eq!(peek_continue(br#"{"metadata":{"continue":"ab"#), None);
+        assert_eq!(peek_continue(b"\"metadata\""), None);
+        assert_eq!(peek_continue(b""), None);
+    }
 
     fn query_of(params: &ListParams) -> Vec<String> {
         let request = list_request("/api/v1/configmaps", params).unwrap();

@@ -72,7 +72,9 @@ pub use index::{IndexFunc, Indexers, NAMESPACE_INDEX, meta_namespace_index_func}
 pub use indexer::Indexer;
 pub use kube::core::{Expression, Selector};
 pub use listers::{Lister, NamespaceLister};
-pub use listwatch::{ApiListerWatcher, ListPage, ListWatchError, ListerWatcher, MalformedObject, WatchStream};
+pub use listwatch::{
+    ApiListerWatcher, DEFAULT_PAGES_AHEAD, ListPage, ListWatchError, ListerWatcher, MalformedObject, WatchStream,
+};
 pub use real_fifo::RealFifo;
 pub use reflector::{
     LastSyncResourceVersion, Reflector, ReflectorConfig, ReflectorMetrics, ShouldResyncFunc, State, TransformFunc,

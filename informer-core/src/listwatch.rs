@@ -18,12 +18,13 @@
 //! k is decoded, so the server, the network and the decoder take turns. [`ApiListerWatcher`]
 //! reads page k's `continue` token from the list's `metadata` without decoding the items (it
 //! is in front of them in built-in resources' lists, after them in custom resources'), requests
-//! page k+1 at once, and decodes
-//! page k meanwhile, off the async workers when the page is large. The reflector still asks for
-//! pages one by one and sees exactly what it would have seen: a page fetched ahead is used only
-//! when the reflector asks for that very token, the token read ahead is checked against the
-//! decoded one, and one not asked for is dropped (its request aborted). A list is still one
-//! request per page; `cargo xtask bench` measures the gain (BENCHMARKS.md).
+//! page k+1 at once on a task of its own, and decodes page k meanwhile (on the blocking pool
+//! when it is large); page k+1's task does the same for page k+2, up to two pages ahead of the
+//! reflector, so two cores decode two pages at once. The reflector still asks for pages one by
+//! one and sees exactly what it would have seen: a page fetched ahead is used only when the
+//! reflector asks for that very token, and a request for any other page (a new list, or a
+//! token that the decoded page contradicts) drops them, aborting their requests. A list is
+//! still one request per page; `cargo xtask bench` measures the gain (BENCHMARKS.md).
 //!
 //! ```
 //! use informer_core::{ListPage, ListWatchError, MalformedObject};
@@ -37,8 +38,9 @@
 //! assert!(ListWatchError::api(410, "Expired", "too old resource version").is_gone());
 //! ```
 
+use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -280,22 +282,30 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
 
 /// A [`ListerWatcher`] over a `kube::Api<K>`; its namespace (or none) is the scope.
 pub struct ApiListerWatcher<K> {
+    fetcher: Arc<PageFetcher>,
+    max_event_bytes: usize,
+    /// Pages of the list in progress requested before the reflector asked for them, by their
+    /// `continue` token.
+    ahead: Arc<Mutex<PagesAhead<K>>>,
+}
+
+/// What requesting a list page needs, shared with the tasks that fetch pages ahead.
+struct PageFetcher {
     client: Client,
     url_path: String,
     max_page_bytes: usize,
-    max_event_bytes: usize,
-    /// The next page of the list in progress, requested before the reflector asked for it.
-    ahead: Arc<Mutex<Option<PageAhead>>>,
-    _kind: std::marker::PhantomData<fn() -> K>,
+    /// At most this many pages in flight ahead of the reflector (0: none, client-go's way).
+    pages_ahead: usize,
 }
 
-/// A list page requested ahead of the reflector (see the module doc); dropping it aborts the
-/// request.
-struct PageAhead {
-    /// The `continue` token it was requested with.
-    token: String,
-    body: AbortOnDropHandle<Result<Vec<u8>, ListWatchError>>,
-}
+/// Pages requested ahead of the reflector (see the module doc), fetched and decoded by their
+/// own tasks; dropping one aborts it.
+type PagesAhead<K> = HashMap<String, AbortOnDropHandle<Result<ListPage<K>, ListWatchError>>>;
+
+/// How many pages may be in flight ahead of the reflector by default: two keep both cores
+/// decoding while the next request is answered, and bound the memory a list holds beyond what
+/// it has handed over to two pages.
+pub const DEFAULT_PAGES_AHEAD: usize = 2;
 
 /// Pages at least this large are decoded on the blocking pool, so the next page's request and
 /// other informers' work go on meanwhile; smaller ones cost less to decode than to hand over.
@@ -309,12 +319,9 @@ pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 << 20;
 impl<K> Clone for ApiListerWatcher<K> {
     fn clone(&self) -> Self {
         ApiListerWatcher {
-            client: self.client.clone(),
-            url_path: self.url_path.clone(),
-            max_page_bytes: self.max_page_bytes,
+            fetcher: self.fetcher.clone(),
             max_event_bytes: self.max_event_bytes,
             ahead: Arc::default(),
-            _kind: std::marker::PhantomData,
         }
     }
 }
@@ -323,26 +330,21 @@ impl<K: Resource> ApiListerWatcher<K> {
     /// Lists and watches what `api` addresses.
     pub fn new(api: Api<K>) -> Self {
         let url_path = api.resource_url().to_string();
-        ApiListerWatcher {
-            client: api.into_client(),
-            url_path,
-            max_page_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-            max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-            ahead: Arc::default(),
-            _kind: std::marker::PhantomData,
-        }
+        Self::from_url_path(api.into_client(), url_path)
     }
 
     /// Lists and watches the collection at `url_path` (as made by `K::url_path`), for callers
     /// that work out the scope themselves.
     pub fn from_url_path(client: Client, url_path: impl Into<String>) -> Self {
         ApiListerWatcher {
-            client,
-            url_path: url_path.into(),
-            max_page_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            fetcher: Arc::new(PageFetcher {
+                client,
+                url_path: url_path.into(),
+                max_page_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+                pages_ahead: DEFAULT_PAGES_AHEAD,
+            }),
             max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             ahead: Arc::default(),
-            _kind: std::marker::PhantomData,
         }
     }
 
@@ -350,7 +352,27 @@ impl<K: Resource> ApiListerWatcher<K> {
     /// [`ListWatchError::TooLarge`] and is not read further.
     #[must_use]
     pub fn max_page_bytes(mut self, bytes: usize) -> Self {
-        self.max_page_bytes = bytes;
+        self.fetcher = Arc::new(PageFetcher {
+            client: self.fetcher.client.clone(),
+            url_path: self.fetcher.url_path.clone(),
+            max_page_bytes: bytes,
+            pages_ahead: self.fetcher.pages_ahead,
+        });
+        self
+    }
+
+    /// How many pages of a paged list may be requested ahead of the reflector (default
+    /// [`DEFAULT_PAGES_AHEAD`]; see the module doc). 0 asks for each page only when the
+    /// reflector does, as client-go: the pages are then read in strict sequence, at the cost of
+    /// the overlap between fetching and decoding.
+    #[must_use]
+    pub fn pages_ahead(mut self, pages: usize) -> Self {
+        self.fetcher = Arc::new(PageFetcher {
+            client: self.fetcher.client.clone(),
+            url_path: self.fetcher.url_path.clone(),
+            max_page_bytes: self.fetcher.max_page_bytes,
+            pages_ahead: pages,
+        });
         self
     }
 
@@ -365,7 +387,7 @@ impl<K: Resource> ApiListerWatcher<K> {
 
     /// The collection URL this lists and watches.
     pub fn url_path(&self) -> &str {
-        &self.url_path
+        &self.fetcher.url_path
     }
 }
 
@@ -536,26 +558,65 @@ pub(crate) fn decode_watch_line<K: DeserializeOwned + Clone>(
     }
 }
 
-impl<K> ApiListerWatcher<K> {
-    fn ahead_lock(&self) -> MutexGuard<'_, Option<PageAhead>> {
-        // The slot holds no invariant a panic could break: recover it.
-        self.ahead.lock().unwrap_or_else(PoisonError::into_inner)
-    }
+/// The slot map of pages ahead, whatever a panicking holder left: it holds no invariant.
+fn lock_ahead<K>(ahead: &Mutex<PagesAhead<K>>) -> MutexGuard<'_, PagesAhead<K>> {
+    ahead.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
-    /// Requests the page after `token` now, for the reflector's next `list` call.
-    fn fetch_ahead(&self, params: &ListParams, token: &str) {
-        let mut next = params.clone();
-        next.continue_token = Some(token.to_string());
-        let Ok(request) = list_request(&self.url_path, &next) else {
-            return;
-        };
-        let (client, limit) = (self.client.clone(), self.max_page_bytes);
-        let body = AbortOnDropHandle::new(tokio::spawn(async move { read_page(&client, request, limit).await }));
-        *self.ahead_lock() = Some(PageAhead {
-            token: token.to_string(),
-            body,
-        });
+/// The parameters of the page after `params`' page: the token carries the list's
+/// resourceVersion, so none may be sent with it (the reflector pages the same way).
+pub(crate) fn continuation(params: &ListParams, token: String) -> ListParams {
+    ListParams {
+        continue_token: Some(token),
+        resource_version: None,
+        version_match: None,
+        ..params.clone()
     }
+}
+
+/// Fetches and decodes the page `params` asks for. As soon as its bytes are in, the page after
+/// it is requested (see [`fetch_ahead`]) and this one is decoded meanwhile. A plain function
+/// returning a boxed future, not an `async fn`: its tasks spawn more of it.
+fn fetch_page<K>(
+    fetcher: Arc<PageFetcher>,
+    params: ListParams,
+    ahead: Weak<Mutex<PagesAhead<K>>>,
+) -> BoxFuture<'static, Result<ListPage<K>, ListWatchError>>
+where
+    K: DeserializeOwned + Clone + Send + 'static,
+{
+    Box::pin(async move {
+        let request = list_request(&fetcher.url_path, &params)?;
+        let bytes = read_page(&fetcher.client, request, fetcher.max_page_bytes).await?;
+        if params.limit.is_some()
+            && let (Some(token), Some(ahead)) = (peek_continue(&bytes), ahead.upgrade())
+        {
+            fetch_ahead(&fetcher, &params, token, &ahead);
+        }
+        let text = String::from_utf8(bytes).map_err(|e| ListWatchError::Decode(e.to_string()))?;
+        if text.len() >= DECODE_OFF_TASK_BYTES {
+            tokio::task::spawn_blocking(move || decode_list::<K>(&text))
+                .await
+                .map_err(|e| ListWatchError::Decode(format!("list page decoder: {e}")))?
+        } else {
+            decode_list::<K>(&text)
+        }
+    })
+}
+
+/// Requests the page after `params`' page (the one `token` names) on a task of its own, unless
+/// it is already on its way or as many pages as allowed are.
+fn fetch_ahead<K>(fetcher: &Arc<PageFetcher>, params: &ListParams, token: String, ahead: &Arc<Mutex<PagesAhead<K>>>)
+where
+    K: DeserializeOwned + Clone + Send + 'static,
+{
+    let mut pages = lock_ahead(ahead);
+    if pages.len() >= fetcher.pages_ahead || pages.contains_key(&token) {
+        return;
+    }
+    let next = continuation(params, token.clone());
+    let task = tokio::spawn(fetch_page(fetcher.clone(), next, Arc::downgrade(ahead)));
+    pages.insert(token, AbortOnDropHandle::new(task));
 }
 
 /// Reads one list response's body, at most `limit` bytes of it.
@@ -630,41 +691,30 @@ where
     K: Resource + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
 {
     fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
-        let request = list_request(&self.url_path, params);
         let params = params.clone();
         Box::pin(async move {
-            // A page fetched ahead serves only the request it was made for; any other drops it.
-            let ahead = self.ahead_lock().take();
-            let ahead = match (ahead, &params.continue_token) {
-                (Some(ahead), Some(token)) if ahead.token == *token => Some(ahead.body),
-                _ => None,
+            // A page fetched ahead serves only the request it was made for. A request for any
+            // other page (a new list, a token the decoded page disagreed on) drops them all.
+            let fetched_ahead = {
+                let mut pages = lock_ahead(&self.ahead);
+                let page = params.continue_token.as_ref().and_then(|token| pages.remove(token));
+                if page.is_none() {
+                    pages.clear();
+                }
+                page
             };
-            let bytes = match ahead {
-                Some(body) => body
+            let page = match fetched_ahead {
+                Some(task) => task
                     .await
                     .map_err(|e| ListWatchError::Request(format!("list page fetched ahead: {e}")))??,
-                None => read_page(&self.client, request?, self.max_page_bytes).await?,
+                None => fetch_page(self.fetcher.clone(), params.clone(), Arc::downgrade(&self.ahead)).await?,
             };
-            let next = if params.limit.is_some() {
-                peek_continue(&bytes)
-            } else {
-                None
-            };
-            if let Some(token) = &next {
-                self.fetch_ahead(&params, token);
-            }
-            let text = String::from_utf8(bytes).map_err(|e| ListWatchError::Decode(e.to_string()))?;
-            let page = if text.len() >= DECODE_OFF_TASK_BYTES {
-                tokio::task::spawn_blocking(move || decode_list::<K>(&text))
-                    .await
-                    .map_err(|e| ListWatchError::Decode(format!("list page decoder: {e}")))??
-            } else {
-                decode_list::<K>(&text)?
-            };
-            if page.continue_token != next {
-                // The bytes in front of the items said otherwise than the decoded list: trust
-                // the decoded one and drop what was fetched on the other's word.
-                self.ahead_lock().take();
+            // Keep the pipeline full: the page after this one may not be on its way yet (the
+            // bound stopped it, or its token could not be read ahead).
+            if params.limit.is_some()
+                && let Some(token) = &page.continue_token
+            {
+                fetch_ahead(&self.fetcher, &params, token.clone(), &self.ahead);
             }
             Ok(page)
         })
@@ -675,7 +725,7 @@ where
         params: &WatchParams,
         resource_version: &str,
     ) -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>> {
-        let request = Request::new(&self.url_path).watch(params, resource_version);
+        let request = Request::new(&self.fetcher.url_path).watch(params, resource_version);
         let max_event_bytes = self.max_event_bytes;
         Box::pin(async move {
             let mut request = request.map_err(|e| ListWatchError::Request(e.to_string()))?;
@@ -684,7 +734,7 @@ where
                 http::header::ACCEPT_ENCODING,
                 http::HeaderValue::from_static("identity"),
             );
-            let body = self.client.request_stream(request).await?;
+            let body = self.fetcher.client.request_stream(request).await?;
             let events = bounded_lines(body, max_event_bytes).filter_map(move |line| async move {
                 match line {
                     Ok(Line::Text(line)) => decode_watch_line::<K>(&line),

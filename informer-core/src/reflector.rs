@@ -706,9 +706,7 @@ where
                 Some(token) => {
                     info!(reflector = %self.config.name, listed = items.len(), elapsed = ?started.elapsed(), "listing");
                     // The token carries the list's resourceVersion; none may be sent with it.
-                    params.continue_token = Some(token);
-                    params.resource_version = None;
-                    params.version_match = None;
+                    params = crate::listwatch::continuation(&params, token);
                     paginated = true;
                 }
                 None => return self.listed(items, page.resource_version, paginated),

@@ -832,7 +832,7 @@ fn apply_replaced_all<K: Resource>(
         });
     }
     // If an index function panics here, nothing has changed and nothing is notified.
-    cache.replace(items);
+    cache.replace_listed(items, &replaced.objects);
     cache.set_resource_version(&replaced.resource_version);
     out.append(&mut notifications);
 }

@@ -183,7 +183,7 @@ impl<K> ThreadSafeStore<K> {
             return Err(IndexError::Conflict(name.clone()));
         }
         for (name, func) in new_indexers {
-            let index = build_index(&inner.items, &func);
+            let index = build_index(inner.items.iter(), &func);
             inner.indices.insert(name.clone(), index);
             inner.indexers.insert(name, func);
         }
@@ -196,7 +196,7 @@ impl<K> ThreadSafeStore<K> {
     pub fn check_invariants(&self) -> Result<(), String> {
         let inner = self.read();
         for (name, func) in &inner.indexers {
-            let expected = build_index(&inner.items, func);
+            let expected = build_index(inner.items.iter(), func);
             let actual = inner.indices.get(name).ok_or_else(|| format!("index {name} missing"))?;
             if &expected != actual {
                 return Err(format!("index {name} is {actual:?}, expected {expected:?}"));
@@ -206,7 +206,7 @@ impl<K> ThreadSafeStore<K> {
     }
 }
 
-fn build_index<K>(items: &HashMap<String, Arc<K>>, func: &IndexFunc<K>) -> Index {
+fn build_index<'a, K: 'a>(items: impl Iterator<Item = (&'a String, &'a Arc<K>)>, func: &IndexFunc<K>) -> Index {
     let mut index = Index::new();
     for (key, obj) in items {
         for value in func(obj) {
@@ -256,7 +256,25 @@ impl<K> Inner<K> {
         let rebuilt: Vec<(String, Index)> = self
             .indexers
             .iter()
-            .map(|(name, func)| (name.clone(), build_index(&items, func)))
+            .map(|(name, func)| (name.clone(), build_index(items.iter(), func)))
+            .collect();
+        self.items = items;
+        self.indices.extend(rebuilt);
+    }
+
+    /// [`replace`](Self::replace) for a relist: `items` holds `listed`, which is in list order.
+    /// The indexes are built walking `listed`, not the map: the objects were allocated in list
+    /// order as they were decoded, so this reads memory in sequence instead of at random (at
+    /// 100k objects, the map walk's cache misses made index building a sixth of a relist's CPU).
+    pub(crate) fn replace_listed(&mut self, items: HashMap<String, Arc<K>>, listed: &[(String, Arc<K>)]) {
+        if items.len() != listed.len() {
+            // A key listed twice: the map holds the last of each, so index from the map.
+            return self.replace(items);
+        }
+        let rebuilt: Vec<(String, Index)> = self
+            .indexers
+            .iter()
+            .map(|(name, func)| (name.clone(), build_index(listed.iter().map(|(k, o)| (k, o)), func)))
             .collect();
         self.items = items;
         self.indices.extend(rebuilt);

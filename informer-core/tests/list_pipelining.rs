@@ -1,6 +1,7 @@
-//! `ApiListerWatcher` requests a paged list's next page while the current one is decoded, over
-//! envtest: the page is asked for before the reflector's next call, that call uses it (one
-//! request per page, as without pipelining), and a call for another token drops it.
+//! `ApiListerWatcher` requests a paged list's next pages while the current one is decoded, over
+//! envtest: up to two pages are asked for before the reflector's calls, those calls use them
+//! (one request per page, as without pipelining), a call for another page drops them, and the
+//! pages after the first carry only the continue token.
 
 mod common;
 
@@ -41,65 +42,119 @@ fn lists(env: &envtest::Server) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The list requests envtest saw, with their resourceVersion parameter.
+fn list_versions(env: &envtest::Server) -> Vec<(String, Option<String>)> {
+    env.requests()
+        .into_iter()
+        .filter(|r| !r.is_watch && r.path == CONFIGMAPS)
+        .map(|r| (r.param("continue").unwrap_or_default(), r.param("resourceVersion")))
+        .collect()
+}
+
 #[tokio::test]
-async fn the_next_page_is_requested_before_it_is_asked_for_and_used_when_it_is() {
-    let (env, api) = server_with(25).await;
+async fn the_next_two_pages_are_requested_before_they_are_asked_for_and_used_when_they_are() {
+    let (env, api) = server_with(45).await;
     let lw = ApiListerWatcher::new(api);
     env.faults().clear_requests();
 
-    let first = lw.list(&ListParams::default().limit(10)).await.unwrap();
+    let mut params = ListParams::default().limit(10);
+    let first = lw.list(&params).await.unwrap();
     assert_eq!(first.items.len(), 10);
+    // Pages two and three are on their way although nobody asked for them yet; no more
+    // (two pages ahead at most).
+    eventually("pages two and three requested ahead", || lists(&env).len() == 3).await;
     let token = first.continue_token.clone().expect("a second page");
-    // Page two is on its way although nobody asked for it yet.
-    eventually("page two requested ahead", || lists(&env).len() == 2).await;
     assert_eq!(lists(&env)[1], (token.clone(), "10".to_string()));
 
-    let second = lw
-        .list(&ListParams::default().limit(10).continue_token(&token))
-        .await
-        .unwrap();
-    assert_eq!(second.items.len(), 10);
-    let token = second.continue_token.clone().expect("a third page");
-    let third = lw
-        .list(&ListParams::default().limit(10).continue_token(&token))
-        .await
-        .unwrap();
-    assert_eq!(third.items.len(), 5);
-    assert_eq!(third.continue_token, None);
-
+    let mut pages = vec![first];
+    params = params.continue_token(&token);
+    loop {
+        let page = lw.list(&params).await.unwrap();
+        let next = page.continue_token.clone();
+        pages.push(page);
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
     // One request per page, no more: the pages asked for were the ones fetched ahead.
     let seen = lists(&env);
-    assert_eq!(seen.len(), 3, "{seen:?}");
-    let mut names: Vec<String> = [first, second, third]
+    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert_eq!(pages.len(), 5);
+    let mut names: Vec<String> = pages
         .into_iter()
         .flat_map(|p| p.items)
         .filter_map(|cm| cm.metadata.name)
         .collect();
+    assert_eq!(names.len(), 45);
     names.sort();
     names.dedup();
-    assert_eq!(names.len(), 25);
+    assert_eq!(names.len(), 45);
 }
 
 #[tokio::test]
-async fn a_call_for_another_page_drops_the_one_fetched_ahead_and_asks_the_server() {
-    let (env, api) = server_with(25).await;
+async fn a_call_for_another_page_drops_the_ones_fetched_ahead_and_asks_the_server() {
+    let (env, api) = server_with(45).await;
     let lw = ApiListerWatcher::new(api);
     env.faults().clear_requests();
 
     let first = lw.list(&ListParams::default().limit(10)).await.unwrap();
     assert!(first.continue_token.is_some());
-    eventually("page two requested ahead", || lists(&env).len() == 2).await;
+    eventually("pages requested ahead", || lists(&env).len() == 3).await;
 
     // The reflector starts over (say, after an error): a fresh first page, from the server.
+    env.faults().clear_requests();
     let again = lw.list(&ListParams::default().limit(10)).await.unwrap();
     assert_eq!(again.items.len(), 10);
-    let seen = lists(&env);
-    assert_eq!(seen[2], (String::new(), "10".to_string()), "{seen:?}");
+    assert_eq!(lists(&env)[0], (String::new(), "10".to_string()));
 
     // A list without a limit is one page: nothing is fetched ahead.
     env.faults().clear_requests();
     let all = lw.list(&ListParams::default()).await.unwrap();
-    assert_eq!((all.items.len(), all.continue_token), (25, None));
+    assert_eq!((all.items.len(), all.continue_token), (45, None));
     tokio::task::yield_now().await;
     assert_eq!(lists(&env).len(), 1);
+}
+
+#[tokio::test]
+async fn pages_fetched_ahead_of_a_list_at_a_resource_version_send_only_the_token() {
+    let (env, api) = server_with(25).await;
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let lw = ApiListerWatcher::new(api);
+    env.faults().clear_requests();
+
+    let mut params = ListParams::default().limit(10);
+    params.resource_version = Some(rv.clone());
+    params.version_match = Some(kube::api::VersionMatch::NotOlderThan);
+    let first = lw.list(&params).await.unwrap();
+    eventually("pages requested ahead", || lists(&env).len() == 3).await;
+    let seen = list_versions(&env);
+    assert_eq!(seen[0], (String::new(), Some(rv)));
+    // The token carries the list's resourceVersion: the server refuses both together.
+    assert!(
+        seen[1..].iter().all(|(token, rv)| !token.is_empty() && rv.is_none()),
+        "{seen:?}"
+    );
+    let second = lw
+        .list(&informer_core_continuation(&params, first.continue_token.unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(second.items.len(), 10);
+    assert_eq!(lists(&env).len(), 3, "the second page came from the one fetched ahead");
+}
+
+/// What the reflector asks for after a page (its own rule, `listwatch::continuation`).
+fn informer_core_continuation(params: &ListParams, token: String) -> ListParams {
+    ListParams {
+        continue_token: Some(token),
+        resource_version: None,
+        version_match: None,
+        ..params.clone()
+    }
 }

@@ -372,7 +372,9 @@ impl ListerWatcher<ConfigMap> for CompactAfterFirstPage {
 fn compacting(env: &envtest::Server, armed: bool) -> Arc<CompactAfterFirstPage> {
     let api = Api::<ConfigMap>::namespaced(env.client(), "default");
     Arc::new(CompactAfterFirstPage {
-        inner: ApiListerWatcher::new(api.clone()),
+        // Pages strictly in sequence: the compaction must fall between page 1 and page 2,
+        // which pages fetched ahead would race.
+        inner: ApiListerWatcher::new(api.clone()).pages_ahead(0),
         api,
         faults: env.faults(),
         armed: AtomicBool::new(armed),

@@ -83,6 +83,10 @@ struct Args {
     updates: usize,
     #[arg(long)]
     strip_managed_fields: bool,
+    /// fill, kinformer: a transform that replaces each object with a clone of it (an
+    /// experiment: a clone has no spare capacity, which is what kube-runtime's store holds).
+    #[arg(long)]
+    clone_objects: bool,
     /// fanout: handlers on the informer.
     #[arg(long, default_value_t = 10)]
     handlers: usize,
@@ -179,9 +183,11 @@ async fn fill_kinformer<K: FactoryResource>(args: &Args) -> Result<Outcome, BoxE
     let shutdown = CancellationToken::new();
     let before = ALLOC.allocated();
     let start = Instant::now();
-    let factory = SharedInformerFactory::builder(client.clone())
-        .strip_managed_fields(args.strip_managed_fields)
-        .build();
+    let mut factory = SharedInformerFactory::builder(client.clone()).strip_managed_fields(args.strip_managed_fields);
+    if args.clone_objects {
+        factory = factory.transform::<K>(|obj: K| obj.clone());
+    }
+    let factory = factory.build();
     let informer = factory.informer_for::<K>()?;
     let seen = Arc::new(Seen::default());
     informer.add_event_handler(CountingHandler(seen.clone()))?;

@@ -193,23 +193,35 @@ async fn fill_kinformer<K: FactoryResource>(args: &Args) -> Result<Outcome, BoxE
     informer.add_event_handler(CountingHandler(seen.clone()))?;
     factory.start(&shutdown);
     seen.wait(&seen.initial, args.count).await;
+    let mut outcome = listed("kinformer", args, start, before);
+    update_phase(args, &client, &seen, &mut outcome).await?;
+    shutdown.cancel();
+    Ok(outcome)
+}
+
+/// A fill run's outcome at the moment its consumer has seen the whole list: the time since
+/// `start` and the heap's growth since `before`.
+fn listed(client: &str, args: &Args, start: Instant, before: usize) -> Outcome {
     let list_secs = start.elapsed().as_secs_f64();
     let heap = ALLOC.allocated().saturating_sub(before);
-    let mut outcome = Outcome {
-        client: "kinformer".into(),
+    Outcome {
+        client: client.into(),
         workload: "fill".into(),
         list_secs: Some(list_secs),
         heap_per_object: Some(heap as f64 / args.count.max(1) as f64),
         ..Outcome::default()
-    };
+    }
+}
+
+/// Releases the server's watch events and times them until the consumer has seen them all.
+async fn update_phase(args: &Args, client: &kube::Client, seen: &Seen, outcome: &mut Outcome) -> Result<(), BoxError> {
     if args.updates > 0 {
         let go = Instant::now();
-        release_watch(&client).await?;
+        release_watch(client).await?;
         seen.wait(&seen.updates, args.updates).await;
         outcome.updates_per_sec = Some(args.updates as f64 / go.elapsed().as_secs_f64());
     }
-    shutdown.cancel();
-    Ok(outcome)
+    Ok(())
 }
 
 async fn fill_kube_runtime<K>(args: &Args) -> Result<Outcome, BoxError>
@@ -240,25 +252,12 @@ where
         })
     });
     seen.wait(&seen.initial, 1).await;
-    let list_secs = start.elapsed().as_secs_f64();
-    let heap = ALLOC.allocated().saturating_sub(before);
+    let mut outcome = listed("kube-runtime", args, start, before);
     let cached = store.state().len();
     if cached != args.count {
         return Err(format!("kube-runtime's store holds {cached} objects, not {}", args.count).into());
     }
-    let mut outcome = Outcome {
-        client: "kube-runtime".into(),
-        workload: "fill".into(),
-        list_secs: Some(list_secs),
-        heap_per_object: Some(heap as f64 / args.count.max(1) as f64),
-        ..Outcome::default()
-    };
-    if args.updates > 0 {
-        let go = Instant::now();
-        release_watch(&client).await?;
-        seen.wait(&seen.updates, args.updates).await;
-        outcome.updates_per_sec = Some(args.updates as f64 / go.elapsed().as_secs_f64());
-    }
+    update_phase(args, &client, &seen, &mut outcome).await?;
     consumer.abort();
     Ok(outcome)
 }

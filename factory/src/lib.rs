@@ -227,8 +227,10 @@ impl SharedInformerFactoryBuilder {
         self
     }
 
-    /// The default transform: drop `metadata.managedFields` from every object, which
-    /// controllers rarely read and which is often the largest part of an object.
+    /// Drop `metadata.managedFields` from every object, which controllers rarely read and which
+    /// is often the largest part of an object. Typed objects skip them while they are decoded,
+    /// so they are never allocated ([`ApiListerWatcher::skip_managed_fields`]); a transform
+    /// clears them from anything decoded otherwise (dynamic objects).
     pub fn strip_managed_fields(mut self, on: bool) -> Self {
         self.strip_managed_fields = on;
         self
@@ -347,8 +349,11 @@ impl SharedInformerFactory {
             .get(&TypeId::of::<K>())
             .copied()
             .unwrap_or(self.inner.default_resync);
+        // With managedFields stripped, typed objects skip them while decoding (never allocated);
+        // the transform below still clears whatever a type decoded some other way.
         let informer = SharedIndexInformer::new(
-            ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), url_path),
+            ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), url_path)
+                .skip_managed_fields(self.inner.strip_managed_fields),
             InformerConfig::default()
                 .resync_period(resync)
                 .reflector(self.reflector_config(name.clone())),

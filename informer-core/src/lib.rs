@@ -57,6 +57,7 @@ mod processor;
 pub mod real_fifo;
 pub mod reflector;
 pub mod shared_informer;
+mod skip_managed_fields;
 pub mod store;
 #[cfg(test)]
 mod testing;

@@ -296,6 +296,8 @@ struct PageFetcher {
     max_page_bytes: usize,
     /// At most this many pages in flight ahead of the reflector (0: none, client-go's way).
     pages_ahead: usize,
+    /// Drop `metadata.managedFields` while decoding.
+    skip_managed_fields: bool,
 }
 
 /// Pages requested ahead of the reflector (see the module doc), fetched and decoded by their
@@ -342,6 +344,7 @@ impl<K: Resource> ApiListerWatcher<K> {
                 url_path: url_path.into(),
                 max_page_bytes: DEFAULT_MAX_RESPONSE_BYTES,
                 pages_ahead: DEFAULT_PAGES_AHEAD,
+                skip_managed_fields: false,
             }),
             max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             ahead: Arc::default(),
@@ -353,10 +356,8 @@ impl<K: Resource> ApiListerWatcher<K> {
     #[must_use]
     pub fn max_page_bytes(mut self, bytes: usize) -> Self {
         self.fetcher = Arc::new(PageFetcher {
-            client: self.fetcher.client.clone(),
-            url_path: self.fetcher.url_path.clone(),
             max_page_bytes: bytes,
-            pages_ahead: self.fetcher.pages_ahead,
+            ..self.fetcher_fields()
         });
         self
     }
@@ -368,10 +369,8 @@ impl<K: Resource> ApiListerWatcher<K> {
     #[must_use]
     pub fn pages_ahead(mut self, pages: usize) -> Self {
         self.fetcher = Arc::new(PageFetcher {
-            client: self.fetcher.client.clone(),
-            url_path: self.fetcher.url_path.clone(),
-            max_page_bytes: self.fetcher.max_page_bytes,
             pages_ahead: pages,
+            ..self.fetcher_fields()
         });
         self
     }
@@ -383,6 +382,30 @@ impl<K: Resource> ApiListerWatcher<K> {
     pub fn max_event_bytes(mut self, bytes: usize) -> Self {
         self.max_event_bytes = bytes;
         self
+    }
+
+    /// Drops `metadata.managedFields` from every typed object while decoding it, so it is never
+    /// allocated (the factory's `strip_managed_fields` turns this on). Objects whose metadata
+    /// is decoded through `#[serde(flatten)]` (`DynamicObject`) keep them here; strip those
+    /// with a transform.
+    #[must_use]
+    pub fn skip_managed_fields(mut self, on: bool) -> Self {
+        self.fetcher = Arc::new(PageFetcher {
+            skip_managed_fields: on,
+            ..self.fetcher_fields()
+        });
+        self
+    }
+
+    /// A copy of the page fetcher's settings, to build a changed one from.
+    fn fetcher_fields(&self) -> PageFetcher {
+        PageFetcher {
+            client: self.fetcher.client.clone(),
+            url_path: self.fetcher.url_path.clone(),
+            max_page_bytes: self.fetcher.max_page_bytes,
+            pages_ahead: self.fetcher.pages_ahead,
+            skip_managed_fields: self.fetcher.skip_managed_fields,
+        }
     }
 
     /// The collection URL this lists and watches.
@@ -450,14 +473,17 @@ pub(crate) fn list_request(url_path: &str, params: &ListParams) -> Result<http::
 
 /// Decodes one list response. The whole list is decoded in one pass; only when that fails
 /// are items decoded one by one, so that one bad item costs only itself.
-pub(crate) fn decode_list<K: DeserializeOwned + Clone>(text: &str) -> Result<ListPage<K>, ListWatchError> {
+pub(crate) fn decode_list<K: DeserializeOwned + Clone>(
+    text: &str,
+    skip_managed_fields: bool,
+) -> Result<ListPage<K>, ListWatchError> {
     let page = |list: ObjectList<K>, malformed| ListPage {
         resource_version: list.metadata.resource_version.unwrap_or_default(),
         continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
         items: list.items,
         malformed,
     };
-    match serde_json::from_str::<ObjectList<K>>(text) {
+    match parse::<ObjectList<K>>(text, skip_managed_fields) {
         Ok(list) => Ok(page(list, Vec::new())),
         Err(whole) => {
             let raw: ObjectList<Box<RawValue>> =
@@ -465,7 +491,7 @@ pub(crate) fn decode_list<K: DeserializeOwned + Clone>(text: &str) -> Result<Lis
             let mut items = Vec::with_capacity(raw.items.len());
             let mut malformed = Vec::new();
             for item in &raw.items {
-                match serde_json::from_str::<K>(item.get()) {
+                match parse::<K>(item.get(), skip_managed_fields) {
                     Ok(obj) => items.push(obj),
                     Err(e) => malformed.push(MalformedObject {
                         key: key_of_raw(item.get()),
@@ -534,11 +560,12 @@ where
 /// Decodes one line of a watch stream; `None` for a blank line.
 pub(crate) fn decode_watch_line<K: DeserializeOwned + Clone>(
     line: &str,
+    skip_managed_fields: bool,
 ) -> Option<Result<WatchEvent<K>, ListWatchError>> {
     if line.trim().is_empty() {
         return None;
     }
-    match serde_json::from_str::<WatchEvent<K>>(line) {
+    match parse::<WatchEvent<K>>(line, skip_managed_fields) {
         Ok(WatchEvent::Error(status)) => Some(Err(ListWatchError::from_status(&status))),
         Ok(event) => Some(Ok(event)),
         Err(e) => {
@@ -555,6 +582,16 @@ pub(crate) fn decode_watch_line<K: DeserializeOwned + Clone>(
                 error: e.to_string(),
             })))
         }
+    }
+}
+
+/// Decodes `text`, dropping `metadata.managedFields` on the way when asked (see
+/// [`ApiListerWatcher::skip_managed_fields`]).
+fn parse<T: DeserializeOwned>(text: &str, skip_managed_fields: bool) -> serde_json::Result<T> {
+    if skip_managed_fields {
+        crate::skip_managed_fields::from_str(text)
+    } else {
+        serde_json::from_str(text)
     }
 }
 
@@ -595,11 +632,12 @@ where
         }
         let text = String::from_utf8(bytes).map_err(|e| ListWatchError::Decode(e.to_string()))?;
         if text.len() >= DECODE_OFF_TASK_BYTES {
-            tokio::task::spawn_blocking(move || decode_list::<K>(&text))
+            let skip = fetcher.skip_managed_fields;
+            tokio::task::spawn_blocking(move || decode_list::<K>(&text, skip))
                 .await
                 .map_err(|e| ListWatchError::Decode(format!("list page decoder: {e}")))?
         } else {
-            decode_list::<K>(&text)
+            decode_list::<K>(&text, fetcher.skip_managed_fields)
         }
     })
 }
@@ -727,6 +765,7 @@ where
     ) -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>> {
         let request = Request::new(&self.fetcher.url_path).watch(params, resource_version);
         let max_event_bytes = self.max_event_bytes;
+        let skip_managed_fields = self.fetcher.skip_managed_fields;
         Box::pin(async move {
             let mut request = request.map_err(|e| ListWatchError::Request(e.to_string()))?;
             // One event per line must reach us as it is written: no compression on watches.
@@ -737,7 +776,7 @@ where
             let body = self.fetcher.client.request_stream(request).await?;
             let events = bounded_lines(body, max_event_bytes).filter_map(move |line| async move {
                 match line {
-                    Ok(Line::Text(line)) => decode_watch_line::<K>(&line),
+                    Ok(Line::Text(line)) => decode_watch_line::<K>(&line, skip_managed_fields),
                     Ok(Line::TooLong) => Some(Err(ListWatchError::TooLarge {
                         what: "watch event",
                         limit: max_event_bytes,
@@ -870,7 +909,7 @@ mod tests {
         let text = r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"42","continue":"tok"},
             "items":[{"metadata":{"name":"good","namespace":"ns"}},
                      {"metadata":{"name":"bad","namespace":"ns"},"data":"not a map"}]}"#;
-        let page = decode_list::<ConfigMap>(text).unwrap();
+        let page = decode_list::<ConfigMap>(text, false).unwrap();
         assert_eq!(page.resource_version, "42");
         assert_eq!(page.continue_token.as_deref(), Some("tok"));
         assert_eq!(page.items.len(), 1);
@@ -882,11 +921,11 @@ mod tests {
     #[test]
     fn a_list_that_is_not_a_list_is_a_decode_error() {
         assert!(matches!(
-            decode_list::<ConfigMap>("<html>"),
+            decode_list::<ConfigMap>("<html>", false),
             Err(ListWatchError::Decode(_))
         ));
         assert!(matches!(
-            decode_list::<ConfigMap>(r#"{"items":7}"#),
+            decode_list::<ConfigMap>(r#"{"items":7}"#, false),
             Err(ListWatchError::Decode(_))
         ));
     }
@@ -895,32 +934,32 @@ mod tests {
     fn watch_lines_decode_to_events_errors_and_named_malformed_objects() {
         let added = r#"{"type":"ADDED","object":{"metadata":{"name":"a","namespace":"ns","resourceVersion":"5"}}}"#;
         assert!(matches!(
-            decode_watch_line::<ConfigMap>(added),
+            decode_watch_line::<ConfigMap>(added, false),
             Some(Ok(WatchEvent::Added(_)))
         ));
 
         let bookmark =
             r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#;
         assert!(
-            matches!(decode_watch_line::<ConfigMap>(bookmark), Some(Ok(WatchEvent::Bookmark(b))) if b.metadata.resource_version == "9")
+            matches!(decode_watch_line::<ConfigMap>(bookmark, false), Some(Ok(WatchEvent::Bookmark(b))) if b.metadata.resource_version == "9")
         );
 
         let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old","reason":"Expired","code":410}}"#;
-        match decode_watch_line::<ConfigMap>(expired) {
+        match decode_watch_line::<ConfigMap>(expired, false) {
             Some(Err(e)) => assert!(e.is_gone(), "{e}"),
             other => panic!("expected a 410, got {other:?}"),
         }
 
         let malformed = r#"{"type":"MODIFIED","object":{"metadata":{"name":"b","namespace":"ns"},"data":[1,2]}}"#;
-        match decode_watch_line::<ConfigMap>(malformed) {
+        match decode_watch_line::<ConfigMap>(malformed, false) {
             Some(Err(ListWatchError::Malformed(m))) => assert_eq!(m.key.as_deref(), Some("ns/b")),
             other => panic!("expected a malformed object, got {other:?}"),
         }
 
         let garbage = "{not json";
         assert!(
-            matches!(decode_watch_line::<ConfigMap>(garbage), Some(Err(ListWatchError::Malformed(m))) if m.key.is_none())
+            matches!(decode_watch_line::<ConfigMap>(garbage, false), Some(Err(ListWatchError::Malformed(m))) if m.key.is_none())
         );
-        assert!(decode_watch_line::<ConfigMap>("   ").is_none());
+        assert!(decode_watch_line::<ConfigMap>("   ", false).is_none());
     }
 }

@@ -421,6 +421,15 @@ impl Timeline {
         self.changed.notify_waiters();
     }
 
+    /// Whether the patches numbered `first + 1 ..= total` (each object's last one when `first`
+    /// is `total - count`) have all been seen by a reconcile.
+    fn saw_all(&self, first: usize, total: usize, count: usize) -> bool {
+        let Ok(reconciled) = self.reconciled.lock() else {
+            return false;
+        };
+        (first..total).all(|n| reconciled.contains_key(&(format!("e2e-{:05}", n % count.max(1)), n as u64 + 1)))
+    }
+
     fn distinct(&self) -> usize {
         self.distinct.lock().map(|d| d.len()).unwrap_or(0)
     }
@@ -521,8 +530,13 @@ async fn e2e(args: &Args, client_kind: Client) -> Result<Outcome, BoxError> {
         }
     }
     let write_secs = started.elapsed().as_secs_f64();
-    // Let the last reconciles happen.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Wait for the reconciles of every object's last patch (a deadline bounds a lost one: it
+    // then shows as a patch no reconcile saw).
+    let last = total.saturating_sub(args.count.min(total));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && !timeline.saw_all(last, total, args.count) {
+        let _ = tokio::time::timeout(Duration::from_millis(5), timeline.changed.notified()).await;
+    }
     shutdown.cancel();
     let written = timeline.written.lock().map(|w| w.clone()).unwrap_or_default();
     let reconciled = timeline.reconciled.lock().map(|r| r.clone()).unwrap_or_default();

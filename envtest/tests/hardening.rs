@@ -162,3 +162,33 @@ async fn the_binary_reads_its_token_from_a_file_and_writes_a_private_kubeconfig(
     assert_eq!(unauthenticated, 401);
     assert_eq!(authenticated, 200);
 }
+
+#[test]
+fn the_binary_refuses_both_token_flags_and_documents_its_flags() {
+    let both = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer-apiserver"))
+        .args(["--token", "a", "--token-file", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(both.status.code(), Some(2), "a usage error");
+    let message = String::from_utf8_lossy(&both.stderr);
+    assert!(
+        message.contains("--token") && message.contains("--token-file"),
+        "{message}"
+    );
+
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer-apiserver"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--listen",
+        "--kubeconfig",
+        "--token",
+        "--token-file",
+        "--watch-cache-size",
+    ] {
+        assert!(text.contains(flag), "--help lists {flag}: {text}");
+    }
+}

@@ -15,52 +15,26 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: kinformer-apiserver [--listen 127.0.0.1:0] [--kubeconfig PATH] \
-     [--token-file FILE | --token TOKEN] [--watch-cache-size N]";
-
+/// envtest's API server as a process (see the module doc).
+#[derive(clap::Parser)]
+#[command(name = "kinformer-apiserver", version)]
 struct Args {
+    /// Address to listen on (port 0: any free port; the URL is printed on stdout).
+    #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+    /// Write a kubeconfig for this server here (mode 0600, created fresh, renamed into place).
+    #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// Require this bearer token on every request but the health probes (visible in `ps`:
+    /// prefer --token-file).
+    #[arg(long, conflicts_with = "token_file")]
     token: Option<String>,
+    /// Require the bearer token read from this file (surrounding whitespace trimmed).
+    #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Events kept per resource for watches that resume from a resourceVersion.
+    #[arg(long)]
     watch_cache_size: Option<usize>,
-}
-
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        kubeconfig: None,
-        token: None,
-        token_file: None,
-        watch_cache_size: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let (flag, inline) = match flag.split_once('=') {
-            Some((f, v)) => (f.to_owned(), Some(v.to_owned())),
-            None => (flag, None),
-        };
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            "--listen" => {
-                args.listen = value()?.parse().map_err(|e| format!("--listen: {e}"))?;
-            }
-            "--kubeconfig" => args.kubeconfig = Some(PathBuf::from(value()?)),
-            "--token" => args.token = Some(value()?),
-            "--token-file" => args.token_file = Some(PathBuf::from(value()?)),
-            "--watch-cache-size" => {
-                args.watch_cache_size = Some(value()?.parse().map_err(|e| format!("--watch-cache-size: {e}"))?);
-            }
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
-        }
-    }
-    Ok(args)
 }
 
 async fn shutdown_signal() {
@@ -95,20 +69,10 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = <Args as clap::Parser>::parse();
     let mut config = envtest::Config::default().listen(args.listen);
     let token = match (args.token, args.token_file) {
-        (Some(_), Some(_)) => {
-            eprintln!("--token and --token-file exclude each other\n{USAGE}");
-            return ExitCode::from(2);
-        }
-        (Some(t), None) => Some(t),
+        (Some(t), _) => Some(t),
         (None, Some(file)) => match std::fs::read_to_string(&file) {
             Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
             Ok(_) => {

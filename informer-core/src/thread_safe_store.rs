@@ -253,13 +253,22 @@ impl<K> Inner<K> {
     /// Swaps the content for `items`. The new indexes are built before anything changes, so
     /// an index function that panics (user code) leaves the store as it was.
     pub(crate) fn replace(&mut self, items: HashMap<String, Arc<K>>) {
-        let rebuilt: Vec<(String, Index)> = self
-            .indexers
-            .iter()
-            .map(|(name, func)| (name.clone(), build_index(items.iter(), func)))
-            .collect();
+        let rebuilt = self.rebuilt_indexes(|| items.iter());
         self.items = items;
         self.indices.extend(rebuilt);
+    }
+
+    /// Every index built anew from `items` (called once per index function). Nothing changes
+    /// until the caller swaps them in, so a panicking index function leaves the store as it was.
+    fn rebuilt_indexes<'a, I>(&self, items: impl Fn() -> I) -> Vec<(String, Index)>
+    where
+        K: 'a,
+        I: Iterator<Item = (&'a String, &'a Arc<K>)>,
+    {
+        self.indexers
+            .iter()
+            .map(|(name, func)| (name.clone(), build_index(items(), func)))
+            .collect()
     }
 
     /// [`replace`](Self::replace) for a relist: `items` holds `listed`, which is in list order.
@@ -271,11 +280,7 @@ impl<K> Inner<K> {
             // A key listed twice: the map holds the last of each, so index from the map.
             return self.replace(items);
         }
-        let rebuilt: Vec<(String, Index)> = self
-            .indexers
-            .iter()
-            .map(|(name, func)| (name.clone(), build_index(listed.iter().map(|(k, o)| (k, o)), func)))
-            .collect();
+        let rebuilt = self.rebuilt_indexes(|| listed.iter().map(|(k, o)| (k, o)));
         self.items = items;
         self.indices.extend(rebuilt);
     }

@@ -295,6 +295,11 @@ fn fill_workload(
     Ok(cells)
 }
 
+/// One markdown table row.
+fn table_row(out: &mut String, cells: &[String]) {
+    let _ = writeln!(out, "| {} |", cells.join(" | "));
+}
+
 fn fill_table(title: &str, cells: &BTreeMap<usize, Cell>, updates: bool) -> String {
     let mut out = format!("\n#### {title}\n\n");
     out.push_str("| objects | list → synced, kinformer | kube-runtime | kinformer / kube-runtime | floor | kinformer / floor | kube-runtime / floor |\n|---|---|---|---|---|---|---|\n");
@@ -304,16 +309,17 @@ fn fill_table(title: &str, cells: &BTreeMap<usize, Cell>, updates: bool) -> Stri
             cell.figure(B, |o| o.list_secs),
             cell.figure(FLOOR, |o| o.list_secs),
         );
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            count(*n),
-            fmt_range(a, secs),
-            fmt_range(b, secs),
-            ratio(a, b),
-            fmt_range(f, secs),
-            ratio(a, f),
-            ratio(b, f)
+        table_row(
+            &mut out,
+            &[
+                count(*n),
+                fmt_range(a, secs),
+                fmt_range(b, secs),
+                ratio(a, b),
+                fmt_range(f, secs),
+                ratio(a, f),
+                ratio(b, f),
+            ],
         );
     }
     if updates {
@@ -323,13 +329,9 @@ fn fill_table(title: &str, cells: &BTreeMap<usize, Cell>, updates: bool) -> Stri
                 cell.figure(A, |o| o.updates_per_sec),
                 cell.figure(B, |o| o.updates_per_sec),
             );
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} |",
-                count(*n),
-                fmt_range(a, per_sec),
-                fmt_range(b, per_sec),
-                ratio(a, b)
+            table_row(
+                &mut out,
+                &[count(*n), fmt_range(a, per_sec), fmt_range(b, per_sec), ratio(a, b)],
             );
         }
     }
@@ -338,16 +340,17 @@ fn fill_table(title: &str, cells: &BTreeMap<usize, Cell>, updates: bool) -> Stri
         let pick = |o: &Outcome| o.heap_per_object;
         let (a, b, f) = (cell.figure(A, pick), cell.figure(B, pick), cell.figure(FLOOR, pick));
         let rss = |o: &Outcome| o.peak_rss.map(|v| v as f64);
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            count(*n),
-            fmt_range(a, kb),
-            fmt_range(b, kb),
-            ratio(a, b),
-            fmt_range(f, kb),
-            fmt_range(cell.figure(A, rss), mb),
-            fmt_range(cell.figure(B, rss), mb)
+        table_row(
+            &mut out,
+            &[
+                count(*n),
+                fmt_range(a, kb),
+                fmt_range(b, kb),
+                ratio(a, b),
+                fmt_range(f, kb),
+                fmt_range(cell.figure(A, rss), mb),
+                fmt_range(cell.figure(B, rss), mb),
+            ],
         );
     }
     out

@@ -4,8 +4,10 @@
 //! [`inject_faults`] waits 100–400 ms between faults and picks, with a seeded RNG, one of:
 //! close every watch; expire the next one or two watch requests (HTTP 410); fail the next one to
 //! three requests under a path with 500, 503 or 429 (`Retry-After: 1`); set 10–60 ms of latency;
-//! clear the latency; compact the watch cache; restart the watch layer; or expire the next watch
-//! and close the open ones (an in-stream 410 on resume). It clears every fault when it stops.
+//! clear the latency; compact the watch cache; restart the watch layer; expire the next watch
+//! and close the open ones (an in-stream 410 on resume); or close the open watches and start the
+//! next one with a malformed object (see [`Faults::malform_next_watches`]). It clears every fault
+//! when it stops.
 
 use std::time::Duration;
 
@@ -26,7 +28,7 @@ pub async fn inject_faults(faults: &Faults, fail_prefix: &str, seed: u64, stop: 
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(wait) => {}
         }
-        match rng.random_range(0..8) {
+        match rng.random_range(0..9) {
             0 => faults.close_watches(),
             1 => faults.expire_next_watches(rng.random_range(1..3)),
             2 => faults.fail_next(
@@ -39,8 +41,12 @@ pub async fn inject_faults(faults: &Faults, fail_prefix: &str, seed: u64, stop: 
             4 => faults.set_latency(Duration::ZERO),
             5 => faults.compact(),
             6 => faults.restart(),
-            _ => {
+            7 => {
                 faults.expire_next_watches(1);
+                faults.close_watches();
+            }
+            _ => {
+                faults.malform_next_watches(1);
                 faults.close_watches();
             }
         }

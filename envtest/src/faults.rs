@@ -7,6 +7,7 @@
 //! |---|---|
 //! | `close-watches` | close every open watch now |
 //! | `expire-watches?count=N` | answer the next N watch requests with HTTP 410 `Expired` |
+//! | `malformed-watches?count=N` | start the next N watch streams with an object that does not decode |
 //! | `fail?prefix=P&code=C&count=N&retryAfter=S` | answer the next N requests under path P with C (500/503/429) |
 //! | `latency?ms=M` | delay every API request by M ms (0 clears; at most 60 s) |
 //! | `compact` | drop the watch cache: older revisions expire |
@@ -68,6 +69,8 @@ struct PathFault {
 #[derive(Debug, Default)]
 struct State {
     expire_watches: usize,
+    malformed_watches: usize,
+    malformed_sent: u64,
     path_faults: Vec<PathFault>,
     latency: Duration,
     log: VecDeque<RecordedRequest>,
@@ -104,6 +107,31 @@ impl Faults {
     pub fn expire_next_watches(&self, n: usize) {
         let mut state = self.state();
         state.expire_watches = state.expire_watches.saturating_add(n).min(MAX_FAULT_COUNT);
+    }
+
+    /// Starts each of the next `n` watch streams with one event whose object does not decode as
+    /// any Kubernetes type (its `metadata.labels` is a string), before the real events. A client
+    /// must skip it and lose nothing: the event stands for no change on the server. Counts add
+    /// up, saturating at [`MAX_FAULT_COUNT`].
+    pub fn malform_next_watches(&self, n: usize) {
+        let mut state = self.state();
+        state.malformed_watches = state.malformed_watches.saturating_add(n).min(MAX_FAULT_COUNT);
+    }
+
+    /// Whether the watch being started gets a malformed first event (and counts it off).
+    pub(crate) fn take_malformed_watch(&self) -> bool {
+        let mut state = self.state();
+        let take = state.malformed_watches > 0;
+        if take {
+            state.malformed_watches -= 1;
+            state.malformed_sent = state.malformed_sent.saturating_add(1);
+        }
+        take
+    }
+
+    /// How many watch streams the malformed-watch fault has started with a malformed event.
+    pub fn malformed_watches_sent(&self) -> u64 {
+        self.state().malformed_sent
     }
 
     /// Answers the next `count` requests whose path starts with `prefix` with `code`
@@ -143,6 +171,7 @@ impl Faults {
     pub fn clear(&self) {
         let mut s = self.state();
         s.expire_watches = 0;
+        s.malformed_watches = 0;
         s.path_faults.clear();
         s.latency = Duration::ZERO;
     }
@@ -202,6 +231,9 @@ pub(crate) fn admin(faults: &Faults, method: &http::Method, op: &str, query: &st
             ("POST", "faults/close-watches") => faults.close_watches(),
             ("POST", "faults/expire-watches") => {
                 faults.expire_next_watches(usize::try_from(num("count", 1)?).unwrap_or(MAX_FAULT_COUNT))
+            }
+            ("POST", "faults/malformed-watches") => {
+                faults.malform_next_watches(usize::try_from(num("count", 1)?).unwrap_or(MAX_FAULT_COUNT))
             }
             ("POST", "faults/fail") => {
                 let code = num("code", 500)?;

@@ -472,6 +472,15 @@ fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query) -> Result<Response, ApiErr
     let registration = inner.cache.register(&key, filter.namespace.clone());
     drop(inner);
     let (tx, rx) = mpsc::channel(64);
+    if app.faults.take_malformed_watch() {
+        // The channel is new and empty: this cannot fail for want of room.
+        let _ = tx.try_send(crate::watch_cache::malformed_line(
+            &p.info.api_version(),
+            &p.info.kind,
+            filter.namespace.as_deref().unwrap_or("default"),
+            last_rv,
+        ));
+    }
     let watcher = CacheWatcher {
         storage: app.rest.storage.clone(),
         registration,

@@ -312,6 +312,22 @@ pub(crate) fn error_line(status: &Value) -> Bytes {
     event_line("ERROR", &serde_json::to_vec(status).unwrap_or_default())
 }
 
+/// An `ADDED` event whose object no Kubernetes type decodes (`metadata.labels` is a string), for
+/// the malformed-watch fault. It carries the watch's own revision, so it moves no client forward.
+pub(crate) fn malformed_line(api_version: &str, kind: &str, namespace: &str, rv: u64) -> Bytes {
+    let object = serde_json::json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": "envtest-malformed",
+            "namespace": namespace,
+            "resourceVersion": rv.to_string(),
+            "labels": "not-a-map",
+        },
+    });
+    event_line("ADDED", &serde_json::to_vec(&object).unwrap_or_default())
+}
+
 /// One watch: its filter, position and stream (kube-apiserver's `cacheWatcher`).
 pub(crate) struct CacheWatcher {
     pub(crate) storage: Arc<Storage>,

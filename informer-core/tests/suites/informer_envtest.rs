@@ -336,6 +336,38 @@ async fn dynamic_informer_over_dynamic_objects() {
 }
 
 #[tokio::test]
+async fn the_servers_malformed_watch_fault_is_skipped_counted_and_nothing_is_lost() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let informer = configmap_informer(env.client(), ReflectorConfig::default());
+    let running = Running::start(informer.clone());
+    running.synced().await;
+    eventually("watching", || env.watcher_count() == 1).await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    // Three times: the next watch starts with an object that does not decode, then the open
+    // watch is closed so the reflector re-watches into it; a write lands between each.
+    for i in 0..3 {
+        env.faults().malform_next_watches(1);
+        env.faults().close_watches();
+        api.create(&PostParams::default(), &configmap(&format!("cm{i}"), "1"))
+            .await
+            .unwrap();
+        eventually("the malformed event counted", || {
+            ReflectorMetrics::get(&informer.reflector_metrics().malformed_objects) == i + 1
+        })
+        .await;
+    }
+    eventually("every write cached", || {
+        (0..3).all(|i| informer.indexer().get_by_key(&format!("default/cm{i}")).is_some())
+    })
+    .await;
+    assert_eq!(env.faults().malformed_watches_sent(), 3);
+    assert!(informer.indexer().get_by_key("default/envtest-malformed").is_none());
+    assert_eq!(informer.indexer().list().len(), 3, "nothing but the three writes");
+    running.stop().await;
+    env.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_malformed_object_on_the_stream_is_skipped_and_counted() {
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let informer = configmap_informer(env.client(), ReflectorConfig::default());

@@ -26,6 +26,10 @@ pub struct Config {
     pub token: Option<String>,
     /// Requests kept in the request log (oldest dropped first). Default 100 000.
     pub request_log_capacity: usize,
+    /// Serve HTTPS with a CA and serving certificate made at start (see
+    /// [`Server::ca_certificate_pem`](crate::Server::ca_certificate_pem)). Default off: plain
+    /// HTTP on loopback, the cheaper transport for tests.
+    pub tls: bool,
 }
 
 impl Default for Config {
@@ -39,6 +43,7 @@ impl Default for Config {
             max_body_bytes: 3 * 1024 * 1024,
             token: None,
             request_log_capacity: 100_000,
+            tls: false,
         }
     }
 }
@@ -90,6 +95,14 @@ impl Config {
     #[must_use]
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
+        self
+    }
+
+    /// Serves HTTPS: clients are tested over the transport a real cluster uses, and kubectl
+    /// sends bearer tokens (it sends them only over HTTPS).
+    #[must_use]
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
         self
     }
 

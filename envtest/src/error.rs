@@ -19,6 +19,9 @@ pub enum Error {
     /// A path given to a helper such as `objects_of` is not a resource path.
     #[error("not a served resource path: {0}")]
     UnknownPath(String),
+    /// Making the TLS certificates or configuration failed.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// Writing a kubeconfig failed to serialize.
     #[error("serializing: {0}")]
     Serialize(#[from] serde_json::Error),

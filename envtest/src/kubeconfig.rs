@@ -3,19 +3,25 @@
 //! The file is JSON (valid YAML), which both kubectl and `kube::Client::try_default()` read.
 
 use crate::error::Error;
+use base64::Engine;
 use serde_json::json;
 use std::path::Path;
 
-/// The kubeconfig document for `server` (and an optional bearer token).
-pub fn kubeconfig(server: &str, token: Option<&str>) -> serde_json::Value {
+/// The kubeconfig document for `server`, with an optional bearer token and, for an `https://`
+/// server, the PEM of the CA that signed its certificate (`certificate-authority-data`).
+pub fn kubeconfig(server: &str, token: Option<&str>, ca_pem: Option<&str>) -> serde_json::Value {
     let user = match token {
         Some(t) => json!({"token": t}),
         None => json!({}),
     };
+    let mut cluster = json!({"server": server});
+    if let Some(pem) = ca_pem {
+        cluster["certificate-authority-data"] = json!(base64::engine::general_purpose::STANDARD.encode(pem));
+    }
     json!({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "envtest", "cluster": {"server": server}}],
+        "clusters": [{"name": "envtest", "cluster": cluster}],
         "users": [{"name": "envtest", "user": user}],
         "contexts": [{"name": "envtest", "context": {"cluster": "envtest", "user": "envtest", "namespace": "default"}}],
         "current-context": "envtest",
@@ -28,9 +34,9 @@ pub fn kubeconfig(server: &str, token: Option<&str>) -> serde_json::Value {
 /// The document goes to a new file created exclusively (`O_EXCL`, mode 0600) beside `path` and
 /// is then renamed over it: a file or symlink someone planted at `path` is replaced, never
 /// followed or written through, and a reader never sees half a file.
-pub(crate) fn write(path: &Path, server: &str, token: Option<&str>) -> Result<(), Error> {
+pub(crate) fn write(path: &Path, server: &str, token: Option<&str>, ca_pem: Option<&str>) -> Result<(), Error> {
     use std::io::Write;
-    let doc = serde_json::to_vec_pretty(&kubeconfig(server, token))?;
+    let doc = serde_json::to_vec_pretty(&kubeconfig(server, token, ca_pem))?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => std::path::PathBuf::from("."),
@@ -82,7 +88,7 @@ mod tests {
         let path = dir.join("kubeconfig");
         std::os::unix::fs::symlink(&target, &path).unwrap();
 
-        write(&path, "http://127.0.0.1:1", Some("t0ken")).unwrap();
+        write(&path, "http://127.0.0.1:1", Some("t0ken"), None).unwrap();
 
         assert_eq!(
             std::fs::read_to_string(&target).unwrap(),

@@ -37,6 +37,9 @@ mod crd;
 mod discovery;
 mod error;
 mod faults;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod gc;
 mod kubeconfig;
 mod object;
@@ -50,6 +53,7 @@ mod selectors;
 mod server;
 mod status;
 mod storage;
+mod tls;
 mod watch_cache;
 
 pub use config::Config;
@@ -61,3 +65,4 @@ pub use resources::{Registry, ResourceInfo, builtin as builtin_resources};
 pub use selectors::{FieldSelector, Filter, LabelSelector};
 pub use server::Server;
 pub use status::ApiError;
+pub use tls::HANDSHAKE_TIMEOUT;

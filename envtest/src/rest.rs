@@ -77,11 +77,11 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 /// A continue token: the list's pinned revision and the last key returned.
-fn encode_continue(rv: u64, key: &ObjectKey) -> String {
+pub(crate) fn encode_continue(rv: u64, key: &ObjectKey) -> String {
     hex(json!([rv, key.0, key.1]).to_string().as_bytes())
 }
 
-fn decode_continue(token: &str) -> Result<(u64, ObjectKey), ApiError> {
+pub(crate) fn decode_continue(token: &str) -> Result<(u64, ObjectKey), ApiError> {
     let bad = || ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion");
     let bytes = unhex(token).ok_or_else(bad)?;
     let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;

@@ -45,6 +45,8 @@ pub(crate) struct App {
 pub struct Server {
     addr: SocketAddr,
     base_url: String,
+    /// The CA of a TLS server: PEM and DER.
+    ca: Option<(String, Vec<u8>)>,
     app: Arc<App>,
     task: Option<JoinHandle<()>>,
     client: kube::Client,
@@ -84,9 +86,15 @@ impl Server {
                     .map_err(|e| Error::Url(e.to_string()))?;
             }
         }
+        let certificates = if config.tls {
+            Some(crate::tls::Certificates::generate()?)
+        } else {
+            None
+        };
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
-        let base_url = format!("http://{addr}");
+        let scheme = if certificates.is_some() { "https" } else { "http" };
+        let base_url = format!("{scheme}://{addr}");
         let cancel = CancellationToken::new();
         let faults = Faults::new(storage.clone(), config.request_log_capacity);
         let app = Arc::new(App {
@@ -97,36 +105,60 @@ impl Server {
         });
         let router = Router::new().fallback(handle).with_state(app.clone());
         let serve_cancel = cancel.clone();
-        let task = tokio::spawn(async move {
-            // TCP_NODELAY on every connection, as Go's net/http (and so kube-apiserver) sets it:
-            // without it, Nagle's algorithm holds a small watch event until the previous one is
-            // acknowledged, and the client's delayed ACK turns that into milliseconds of latency.
-            let listener = listener.tap_io(|tcp| {
-                if let Err(e) = tcp.set_nodelay(true) {
-                    tracing::debug!(error = %e, "could not set TCP_NODELAY");
-                }
-            });
-            let serve = axum::serve(listener, router).with_graceful_shutdown(serve_cancel.cancelled_owned());
-            if let Err(e) = serve.await {
-                tracing::warn!(error = %e, "envtest server stopped with an error");
+        let ca = certificates.as_ref().map(|c| (c.ca_pem.clone(), c.ca_der.clone()));
+        let task = match certificates {
+            Some(certificates) => {
+                let listener = crate::tls::listen(listener, certificates.server_config, cancel.clone())?;
+                tokio::spawn(async move {
+                    let serve = axum::serve(listener, router).with_graceful_shutdown(serve_cancel.cancelled_owned());
+                    if let Err(e) = serve.await {
+                        tracing::warn!(error = %e, "envtest server stopped with an error");
+                    }
+                })
             }
-        });
+            None => tokio::spawn(async move {
+                // TCP_NODELAY on every connection, as Go's net/http (and so kube-apiserver) sets
+                // it: without it, Nagle's algorithm holds a small watch event until the previous
+                // one is acknowledged, and the client's delayed ACK turns that into milliseconds
+                // of latency. (The TLS listener sets it too.)
+                let listener = listener.tap_io(|tcp| {
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        tracing::debug!(error = %e, "could not set TCP_NODELAY");
+                    }
+                });
+                let serve = axum::serve(listener, router).with_graceful_shutdown(serve_cancel.cancelled_owned());
+                if let Err(e) = serve.await {
+                    tracing::warn!(error = %e, "envtest server stopped with an error");
+                }
+            }),
+        };
         tokio::spawn(crate::gc::run(storage.clone(), rest.gc.clone(), cancel.clone()));
         tokio::spawn(sweep_watchers(storage, config.slow_watcher_grace, cancel.clone()));
-        let client = kube::Client::try_from(kube_config(&base_url, config.token.as_deref())?)?;
+        let client = kube::Client::try_from(kube_config(
+            &base_url,
+            config.token.as_deref(),
+            ca.as_ref().map(|(_, der)| der.as_slice()),
+        )?)?;
         tracing::info!(%base_url, "envtest API server started");
         Ok(Server {
             addr,
             base_url,
+            ca,
             app,
             task: Some(task),
             client,
         })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://127.0.0.1:PORT` with [`Config::tls`](crate::Config::tls).
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    /// With [`Config::tls`](crate::Config::tls): the PEM of the CA that signed the serving
+    /// certificate, which clients must trust (the kubeconfigs and `kube_config` carry it).
+    pub fn ca_certificate_pem(&self) -> Option<&str> {
+        self.ca.as_ref().map(|(pem, _)| pem.as_str())
     }
 
     /// The bound address.
@@ -134,11 +166,16 @@ impl Server {
         self.addr
     }
 
-    /// A `kube::Config` for this server (kube's defaults otherwise, including its retry of
-    /// 429/503/504 responses: set `default_retry = false` to see injected faults directly).
+    /// A `kube::Config` for this server: its token, and with TLS its CA as the only root (kube's
+    /// defaults otherwise, including its retry of 429/503/504 responses: set
+    /// `default_retry = false` to see injected faults directly).
     pub fn kube_config(&self) -> kube::Config {
-        kube_config(&self.base_url, self.app.config.token.as_deref())
-            .unwrap_or_else(|_| kube::Config::new(http::Uri::from_static("http://127.0.0.1")))
+        kube_config(
+            &self.base_url,
+            self.app.config.token.as_deref(),
+            self.ca.as_ref().map(|(_, der)| der.as_slice()),
+        )
+        .unwrap_or_else(|_| kube::Config::new(http::Uri::from_static("http://127.0.0.1")))
     }
 
     /// A `kube::Client` for this server, built on the calling task's runtime.
@@ -202,7 +239,12 @@ impl Server {
 
     /// Writes a kubeconfig (JSON, which is valid YAML) pointing at this server.
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> Result<(), Error> {
-        crate::kubeconfig::write(path.as_ref(), &self.base_url, self.app.config.token.as_deref())
+        crate::kubeconfig::write(
+            path.as_ref(),
+            &self.base_url,
+            self.app.config.token.as_deref(),
+            self.ca_certificate_pem(),
+        )
     }
 
     /// Stops the server: ends every watch and waits (up to 5 s) for connections to close.
@@ -231,11 +273,12 @@ impl Drop for Server {
     }
 }
 
-fn kube_config(base_url: &str, token: Option<&str>) -> Result<kube::Config, Error> {
+fn kube_config(base_url: &str, token: Option<&str>, ca_der: Option<&[u8]>) -> Result<kube::Config, Error> {
     let uri: http::Uri = base_url
         .parse()
         .map_err(|e: http::uri::InvalidUri| Error::Url(e.to_string()))?;
     let mut config = kube::Config::new(uri);
+    config.root_cert = ca_der.map(|der| vec![der.to_vec()]);
     if let Some(t) = token {
         let value = http::HeaderValue::from_str(&format!("Bearer {t}")).map_err(|e| Error::Url(e.to_string()))?;
         config.headers.push((header::AUTHORIZATION, value));

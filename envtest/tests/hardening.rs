@@ -127,40 +127,129 @@ async fn fault_counts_saturate_and_clear_resets_them() {
     env.shutdown().await;
 }
 
+/// A private temporary directory for one test's files.
+fn private_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "envtest-{name}-{}-{:x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The binary, started with `args`; its URL (first stdout line) once it serves.
+struct Binary(std::process::Child, String);
+
+impl Binary {
+    fn start(args: &[&std::ffi::OsStr]) -> Binary {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer-apiserver"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut url = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut url)
+            .unwrap();
+        Binary(child, url.trim().to_string())
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Lists namespaces with a client built from `kubeconfig`, with or without its token; the HTTP
+/// status (200 on success).
+async fn list_namespaces(kubeconfig: &std::path::Path, with_token: bool) -> u16 {
+    use k8s_openapi::api::core::v1::Namespace;
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    if !with_token {
+        config.auth_info.token = None;
+    }
+    let client = kube::Client::try_from(config).unwrap();
+    match kube::Api::<Namespace>::all(client).list(&Default::default()).await {
+        Ok(_) => 200,
+        Err(kube::Error::Api(status)) => status.code,
+        Err(e) => panic!("not an HTTP answer: {e}"),
+    }
+}
+
 #[tokio::test]
 async fn the_binary_reads_its_token_from_a_file_and_writes_a_private_kubeconfig() {
-    use std::io::BufRead;
     use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("envtest-token-file-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = private_dir("token-file");
     std::fs::write(dir.join("token"), "fr0m-a-file\n").unwrap();
     let kubeconfig = dir.join("kubeconfig");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer-apiserver"))
-        .args(["--listen", "127.0.0.1:0", "--token-file"])
-        .arg(dir.join("token"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut url = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut url)
-        .unwrap();
-    let url = url.trim().to_string();
+    let server = Binary::start(&[
+        "--listen".as_ref(),
+        "127.0.0.1:0".as_ref(),
+        "--token-file".as_ref(),
+        dir.join("token").as_os_str(),
+        "--kubeconfig".as_ref(),
+        kubeconfig.as_os_str(),
+    ]);
+    assert!(
+        server.1.starts_with("https://127.0.0.1:"),
+        "TLS by default: {}",
+        server.1
+    );
 
     let mode = std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777;
     let text = std::fs::read_to_string(&kubeconfig).unwrap();
-    let unauthenticated = send(&url, "GET", "/api/v1/namespaces", None).await.0;
-    let authenticated = send(&url, "GET", "/api/v1/namespaces", Some("fr0m-a-file")).await.0;
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(mode, 0o600, "the kubeconfig holds the token: owner only");
     assert!(text.contains("fr0m-a-file"));
-    assert_eq!(unauthenticated, 401);
-    assert_eq!(authenticated, 200);
+    assert_eq!(list_namespaces(&kubeconfig, false).await, 401);
+    assert_eq!(list_namespaces(&kubeconfig, true).await, 200);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_binary_serves_tls_with_a_random_token_by_default() {
+    let dir = private_dir("default-token");
+    let mut tokens = Vec::new();
+    for run in 0..2 {
+        let kubeconfig = dir.join(format!("kubeconfig{run}"));
+        let server = Binary::start(&["--kubeconfig".as_ref(), kubeconfig.as_os_str()]);
+        assert!(server.1.starts_with("https://127.0.0.1:"), "{}", server.1);
+        let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&kubeconfig).unwrap()).unwrap();
+        let token = doc["users"][0]["user"]["token"].as_str().unwrap().to_owned();
+        assert_eq!(token.len(), 64, "32 random bytes, hex: {token}");
+        assert!(
+            doc["clusters"][0]["cluster"]["certificate-authority-data"].is_string(),
+            "the CA is in the kubeconfig: {doc}"
+        );
+        assert_eq!(list_namespaces(&kubeconfig, false).await, 401);
+        assert_eq!(list_namespaces(&kubeconfig, true).await, 200);
+        // Plain HTTP to the TLS port gets no HTTP answer (at most a TLS alert).
+        let (code, _) = send(&server.1.replace("https://", "http://"), "GET", "/api", None).await;
+        assert_eq!(code, 0, "plain HTTP is not served on the TLS port");
+        tokens.push(token);
+    }
+    assert_ne!(tokens[0], tokens[1], "a new token at every start");
+
+    // A generated token has nowhere to go without --kubeconfig: a usage error, not an open server.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_kinformer-apiserver"))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--kubeconfig"));
+
+    // --insecure-http: plain HTTP and, with no token given, open.
+    let server = Binary::start(&["--insecure-http".as_ref()]);
+    assert!(server.1.starts_with("http://127.0.0.1:"), "{}", server.1);
+    assert_eq!(send(&server.1, "GET", "/api/v1/namespaces", None).await.0, 200);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -188,6 +277,8 @@ fn the_binary_refuses_both_token_flags_and_documents_its_flags() {
         "--token",
         "--token-file",
         "--watch-cache-size",
+        "--tls",
+        "--insecure-http",
     ] {
         assert!(text.contains(flag), "--help lists {flag}: {text}");
     }

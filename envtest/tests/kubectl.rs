@@ -93,7 +93,7 @@ fn kubectl_works_against_the_binary() {
     BufReader::new(server.0.stdout.take().unwrap())
         .read_line(&mut url)
         .unwrap();
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    assert!(url.starts_with("https://127.0.0.1:"), "TLS by default: {url}");
 
     let ns = ok(&home, &["get", "ns"]);
     assert!(ns.contains("default") && ns.contains("kube-system"), "{ns}");

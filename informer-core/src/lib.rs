@@ -48,6 +48,9 @@ pub mod backoff;
 pub mod delta_fifo;
 pub mod event_handler;
 pub mod fifo;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod index;
 pub mod indexer;
 mod listener;

@@ -686,7 +686,7 @@ const PEEK_BYTES: usize = 4096;
 /// map with sorted keys (`apiVersion`, `items`, `kind`, `metadata`), so it is at the end. `None`
 /// when there is none or the body is laid out otherwise. A hint only: the caller checks it
 /// against the decoded list.
-fn peek_continue(body: &[u8]) -> Option<String> {
+pub(crate) fn peek_continue(body: &[u8]) -> Option<String> {
     const KEY: &[u8] = b"\"metadata\"";
     let head = &body[..body.len().min(PEEK_BYTES)];
     let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);

@@ -544,7 +544,8 @@ fn e2e_workload(rate: usize, secs: u64, objects: usize, rounds: usize) -> Result
         // A fresh server per run: the same empty store and watch cache for both clients.
         for client in if round % 2 == 0 { [A, B] } else { [B, A] } {
             let mut server = Command::new(bin_dir()?.join("kinformer-apiserver"));
-            server.args(["--listen", "127.0.0.1:0"]);
+            // Plain HTTP: P5 measures the clients, not TLS.
+            server.args(["--listen", "127.0.0.1:0", "--insecure-http"]);
             let server = Server::start(server)?;
             let mut args = strings(&["--client", client, "--workload", "e2e", "--server", &server.url]);
             args.extend(strings(&[

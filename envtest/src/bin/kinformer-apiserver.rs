@@ -1,15 +1,21 @@
-//! `kinformer-apiserver --listen 127.0.0.1:0 --kubeconfig PATH [--token-file FILE | --token T]`
+//! `kinformer-apiserver --listen 127.0.0.1:0 --kubeconfig PATH [--token-file FILE | --token T]
+//! [--insecure-http]`
 //!
 //! Runs envtest's API server as a process (for kubectl and for examples run by hand): prints the
 //! URL on stdout, writes a kubeconfig that kubectl and `kube::Client::try_default()` accept, and
 //! serves until SIGINT or SIGTERM.
 //!
-//! With `--token-file FILE` (or `--token T`, which anyone who can run `ps` sees) every request
-//! but the health probes needs that bearer token, and the kubeconfig carries it. The kubeconfig
-//! is written mode 0600, created fresh and renamed into place. Without a token the server is
-//! open to every local user: kubectl sends bearer tokens only over HTTPS (observed with kubectl
-//! 1.32: no `Authorization` header on an `http://` server), so a token on this plain-HTTP server
-//! locks kubectl out, and a random token by default has to wait for TLS serving.
+//! Secure by default, as kube-apiserver: it serves HTTPS (`--tls`, the default) with a CA and
+//! serving certificate made at start, and every request but the health probes needs a bearer
+//! token. The token is `--token-file FILE`'s (or `--token T`'s, which anyone who can run `ps`
+//! sees), else 32 random bytes made at start and written only into the kubeconfig, which
+//! `--kubeconfig` then requires. The kubeconfig (server, CA, token) is written mode 0600,
+//! created fresh and renamed into place.
+//!
+//! `--insecure-http` serves plain HTTP instead, with no token unless one is given: kubectl sends
+//! bearer tokens only over HTTPS (observed with kubectl 1.32: no `Authorization` header on an
+//! `http://` server), so a token would lock kubectl out there. The benchmarks use it to measure
+//! clients rather than TLS.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,9 +38,27 @@ struct Args {
     /// Require the bearer token read from this file (surrounding whitespace trimmed).
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Serve HTTPS with a CA made at start (the default; the CA goes into the kubeconfig).
+    #[arg(long, conflicts_with = "insecure_http")]
+    tls: bool,
+    /// Serve plain HTTP, with no bearer token unless --token or --token-file gives one
+    /// (kubectl sends tokens only over HTTPS). For benchmarks and debugging with curl.
+    #[arg(long)]
+    insecure_http: bool,
     /// Events kept per resource for watches that resume from a resourceVersion.
     #[arg(long)]
     watch_cache_size: Option<usize>,
+}
+
+/// 32 bytes from the thread-local CSPRNG (ChaCha, seeded from the OS), hex-encoded.
+fn random_token() -> String {
+    use std::fmt::Write;
+    rand::random::<[u8; 32]>()
+        .iter()
+        .fold(String::with_capacity(64), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 async fn shutdown_signal() {
@@ -84,10 +108,23 @@ async fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         },
-        (None, None) => None,
+        (None, None) if args.insecure_http => None,
+        (None, None) => {
+            if args.kubeconfig.is_none() {
+                eprintln!(
+                    "kinformer-apiserver: the generated token is written only into the kubeconfig: \
+                     pass --kubeconfig PATH (or --token-file FILE, or --insecure-http)"
+                );
+                return ExitCode::from(2);
+            }
+            Some(random_token())
+        }
     };
     if let Some(t) = token {
         config = config.token(t);
+    }
+    if !args.insecure_http {
+        config = config.tls();
     }
     if let Some(n) = args.watch_cache_size {
         config = config.watch_cache_size(n);

@@ -94,6 +94,79 @@ impl Query {
     }
 }
 
+/// The representation of a response that the `Accept` header asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Representation {
+    /// The objects as stored.
+    Full,
+    /// `meta.k8s.io/v1` `PartialObjectMetadata` (one object, or each object of a watch) or
+    /// `PartialObjectMetadataList` (a list): kind, apiVersion and metadata only.
+    Metadata,
+}
+
+/// Picks the representation from `accept` for a list (`list`) or for one object or a watch, as
+/// kube-apiserver negotiates: media ranges in order; one with `as=PartialObjectMetadata[List]`
+/// (`g=meta.k8s.io`, `v=v1`) that fits the request wins, a plain JSON (or wildcard, or protobuf,
+/// answered as JSON) range means the object as stored, and other conversions (`as=Table`) are
+/// skipped. Only `as=` ranges that all fit nothing make a `406`.
+pub(crate) fn negotiate(accept: Option<&str>, list: bool) -> Result<Representation, ApiError> {
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return Ok(Representation::Full);
+    };
+    let wanted = if list {
+        "PartialObjectMetadataList"
+    } else {
+        "PartialObjectMetadata"
+    };
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("");
+        let (mut as_, mut group, mut version) = (None, None, None);
+        for param in parts {
+            match param.split_once('=') {
+                Some(("as", v)) => as_ = Some(v),
+                Some(("g", v)) => group = Some(v),
+                Some(("v", v)) => version = Some(v),
+                _ => {}
+            }
+        }
+        match as_ {
+            None => return Ok(Representation::Full),
+            Some(kind) if kind == wanted && group == Some("meta.k8s.io") && version == Some("v1") => {
+                if media == "application/json" || media == "*/*" || media == "application/*" {
+                    return Ok(Representation::Metadata);
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    Err(ApiError::not_acceptable(accept))
+}
+
+/// `obj` as a `PartialObjectMetadata`.
+pub(crate) fn partial_object_metadata(obj: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata").cloned().unwrap_or_else(|| serde_json::json!({})),
+    })
+}
+
+/// A list response as a `PartialObjectMetadataList`.
+pub(crate) fn partial_object_metadata_list(list: &serde_json::Value) -> serde_json::Value {
+    let items: Vec<serde_json::Value> = list
+        .get("items")
+        .and_then(serde_json::Value::as_array)
+        .map(|items| items.iter().map(partial_object_metadata).collect())
+        .unwrap_or_default();
+    serde_json::json!({
+        "kind": "PartialObjectMetadataList",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list.get("metadata").cloned().unwrap_or_else(|| serde_json::json!({})),
+        "items": items,
+    })
+}
+
 /// What kind of path a request names.
 pub(crate) enum Route {
     /// A resource path.

@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::faults::{Faults, RecordedRequest};
 use crate::patch::PatchKind;
-use crate::request::{self, Query, ResourcePath, Route};
+use crate::request::{self, Query, Representation, ResourcePath, Route};
 use crate::resources::Registry;
 use crate::rest::{self, Rest};
 use crate::status::{self, ApiError};
@@ -355,15 +355,37 @@ async fn serve(
     };
     let rest = &app.rest;
     let dry_run = q.get("dryRun").is_some_and(|v| !v.is_empty());
+    let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let list = *method == Method::GET && p.name.is_none() && !is_watch;
+    let representation = if *method == Method::GET {
+        request::negotiate(accept, list)?
+    } else {
+        Representation::Full
+    };
     let ok =
         |(code, body): (u16, Value)| status::json_response(StatusCode::from_u16(code).unwrap_or(StatusCode::OK), &body);
     match *method {
-        Method::GET if is_watch => watch(app, &p, q),
+        Method::GET if is_watch => watch(app, &p, q, representation),
         Method::GET if p.name.is_some() => {
             let obj = rest.get(&p)?;
-            Ok(status::json_response(StatusCode::OK, &obj))
+            match representation {
+                Representation::Full => Ok(status::json_response(StatusCode::OK, &obj)),
+                Representation::Metadata => Ok(status::json_response(
+                    StatusCode::OK,
+                    &request::partial_object_metadata(&obj),
+                )),
+            }
         }
-        Method::GET => Ok(status::json_response(StatusCode::OK, &rest.list(&p, q)?)),
+        Method::GET => {
+            let list = rest.list(&p, q)?;
+            match representation {
+                Representation::Full => Ok(status::json_response(StatusCode::OK, &list)),
+                Representation::Metadata => Ok(status::json_response(
+                    StatusCode::OK,
+                    &request::partial_object_metadata_list(&list),
+                )),
+            }
+        }
         Method::POST => {
             let (ct, body) = read_body(app, req).await?;
             let obj = decode_object(&ct, &body)?;
@@ -463,7 +485,7 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
 }
 
 /// Starts a watch (see `watch_cache.rs` for the cacheWatcher's behaviour).
-fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query) -> Result<Response, ApiError> {
+fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query, representation: Representation) -> Result<Response, ApiError> {
     if p.subresource.is_some() {
         return Err(ApiError::method_not_allowed());
     }
@@ -530,6 +552,7 @@ fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query) -> Result<Response, ApiErr
         filter,
         api_version: p.info.api_version(),
         kind: p.info.kind.clone(),
+        metadata_only: representation == Representation::Metadata,
         last_rv,
         initial,
         initial_events_end: initial_end,

@@ -103,6 +103,17 @@ impl ApiError {
         )
     }
 
+    /// `406 NotAcceptable`: no representation the `Accept` header allows.
+    pub fn not_acceptable(accept: &str) -> Self {
+        Self::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf (asked for {accept:?})"
+            ),
+        )
+    }
+
     /// `413 RequestEntityTooLarge`.
     pub fn too_large(limit: usize) -> Self {
         Self::new(

@@ -336,6 +336,8 @@ pub(crate) struct CacheWatcher {
     /// apiVersion/kind for bookmark objects.
     pub(crate) api_version: String,
     pub(crate) kind: String,
+    /// Send each object as a `PartialObjectMetadata` (the client's `Accept` asked for it).
+    pub(crate) metadata_only: bool,
     /// The last revision the client has been brought up to.
     pub(crate) last_rv: u64,
     pub(crate) initial: InitialEvents,
@@ -362,8 +364,12 @@ impl CacheWatcher {
             InitialEvents::Objects(objects) => {
                 for obj in objects {
                     if self.filter.matches(&obj) {
-                        let json = serde_json::to_vec(&*obj).unwrap_or_default();
-                        self.send(event_line("ADDED", &json)).await?;
+                        let json = if self.metadata_only {
+                            serde_json::to_vec(&crate::request::partial_object_metadata(&obj))
+                        } else {
+                            serde_json::to_vec(&*obj)
+                        };
+                        self.send(event_line("ADDED", &json.unwrap_or_default())).await?;
                     }
                 }
             }
@@ -435,6 +441,10 @@ impl CacheWatcher {
             EventType::Deleted if now || before => "DELETED",
             _ => return Some(()),
         };
+        if self.metadata_only {
+            let json = serde_json::to_vec(&crate::request::partial_object_metadata(&ev.object)).unwrap_or_default();
+            return self.send(event_line(kind, &json)).await;
+        }
         self.send(event_line(kind, &ev.object_json)).await
     }
 
@@ -443,7 +453,11 @@ impl CacheWatcher {
         if initial_events_end {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        let obj = json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": metadata});
+        let obj = if self.metadata_only {
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": metadata})
+        } else {
+            json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": metadata})
+        };
         event_line("BOOKMARK", &serde_json::to_vec(&obj).unwrap_or_default())
     }
 

@@ -52,6 +52,7 @@ use informer_core::{
     ApiListerWatcher, InformerConfig, InformerError, InformerStats, ReflectorConfig, SharedIndexInformer, TransformFunc,
 };
 use kube::api::{ApiResource, DynamicObject};
+pub use kube::core::PartialObjectMeta;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
@@ -323,7 +324,23 @@ impl SharedInformerFactory {
         config
     }
 
+    /// The shared metadata-only informer for `K` (client-go's `metadatainformer`): its cache
+    /// holds `PartialObjectMeta<K>`, each object's `ObjectMeta` alone (names, labels,
+    /// annotations, owner references, finalizers, resourceVersion), asked of the server as
+    /// `PartialObjectMetadataList`. For controllers that need to know which objects exist and
+    /// who owns them, at a fraction of the memory of whole objects. It is
+    /// `informer_for::<PartialObjectMeta<K>>()`: one list and watch per type, shared, and apart
+    /// from `informer_for::<K>()`'s.
+    pub fn metadata_informer_for<K>(&self) -> Result<SharedIndexInformer<PartialObjectMeta<K>>, FactoryError>
+    where
+        K: Resource<DynamicType = (), Scope: 'static> + Clone + Debug + Send + Sync + 'static,
+    {
+        self.informer_for::<PartialObjectMeta<K>>()
+    }
+
     /// The shared informer for `K`: made on the first call, the same one on every later call.
+    /// `K` may be `PartialObjectMeta<T>` for a metadata-only informer (see
+    /// [`metadata_informer_for`](Self::metadata_informer_for)).
     pub fn informer_for<K: FactoryResource>(&self) -> Result<SharedIndexInformer<K>, FactoryError> {
         let key = InformerKey::Typed(TypeId::of::<K>());
         let mut state = self.state();
@@ -342,7 +359,11 @@ impl SharedInformerFactory {
             None
         };
         let url_path = K::url_path(&(), namespace);
-        let name = format!("{}/{}", K::api_version(&()), K::kind(&()));
+        let name = if K::metadata_api() {
+            format!("{}/{} (metadata)", K::api_version(&()), K::kind(&()))
+        } else {
+            format!("{}/{}", K::api_version(&()), K::kind(&()))
+        };
         let resync = self
             .inner
             .custom_resync

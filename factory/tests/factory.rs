@@ -224,3 +224,65 @@ async fn wait_for_cache_sync_timeout_names_the_informers_that_did_not_sync() {
     factory.shutdown().await;
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_metadata_informer_caches_object_meta_alone_on_a_watch_of_its_own() {
+    use factory::PartialObjectMeta;
+    use informer_core::{Lister, Selector};
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let configmap = |name: &str, app: &str| {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.labels = Some([("app".to_string(), app.to_string())].into());
+        cm.data = Some([("payload".to_string(), "x".repeat(4096))].into());
+        cm
+    };
+    api.create(&PostParams::default(), &configmap("a", "web"))
+        .await
+        .unwrap();
+
+    let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
+    let metadata = factory.metadata_informer_for::<ConfigMap>().unwrap();
+    let again = factory.informer_for::<PartialObjectMeta<ConfigMap>>().unwrap();
+    let full = factory.informer_for::<ConfigMap>().unwrap();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let synced = factory.wait_for_cache_sync(&shutdown).await;
+    assert_eq!(
+        synced.into_iter().collect::<Vec<_>>(),
+        [
+            ("v1/ConfigMap".to_string(), true),
+            ("v1/ConfigMap (metadata)".to_string(), true)
+        ]
+    );
+    assert!(again.has_synced());
+    eventually("two watches: full and metadata", || {
+        watches_of(&env, "/api/v1/configmaps") == 2
+    })
+    .await;
+
+    // The server answered in PartialObjectMetadata (not the plain-JSON fallback).
+    let cached = metadata.indexer().get_by_key("default/a").unwrap();
+    assert_eq!(cached.types.as_ref().unwrap().kind, "PartialObjectMetadata");
+    assert_eq!(cached.metadata.labels.as_ref().unwrap()["app"], "web");
+    assert!(full.indexer().get_by_key("default/a").unwrap().data.is_some());
+
+    // Watch events: a create, a label change, a delete.
+    api.create(&PostParams::default(), &configmap("b", "db")).await.unwrap();
+    let mut relabel = configmap("a", "api");
+    relabel.metadata.resource_version = cached.metadata.resource_version.clone();
+    api.replace("a", &PostParams::default(), &relabel).await.unwrap();
+    let lister = Lister::new(metadata.indexer().clone()).namespaced("default");
+    let app_api = Selector::from_iter([("app", "api")]);
+    eventually("b added and a relabelled", || {
+        lister.get("b").is_some() && lister.list(&app_api).len() == 1
+    })
+    .await;
+    api.delete("b", &Default::default()).await.unwrap();
+    eventually("b deleted", || lister.get("b").is_none()).await;
+    assert_eq!(lister.list(&Selector::default()).len(), 1);
+
+    shutdown.cancel();
+    factory.shutdown().await;
+}

@@ -76,6 +76,10 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
 
     let inherent = if desc.inherent_impl {
         let doc = format!(" The shared `{kind}` informer of `factory` (the same one `informer_for` returns).");
+        let metadata_doc = format!(
+            " The shared metadata-only `{kind}` informer of `factory`: its cache holds each object's \
+             `ObjectMeta` alone (the same one `metadata_informer_for` returns)."
+        );
         quote! {
             impl #ty {
                 #[doc = #doc]
@@ -83,6 +87,16 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
                     factory: &#krate::factory::SharedInformerFactory,
                 ) -> ::core::result::Result<#informer, #krate::factory::FactoryError> {
                     #informer::new(factory)
+                }
+
+                #[doc = #metadata_doc]
+                pub fn metadata_informer(
+                    factory: &#krate::factory::SharedInformerFactory,
+                ) -> ::core::result::Result<
+                    #krate::cache::SharedIndexInformer<#krate::factory::PartialObjectMeta<#ty>>,
+                    #krate::factory::FactoryError,
+                > {
+                    factory.metadata_informer_for::<#ty>()
                 }
             }
         }

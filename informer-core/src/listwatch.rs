@@ -26,6 +26,14 @@
 //! token that the decoded page contradicts) drops them, aborting their requests. A list is
 //! still one request per page; `cargo xtask bench` measures the gain (BENCHMARKS.md).
 //!
+//! **Metadata only.** An `ApiListerWatcher<PartialObjectMeta<K>>` (from an
+//! `Api<PartialObjectMeta<K>>`, kube's `Resource::metadata_api()`) asks the server for
+//! `PartialObjectMetadataList` pages and `PartialObjectMetadata` watch events, as client-go's
+//! metadata informers do: objects arrive and are cached as their `ObjectMeta` alone, a fraction of
+//! the bytes and memory of whole objects. The `Accept` header falls back to plain JSON, which
+//! decodes into the same type (the rest is ignored), so a server without the conversion still
+//! works.
+//!
 //! ```
 //! use informer_core::{ListPage, ListWatchError, MalformedObject};
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -298,7 +306,15 @@ struct PageFetcher {
     pages_ahead: usize,
     /// Drop `metadata.managedFields` while decoding.
     skip_managed_fields: bool,
+    /// Ask for `PartialObjectMetadata` (see the module doc).
+    metadata_only: bool,
 }
+
+/// `Accept` of a metadata-only list: `PartialObjectMetadataList`, else whole objects.
+const ACCEPT_METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+
+/// `Accept` of a metadata-only watch: `PartialObjectMetadata` events, else whole objects.
+const ACCEPT_METADATA: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
 
 /// Pages requested ahead of the reflector (see the module doc), fetched and decoded by their
 /// own tasks; dropping one aborts it.
@@ -345,6 +361,7 @@ impl<K: Resource> ApiListerWatcher<K> {
                 max_page_bytes: DEFAULT_MAX_RESPONSE_BYTES,
                 pages_ahead: DEFAULT_PAGES_AHEAD,
                 skip_managed_fields: false,
+                metadata_only: K::metadata_api(),
             }),
             max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             ahead: Arc::default(),
@@ -405,6 +422,7 @@ impl<K: Resource> ApiListerWatcher<K> {
             max_page_bytes: self.fetcher.max_page_bytes,
             pages_ahead: self.fetcher.pages_ahead,
             skip_managed_fields: self.fetcher.skip_managed_fields,
+            metadata_only: self.fetcher.metadata_only,
         }
     }
 
@@ -623,7 +641,13 @@ where
     K: DeserializeOwned + Clone + Send + 'static,
 {
     Box::pin(async move {
-        let request = list_request(&fetcher.url_path, &params)?;
+        let mut request = list_request(&fetcher.url_path, &params)?;
+        if fetcher.metadata_only {
+            request.headers_mut().insert(
+                http::header::ACCEPT,
+                http::HeaderValue::from_static(ACCEPT_METADATA_LIST),
+            );
+        }
         let bytes = read_page(&fetcher.client, request, fetcher.max_page_bytes).await?;
         if params.limit.is_some()
             && let (Some(token), Some(ahead)) = (peek_continue(&bytes), ahead.upgrade())
@@ -773,6 +797,11 @@ where
                 http::header::ACCEPT_ENCODING,
                 http::HeaderValue::from_static("identity"),
             );
+            if self.fetcher.metadata_only {
+                request
+                    .headers_mut()
+                    .insert(http::header::ACCEPT, http::HeaderValue::from_static(ACCEPT_METADATA));
+            }
             let body = self.fetcher.client.request_stream(request).await?;
             let events = bounded_lines(body, max_event_bytes).filter_map(move |line| async move {
                 match line {

@@ -64,7 +64,7 @@ struct Witness {
     deletes: AtomicU64,
     /// Panic on adds of objects whose name ends in this digit (None: never).
     panic_on: Option<char>,
-    /// Sleep this long on every 50th notification (a stalling handler).
+    /// Sleep this long on every 50th notification, and 2 s on the 300th (a stalling handler).
     stall: Option<Duration>,
     calls: AtomicU64,
 }
@@ -76,10 +76,12 @@ impl Witness {
 
     fn tick(&self) {
         let n = self.calls.fetch_add(1, Ordering::Relaxed);
-        if let Some(stall) = self.stall
-            && n % 50 == 49
-        {
-            std::thread::sleep(stall);
+        if let Some(stall) = self.stall {
+            if n == 299 {
+                std::thread::sleep(Duration::from_secs(2));
+            } else if n % 50 == 49 {
+                std::thread::sleep(stall);
+            }
         }
     }
 }
@@ -302,11 +304,12 @@ async fn run_seed(seed: u64, queue: QueueKind, chaos: Duration) {
     );
     eprintln!(
         "chaos seed {seed} {queue:?}: {writes} writes, {injected} faults, {} objects, {} deletes seen, \
-         {} lists, {} watches, {} errors, {malformed_sent} malformed",
+         {} lists, {} watches ({} watch requests served), {} errors, {malformed_sent} malformed",
         expected.len(),
         witnesses[0].deletes.load(Ordering::Relaxed),
         informer.stats().lists,
         informer.stats().watches,
+        env.requests().iter().filter(|r| r.is_watch).count(),
         informer.stats().errors,
     );
     env.shutdown().await;

@@ -83,4 +83,15 @@ impl Foo {
     ) -> ::core::result::Result<FooInformer, ::kinformer::factory::FactoryError> {
         FooInformer::new(factory)
     }
+    /// The shared metadata-only `Foo` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+    pub fn metadata_informer(
+        factory: &::kinformer::factory::SharedInformerFactory,
+    ) -> ::core::result::Result<
+        ::kinformer::cache::SharedIndexInformer<
+            ::kinformer::factory::PartialObjectMeta<Foo>,
+        >,
+        ::kinformer::factory::FactoryError,
+    > {
+        factory.metadata_informer_for::<Foo>()
+    }
 }

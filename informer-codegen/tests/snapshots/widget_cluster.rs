@@ -64,4 +64,15 @@ impl Widget {
     ) -> ::core::result::Result<WidgetInformer, my::kinformer::factory::FactoryError> {
         WidgetInformer::new(factory)
     }
+    /// The shared metadata-only `Widget` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+    pub fn metadata_informer(
+        factory: &my::kinformer::factory::SharedInformerFactory,
+    ) -> ::core::result::Result<
+        my::kinformer::cache::SharedIndexInformer<
+            my::kinformer::factory::PartialObjectMeta<Widget>,
+        >,
+        my::kinformer::factory::FactoryError,
+    > {
+        factory.metadata_informer_for::<Widget>()
+    }
 }

@@ -28,6 +28,9 @@ fn use_it(factory: &kinformer::factory::SharedInformerFactory) -> Result<(), kin
     let informer: crds::FooInformer = crds::Foo::informer(factory)?;
     let shared: kinformer::cache::SharedIndexInformer<crds::Foo> = factory.informer_for::<crds::Foo>()?;
     let _ = shared.has_synced();
+    let metadata: kinformer::cache::SharedIndexInformer<kinformer::factory::PartialObjectMeta<crds::Foo>> =
+        crds::Foo::metadata_informer(factory)?;
+    let _ = metadata.has_synced();
     let lister: crds::FooLister = informer.lister();
     let all: Vec<std::sync::Arc<crds::Foo>> = lister.list(&kinformer::cache::Selector::default());
     let in_ns: crds::FooNamespaceLister = lister.foos("default");

@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use informer_core::{
-    ApiListerWatcher, DeletedObject, HandlerOptions, InformerConfig, QueueKind, ResourceEventHandler,
-    ResourceEventHandlerRegistration, SharedIndexInformer,
+    ApiListerWatcher, BackoffConfig, DeletedObject, HandlerOptions, InformerConfig, QueueKind, ReflectorConfig,
+    ResourceEventHandler, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
@@ -208,7 +208,15 @@ async fn run_seed(seed: u64, queue: QueueKind, chaos: Duration) {
     }
     let informer = SharedIndexInformer::new(
         ApiListerWatcher::new(Api::<ConfigMap>::all(client.clone())),
-        InformerConfig::default().queue(queue),
+        // A short backoff: with client-go's (0.8 s doubling to 30 s) a few injected errors park
+        // the reflector for most of a run, and the faults meet no list or watch to break.
+        InformerConfig::default()
+            .queue(queue)
+            .reflector(ReflectorConfig::default().backoff(
+                BackoffConfig::default()
+                    .initial(Duration::from_millis(20))
+                    .max(Duration::from_millis(500)),
+            )),
     );
     let witnesses = [
         Arc::new(Witness::default()),

@@ -37,7 +37,7 @@ use kinformer::cache::{
 use kinformer::factory::{FactoryResource, SharedInformerFactory};
 use kinformer_bench::{Encoded, Kind, Outcome, PAGE_SIZE, proc_status_bytes};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
-use kube::core::ObjectList;
+use kube::core::{ObjectList, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -119,6 +119,13 @@ async fn run(args: &Args) -> Result<Outcome, BoxError> {
     let mut outcome = match (args.client, args.workload, args.kind) {
         (Client::Floor, _, Kind::ConfigMaps) => floor::<ConfigMap>(args)?,
         (Client::Floor, _, Kind::Pods) => floor::<Pod>(args)?,
+        (Client::Floor, _, Kind::PodMetadata) => floor::<PartialObjectMeta<Pod>>(args)?,
+        (Client::Kinformer, Workload::Fill, Kind::PodMetadata) => {
+            fill_kinformer::<PartialObjectMeta<Pod>>(args, None).await?
+        }
+        (Client::KubeRuntime, Workload::Fill, Kind::PodMetadata) => {
+            fill_kube_runtime::<PartialObjectMeta<Pod>>(args).await?
+        }
         (Client::Kinformer, Workload::Fill, Kind::ConfigMaps) => fill_kinformer::<ConfigMap>(args, None).await?,
         (Client::Kinformer, Workload::Fill, Kind::Pods) => {
             fill_kinformer::<Pod>(args, args.shrink_pods.then_some(shrink_pod as fn(Pod) -> Pod)).await?

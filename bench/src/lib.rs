@@ -40,6 +40,9 @@ pub enum Kind {
     ConfigMaps,
     /// Pods of about 4.3 KB each, with labels, annotations, owner, managedFields and status.
     Pods,
+    /// The same Pods as `PartialObjectMetadata` (what a server answers a metadata-only client:
+    /// kind, apiVersion and the Pod's metadata, managedFields included).
+    PodMetadata,
 }
 
 impl Kind {
@@ -47,7 +50,7 @@ impl Kind {
     pub fn path(self) -> &'static str {
         match self {
             Kind::ConfigMaps => "/api/v1/configmaps",
-            Kind::Pods => "/api/v1/pods",
+            Kind::Pods | Kind::PodMetadata => "/api/v1/pods",
         }
     }
 
@@ -56,6 +59,15 @@ impl Kind {
         match self {
             Kind::ConfigMaps => "ConfigMapList",
             Kind::Pods => "PodList",
+            Kind::PodMetadata => "PartialObjectMetadataList",
+        }
+    }
+
+    /// The list's `apiVersion`.
+    pub fn list_api_version(self) -> &'static str {
+        match self {
+            Kind::ConfigMaps | Kind::Pods => "v1",
+            Kind::PodMetadata => "meta.k8s.io/v1",
         }
     }
 
@@ -64,6 +76,11 @@ impl Kind {
         let encoded = match self {
             Kind::ConfigMaps => serde_json::to_vec(&configmap(i, rv, generation)),
             Kind::Pods => serde_json::to_vec(&pod(i, rv, generation)),
+            Kind::PodMetadata => serde_json::to_vec(&json!({
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": pod(i, rv, generation).metadata,
+            })),
         };
         // Serialising a k8s-openapi value into a Vec cannot fail (no maps with non-string keys).
         encoded.unwrap_or_default()
@@ -259,8 +276,9 @@ impl Encoded {
         };
         out.put_slice(
             format!(
-                "{{\"kind\":\"{}\",\"apiVersion\":\"v1\",\"metadata\":{{\"resourceVersion\":\"{}\"{cont}}},\"items\":[",
+                "{{\"kind\":\"{}\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{}\"{cont}}},\"items\":[",
                 kind.list_kind(),
+                kind.list_api_version(),
                 self.list_rv
             )
             .as_bytes(),

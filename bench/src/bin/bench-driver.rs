@@ -724,6 +724,7 @@ fn main() -> Result<(), BoxError> {
         eprintln!("P2 memory: Pods");
         let full = fill_workload("pods", &pod_scales, rounds, false, false)?;
         let stripped = fill_workload("pods", &pod_scales, rounds, false, true)?;
+        let metadata = fill_workload("pod-metadata", &pod_scales, rounds, false, true)?;
         report.push_str(&fill_table(
             "P2 memory: Pods (~4.3 KB) with managedFields",
             &full,
@@ -732,6 +733,11 @@ fn main() -> Result<(), BoxError> {
         report.push_str(&fill_table(
             "P2 memory: Pods, managedFields stripped by the client (kinformer's `strip_managed_fields`, kube-runtime's `.modify`); the floor keeps them",
             &stripped,
+            false,
+        ));
+        report.push_str(&fill_table(
+            "P2 memory: Pods, metadata only (kinformer's `metadata_informer_for::<Pod>()`, kube-runtime's `watcher` on `Api<PartialObjectMeta<Pod>>`; the server answers `PartialObjectMetadataList`), managedFields stripped by the client; the floor decodes `PartialObjectMeta<Pod>` with them",
+            &metadata,
             false,
         ));
         fill_plot(

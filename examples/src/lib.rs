@@ -6,6 +6,10 @@
 //!   with client-go's expectations and a Pod index by controller; run
 //!   `cargo run -p examples --bin replicaset-lite`.
 //! - [`demo`]: what the example binaries share (embedded server, per-reconcile lines, summary).
+//! - [`generated`]: what `cargo xtask codegen` writes from `examples/kinformer-codegen.toml`
+//!   with `kinformer::codegen`, as a controller repository of your own would: Rust types,
+//!   informers and listers for the CRDs in `examples/crds/codegen/`, and accessors for two
+//!   built-in resources the factory does not list.
 //!
 //! [`Foo`] is a namespaced custom resource defined the usual kube way, with
 //! `#[derive(CustomResource)]` on its spec, and given typed informers and listers by
@@ -15,6 +19,9 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod demo;
+// Formatted by the generator (prettyplease), checked by `cargo xtask codegen --check`.
+#[rustfmt::skip]
+pub mod generated;
 pub mod replicaset_lite;
 pub mod sample_controller;
 

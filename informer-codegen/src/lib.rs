@@ -12,6 +12,10 @@
 //!   `#[informer(group, version, kind, plural, namespaced)]`.
 //! - [`generate`] turns a description into tokens; [`generate_group_accessors`] emits
 //!   client-go style `factory.apps().v1().deployments()` accessors for `cargo xtask codegen`.
+//! - With the `crd` feature, for users' own repositories: `crd` turns a CRD's YAML into Rust
+//!   types (serde, schemars, kube's `CustomResource`) plus the same informers and listers, and
+//!   `project` runs a `kinformer-codegen.toml` (built-in accessors and CRDs) from a user's
+//!   `cargo xtask codegen`, with a `--check` mode for CI.
 //!
 //! ```
 //! let input: syn::DeriveInput = syn::parse_quote! {
@@ -26,8 +30,12 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+#[cfg(feature = "crd")]
+pub mod crd;
 mod generate;
 mod groups;
+#[cfg(feature = "crd")]
+pub mod project;
 mod resource_desc;
 
 pub use generate::{generate, pretty};

@@ -979,7 +979,13 @@ mod tests {
         };
         // serde's own decode leaves room for four.
         let plain: ConfigMap = serde_json::from_str(&format!(r#"{{"metadata":{meta}}}"#)).unwrap();
-        assert!(plain.metadata.owner_references.as_ref().is_some_and(|v| v.capacity() > 1));
+        assert!(
+            plain
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|v| v.capacity() > 1)
+        );
         for skip in [false, true] {
             let list = format!(r#"{{"metadata":{{"resourceVersion":"1"}},"items":[{{"metadata":{meta}}}]}}"#);
             let page = decode_list::<ConfigMap>(&list, skip).unwrap();

@@ -210,13 +210,13 @@ async fn run_seed(seed: u64, queue: QueueKind, chaos: Duration) {
         ApiListerWatcher::new(Api::<ConfigMap>::all(client.clone())),
         // A short backoff: with client-go's (0.8 s doubling to 30 s) a few injected errors park
         // the reflector for most of a run, and the faults meet no list or watch to break.
-        InformerConfig::default()
-            .queue(queue)
-            .reflector(ReflectorConfig::default().backoff(
+        InformerConfig::default().queue(queue).reflector(
+            ReflectorConfig::default().backoff(
                 BackoffConfig::default()
                     .initial(Duration::from_millis(20))
                     .max(Duration::from_millis(500)),
-            )),
+            ),
+        ),
     );
     let witnesses = [
         Arc::new(Witness::default()),

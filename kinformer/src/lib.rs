@@ -50,8 +50,33 @@ pub use workqueue;
 // (and cannot end up with a second, mismatched version of them).
 pub use k8s_openapi;
 pub use kube;
+pub use schemars;
+pub use serde;
 pub use serde_json;
 pub use tokio_util::sync::CancellationToken;
+
+/// Code generation for your own repository (feature `codegen`): Rust types, informers and
+/// listers from CRD YAML, and built-in accessors, driven by a `kinformer-codegen.toml` from
+/// your `cargo xtask codegen` (see [`codegen::project`]).
+#[cfg(feature = "codegen")]
+pub use informer_codegen as codegen;
+
+/// What code generated from CRD YAML calls; not a stable API.
+#[doc(hidden)]
+pub mod __codegen {
+    use schemars::{Schema, SchemaGenerator, json_schema};
+
+    /// The schema of an `IntOrString` field: kube-apiserver's `x-kubernetes-int-or-string`
+    /// (k8s-openapi gives `IntOrString` a schema only with its `schemars` feature).
+    pub fn int_or_string_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "x-kubernetes-int-or-string": true })
+    }
+
+    /// The schema of an `Option<IntOrString>` field: the same, nullable.
+    pub fn optional_int_or_string_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "x-kubernetes-int-or-string": true, "nullable": true })
+    }
+}
 
 /// The names a controller uses most: `use kinformer::prelude::*;`.
 ///

@@ -30,6 +30,10 @@ pub struct Config {
     /// [`Server::ca_certificate_pem`](crate::Server::ca_certificate_pem)). Default off: plain
     /// HTTP on loopback, the cheaper transport for tests.
     pub tls: bool,
+    /// How long a list or watch at a resourceVersion the server has not reached yet waits for
+    /// it before `504` "Too large resource version" (kube-apiserver's watch cache waits 3 s).
+    /// Default 3 s.
+    pub too_large_resource_version_wait: Duration,
 }
 
 impl Default for Config {
@@ -44,11 +48,19 @@ impl Default for Config {
             token: None,
             request_log_capacity: 100_000,
             tls: false,
+            too_large_resource_version_wait: Duration::from_secs(3),
         }
     }
 }
 
 impl Config {
+    /// Sets how long a list or watch at a future resourceVersion waits for it.
+    #[must_use]
+    pub fn too_large_resource_version_wait(mut self, wait: Duration) -> Self {
+        self.too_large_resource_version_wait = wait;
+        self
+    }
+
     /// Sets the listen address (loopback only).
     #[must_use]
     pub fn listen(mut self, addr: SocketAddr) -> Self {

@@ -1,7 +1,7 @@
 //! CustomResourceDefinitions: creating one serves its resource, deleting one stops serving it and
 //! removes its objects (kube-apiserver's apiextensions controllers, collapsed into the write path).
 //!
-//! Supported: `spec.group`, `spec.names` (plural, singular, kind, shortNames), `spec.scope`, every
+//! Supported: `spec.group`, `spec.names` (plural, singular, kind, shortNames, categories), `spec.scope`, every
 //! `served` version, and the `status` subresource. Schemas are not validated (everything is
 //! preserved, as with `x-kubernetes-preserve-unknown-fields`).
 
@@ -32,6 +32,10 @@ fn served(crd: &Value) -> Vec<ResourceInfo> {
         .as_array()
         .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
+    let categories: Vec<String> = names["categories"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
     let namespaced = spec["scope"].as_str() != Some("Cluster");
     spec["versions"]
         .as_array()
@@ -47,6 +51,7 @@ fn served(crd: &Value) -> Vec<ResourceInfo> {
             namespaced,
             short_names: short_names.clone(),
             status_subresource: v["subresources"].get("status").is_some(),
+            categories: categories.clone(),
         })
         .collect()
 }

@@ -47,6 +47,11 @@ fn resource_entries(resources: &[&Arc<ResourceInfo>]) -> Vec<Value> {
             "verbs": VERBS_NAMESPACED,
             "shortNames": r.short_names,
         }));
+        if !r.categories.is_empty()
+            && let Some(entry) = out.last_mut().and_then(Value::as_object_mut)
+        {
+            entry.insert("categories".into(), json!(r.categories));
+        }
         if r.status_subresource {
             out.push(json!({
                 "name": format!("{}/status", r.plural),

@@ -10,7 +10,13 @@
 //! server-owned metadata, one global strictly increasing resourceVersion, list pagination pinned
 //! to a revision, `Status` errors, and watches served from a bounded watch cache (the
 //! apiserver's Cacher, one `cacheWatcher` per watch) that answers `410 Expired` once a revision
-//! has left its window. [`Faults`] injects failures for reliability tests.
+//! has left its window. A list or watch at a revision the server has not reached waits for it
+//! (3 s, [`Config::too_large_resource_version_wait`]) and then answers `504` "Too large
+//! resource version" with the `ResourceVersionTooLarge` cause, as kube-apiserver's watch cache
+//! does. Built-in workloads, Pods and Services get kube-apiserver's defaults on every write
+//! (`spec.replicas: 1`, rolling-update strategy, `imagePullPolicy` by tag, Service type and
+//! target ports, …; see `defaults.rs` for the list and what is left out). [`Faults`] injects
+//! failures for reliability tests.
 //!
 //! ```
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -34,6 +40,7 @@
 pub mod chaos;
 mod config;
 mod crd;
+mod defaults;
 mod discovery;
 mod error;
 mod faults;

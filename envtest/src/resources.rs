@@ -27,6 +27,8 @@ pub struct ResourceInfo {
     pub short_names: Vec<String>,
     /// Whether the `/status` subresource exists (main-resource writes then ignore `.status`).
     pub status_subresource: bool,
+    /// Categories for discovery (`all`: what `kubectl get all` lists).
+    pub categories: Vec<String>,
 }
 
 impl ResourceInfo {
@@ -72,24 +74,85 @@ fn res(
         namespaced,
         short_names: short.iter().map(|s| (*s).to_owned()).collect(),
         status_subresource: status,
+        categories: Vec::new(),
     }
 }
 
-/// The built-in resources envtest serves.
+/// `r` in the `all` category, as kube-apiserver puts its workload resources.
+fn in_all(mut r: ResourceInfo) -> ResourceInfo {
+    r.categories = vec!["all".to_owned()];
+    r
+}
+
+/// The built-in resources envtest serves: the same list `cargo xtask codegen` generates the
+/// factory's typed informers for (`xtask/builtin-resources.txt`; a test keeps the two equal),
+/// with kube-apiserver's scope, short names, `/status` subresources and `all` category.
 pub fn builtin() -> Vec<ResourceInfo> {
     vec![
         res("", "v1", "namespaces", "Namespace", false, &["ns"], true),
+        res("", "v1", "nodes", "Node", false, &["no"], true),
         res("", "v1", "configmaps", "ConfigMap", true, &["cm"], false),
         res("", "v1", "secrets", "Secret", true, &[], false),
-        res("", "v1", "pods", "Pod", true, &["po"], true),
-        res("", "v1", "services", "Service", true, &["svc"], true),
+        in_all(res("", "v1", "pods", "Pod", true, &["po"], true)),
+        in_all(res("", "v1", "services", "Service", true, &["svc"], true)),
+        res("", "v1", "endpoints", "Endpoints", true, &["ep"], false),
         res("", "v1", "events", "Event", true, &["ev"], false),
         res("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], false),
-        res("apps", "v1", "deployments", "Deployment", true, &["deploy"], true),
-        res("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"], true),
-        res("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"], true),
+        res(
+            "",
+            "v1",
+            "persistentvolumeclaims",
+            "PersistentVolumeClaim",
+            true,
+            &["pvc"],
+            true,
+        ),
+        in_all(res("apps", "v1", "deployments", "Deployment", true, &["deploy"], true)),
+        in_all(res("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"], true)),
+        in_all(res("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"], true)),
+        in_all(res("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"], true)),
+        in_all(res("batch", "v1", "jobs", "Job", true, &[], true)),
+        in_all(res("batch", "v1", "cronjobs", "CronJob", true, &["cj"], true)),
         res("coordination.k8s.io", "v1", "leases", "Lease", true, &[], false),
+        res(
+            "discovery.k8s.io",
+            "v1",
+            "endpointslices",
+            "EndpointSlice",
+            true,
+            &[],
+            false,
+        ),
         res("events.k8s.io", "v1", "events", "Event", true, &["ev"], false),
+        res("networking.k8s.io", "v1", "ingresses", "Ingress", true, &["ing"], true),
+        res("rbac.authorization.k8s.io", "v1", "roles", "Role", true, &[], false),
+        res(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            &[],
+            false,
+        ),
+        res(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+            &[],
+            false,
+        ),
+        res(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            false,
+        ),
         res(
             "apiextensions.k8s.io",
             "v1",

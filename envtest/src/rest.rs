@@ -136,9 +136,7 @@ impl Rest {
                 }
                 (Some(n), Some("Exact")) => (n, Some(inner.snapshot_at(&info.key(), n)?), None),
                 (Some(n), Some("NotOlderThan") | None) if n > current => {
-                    return Err(ApiError::timeout(format!(
-                        "Too large resource version: {n}, current: {current}"
-                    )));
+                    return Err(ApiError::too_large_resource_version(n, current));
                 }
                 (_, Some("NotOlderThan") | None) => (current, None, None),
                 (_, Some(other)) => {
@@ -276,6 +274,7 @@ impl Rest {
         }
         self.check_body(path, &mut body)?;
         let info = &path.info;
+        crate::defaults::apply(&info.group, &info.kind, &mut body);
         let mut name = object::name(&body).to_owned();
         if name.is_empty() {
             let prefix = object::meta_str(&body, "generateName");
@@ -438,6 +437,7 @@ impl Rest {
                 None => object::remove_meta(&mut new, f),
             }
         }
+        crate::defaults::apply(&info.group, &info.kind, &mut new);
         let generation = cur
             .get("metadata")
             .and_then(|m| m.get("generation"))

@@ -362,6 +362,13 @@ async fn serve(
     } else {
         Representation::Full
     };
+    if *method == Method::GET
+        && (is_watch || list)
+        && q.get("continue").is_none_or(str::is_empty)
+        && let Some(rv) = rest::parse_rv(q.get("resourceVersion"))?
+    {
+        wait_for_resource_version(app, rv).await?;
+    }
     let ok =
         |(code, body): (u16, Value)| status::json_response(StatusCode::from_u16(code).unwrap_or(StatusCode::OK), &body);
     match *method {
@@ -485,6 +492,24 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
 }
 
 /// Starts a watch (see `watch_cache.rs` for the cacheWatcher's behaviour).
+/// Waits up to [`Config::too_large_resource_version_wait`](crate::Config) for the server to
+/// reach `rv`, as kube-apiserver's watch cache does before it answers a list or watch at a
+/// revision it has not seen with "Too large resource version" (a client that talked to a newer
+/// server, or wrote through another one, gets the state it asked for if it arrives in time).
+async fn wait_for_resource_version(app: &Arc<App>, rv: u64) -> Result<(), ApiError> {
+    let deadline = tokio::time::Instant::now() + app.config.too_large_resource_version_wait;
+    loop {
+        let current = app.rest.storage.lock().current_rv();
+        if current >= rv {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::too_large_resource_version(rv, current));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query, representation: Representation) -> Result<Response, ApiError> {
     if p.subresource.is_some() {
         return Err(ApiError::method_not_allowed());
@@ -519,6 +544,9 @@ fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query, representation: Representa
         (Some("true"), _) => (InitialEvents::Objects(objects_now(&inner)), current, true),
         (Some(_), None | Some(0)) => (InitialEvents::Events(Vec::new()), current, false),
         (None, None | Some(0)) => (InitialEvents::Objects(objects_now(&inner)), current, false),
+        // Never a silent watch from the future: the wait in `serve` has passed, so this is a
+        // revision the server still has not reached.
+        (_, Some(n)) if n > current => return Err(ApiError::too_large_resource_version(n, current)),
         (_, Some(n)) => match inner.cache.events_since(&key, n) {
             Some(events) => (InitialEvents::Events(events), n, false),
             None => {

@@ -138,6 +138,24 @@ impl ApiError {
         Self::new(504, "Timeout", message)
     }
 
+    /// What kube-apiserver answers a list or watch at a resourceVersion it has not reached
+    /// after waiting for it: `504 Timeout`, "Timeout: Too large resource version: N, current:
+    /// M", the `ResourceVersionTooLarge` cause, and a retry after one second (client-go's
+    /// reflector then relists from the latest state).
+    pub fn too_large_resource_version(requested: u64, current: u64) -> Self {
+        let mut e = Self::new(
+            504,
+            "Timeout",
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        );
+        e.details = Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        }));
+        e.retry_after = Some(1);
+        e
+    }
+
     /// An injected server-side failure: 500, 503 or 429 (with `Retry-After`).
     pub fn injected(code: u16, retry_after: u32) -> Self {
         let (reason, message) = match code {

@@ -88,10 +88,7 @@ impl Inner {
     /// `rv`, and with `504` for a revision in the future.
     pub(crate) fn snapshot_at(&self, resource: &str, rv: u64) -> Result<Objects, ApiError> {
         if rv > self.rv {
-            return Err(ApiError::timeout(format!(
-                "Too large resource version: {rv}, current: {}",
-                self.rv
-            )));
+            return Err(ApiError::too_large_resource_version(rv, self.rv));
         }
         let events = self.cache.events_since(resource, rv).ok_or_else(|| {
             ApiError::expired(format!(

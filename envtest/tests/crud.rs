@@ -369,3 +369,166 @@ async fn resource_versions_strictly_increase_across_resources() {
     }
     env.shutdown().await;
 }
+
+/// envtest serves exactly the built-in resources `cargo xtask codegen` generates the factory's
+/// typed informers for (`xtask/builtin-resources.txt`), with the same kind and scope, so every
+/// generated accessor has a server to sync against.
+#[test]
+fn the_built_in_resources_are_the_factorys_list() {
+    let table = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../xtask/builtin-resources.txt");
+    let text = std::fs::read_to_string(&table).unwrap();
+    let mut generated: Vec<(String, String, String, String, bool)> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let group = if f[0] == "core" { "" } else { f[0] };
+            (
+                group.into(),
+                f[1].into(),
+                f[2].into(),
+                f[3].into(),
+                f[4] == "namespaced",
+            )
+        })
+        .collect();
+    let mut served: Vec<(String, String, String, String, bool)> = envtest::builtin_resources()
+        .into_iter()
+        .map(|r| (r.group, r.version, r.kind, r.plural, r.namespaced))
+        .collect();
+    generated.sort();
+    served.sort();
+    assert_eq!(served, generated);
+}
+
+/// kube-apiserver fills the fields a client leaves unset; a controller that reads
+/// `spec.replicas` or a container's `imagePullPolicy` must see the same here. Defaulting on an
+/// update does not count as a spec change (the generation stays).
+#[tokio::test]
+async fn built_in_objects_get_kube_apiservers_defaults() {
+    use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    let template = json!({"metadata": {"labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "web", "image": "nginx", "ports": [{"containerPort": 80}]}]}});
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template}
+    }))
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let created = deployments.create(&PostParams::default(), &deployment).await.unwrap();
+    let spec = created.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.revision_history_limit, Some(10));
+    assert_eq!(spec.progress_deadline_seconds, Some(600));
+    let strategy = spec.strategy.as_ref().unwrap();
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    let rolling = strategy.rolling_update.as_ref().unwrap();
+    assert_eq!(rolling.max_surge, Some(IntOrString::String("25%".into())));
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::String("25%".into())));
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.restart_policy.as_deref(), Some("Always"));
+    assert_eq!(pod.dns_policy.as_deref(), Some("ClusterFirst"));
+    assert_eq!(pod.scheduler_name.as_deref(), Some("default-scheduler"));
+    assert_eq!(pod.termination_grace_period_seconds, Some(30));
+    let container = &pod.containers[0];
+    assert_eq!(container.image_pull_policy.as_deref(), Some("Always"), "untagged image");
+    assert_eq!(
+        container.termination_message_path.as_deref(),
+        Some("/dev/termination-log")
+    );
+    assert_eq!(container.ports.as_ref().unwrap()[0].protocol.as_deref(), Some("TCP"));
+    assert_eq!(created.metadata.generation, Some(1));
+
+    // The client's own object again (without the defaults): no spec change, no new generation.
+    let mut again = deployment.clone();
+    again.metadata.resource_version = created.metadata.resource_version.clone();
+    let replaced = deployments
+        .replace("web", &PostParams::default(), &again)
+        .await
+        .unwrap();
+    assert_eq!(replaced.metadata.generation, Some(1));
+    assert_eq!(replaced.spec.as_ref().unwrap().replicas, Some(1));
+    let scaled = deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (scaled.metadata.generation, scaled.spec.unwrap().replicas),
+        (Some(2), Some(3))
+    );
+
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+    let set: StatefulSet = serde_json::from_value(json!({"metadata": {"name": "db"},
+        "spec": {"serviceName": "db", "selector": {"matchLabels": {"app": "web"}}, "template": template}}))
+    .unwrap();
+    let spec = sets.create(&PostParams::default(), &set).await.unwrap().spec.unwrap();
+    assert_eq!(spec.pod_management_policy.as_deref(), Some("OrderedReady"));
+    assert_eq!(spec.update_strategy.unwrap().rolling_update.unwrap().partition, Some(0));
+
+    let daemons: Api<DaemonSet> = Api::namespaced(client.clone(), "default");
+    let daemon: DaemonSet = serde_json::from_value(json!({"metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template}}))
+    .unwrap();
+    let spec = daemons
+        .create(&PostParams::default(), &daemon)
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    let rolling = spec.update_strategy.unwrap().rolling_update.unwrap();
+    assert_eq!(
+        (rolling.max_unavailable, rolling.max_surge),
+        (Some(IntOrString::Int(1)), Some(IntOrString::Int(0)))
+    );
+
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let job: Job = serde_json::from_value(json!({"metadata": {"name": "once"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}))
+    .unwrap();
+    let spec = jobs.create(&PostParams::default(), &job).await.unwrap().spec.unwrap();
+    assert_eq!(
+        (spec.completions, spec.parallelism, spec.backoff_limit),
+        (Some(1), Some(1), Some(6))
+    );
+    assert_eq!(
+        spec.template.spec.unwrap().restart_policy.as_deref(),
+        Some("Never"),
+        "kept as sent"
+    );
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "registry.local:5000/app:v2"}]}}))
+    .unwrap();
+    let spec = pods.create(&PostParams::default(), &pod).await.unwrap().spec.unwrap();
+    assert_eq!(spec.containers[0].image_pull_policy.as_deref(), Some("IfNotPresent"));
+    assert_eq!(spec.enable_service_links, Some(true));
+
+    let services: Api<Service> = Api::namespaced(client, "default");
+    let service: Service =
+        serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"ports": [{"port": 8080}]}})).unwrap();
+    let spec = services
+        .create(&PostParams::default(), &service)
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(spec.session_affinity.as_deref(), Some("None"));
+    let port = &spec.ports.unwrap()[0];
+    assert_eq!(
+        (port.target_port.clone(), port.protocol.as_deref()),
+        (Some(IntOrString::Int(8080)), Some("TCP"))
+    );
+    env.shutdown().await;
+}

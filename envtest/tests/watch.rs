@@ -296,3 +296,82 @@ async fn reflector_store_converges_to_server_state() {
     task.abort();
     env.shutdown().await;
 }
+
+/// kube-apiserver neither serves a watch nor a list at a resourceVersion it has not reached: it
+/// waits a little for it, then answers 504 "Too large resource version" with the
+/// `ResourceVersionTooLarge` cause (client-go's reflector then relists from the latest state).
+/// envtest used to answer such a watch 200 and then send nothing.
+#[tokio::test]
+async fn a_watch_or_list_from_the_future_waits_for_it_then_answers_too_large_resource_version() {
+    let wait = Duration::from_millis(300);
+    let env = Server::start(Config::default().too_large_resource_version_wait(wait))
+        .await
+        .unwrap();
+    // kube's client retries a 504 itself (up to 15 times, backing off): see the answer as is.
+    let mut config = env.kube_config();
+    config.default_retry = false;
+    let api: Api<ConfigMap> = Api::namespaced(kube::Client::try_from(config).unwrap(), "default");
+    let created = api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let current: u64 = created.metadata.resource_version.unwrap().parse().unwrap();
+    let future = current + 1000;
+    let assert_too_large = |err: kube::Error| match err {
+        kube::Error::Api(status) => {
+            assert_eq!((status.code, status.reason.as_str()), (504, "Timeout"), "{status:?}");
+            assert_eq!(
+                status.message,
+                format!("Timeout: Too large resource version: {future}, current: {current}")
+            );
+            let details = status.details.as_ref().expect("details");
+            assert!(
+                details.causes.iter().any(|c| c.reason == "ResourceVersionTooLarge"),
+                "{details:?}"
+            );
+            assert_eq!(details.retry_after_seconds, 1);
+        }
+        other => panic!("not an API error: {other:?}"),
+    };
+
+    let started = tokio::time::Instant::now();
+    match api.watch(&WatchParams::default(), &future.to_string()).await {
+        Ok(_) => panic!("a watch from the future was served"),
+        Err(e) => assert_too_large(e),
+    }
+    assert!(started.elapsed() >= wait, "answered before waiting for the revision");
+    let list = kube::api::ListParams::default()
+        .at(&future.to_string())
+        .matching(kube::api::VersionMatch::NotOlderThan);
+    assert_too_large(api.list(&list).await.unwrap_err());
+    // kube's informers list at "0" and resume watches at revisions they were sent: unaffected.
+    assert_eq!(api.list(&Default::default()).await.unwrap().items.len(), 1);
+    env.shutdown().await;
+}
+
+/// A watch at the next revision, asked for before anything has it, is served once a write
+/// reaches it within the wait, from that write on.
+#[tokio::test]
+async fn a_watch_at_a_revision_reached_within_the_wait_is_served_from_it() {
+    let env = Server::start(Config::default()).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let created = api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let current: u64 = created.metadata.resource_version.unwrap().parse().unwrap();
+    let writer = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            api.create(&PostParams::default(), &cm("b")).await.unwrap();
+            api.create(&PostParams::default(), &cm("c")).await.unwrap();
+        })
+    };
+    // Asked at current + 1: the watch starts after "b" (revision current + 1) and sends "c".
+    let stream = api
+        .watch(&WatchParams::default(), &(current + 1).to_string())
+        .await
+        .unwrap();
+    let mut stream = stream.boxed();
+    match next_event(&mut stream).await {
+        WatchEvent::Added(c) => assert_eq!(c.metadata.name.as_deref(), Some("c")),
+        other => panic!("expected c's ADDED, got {other:?}"),
+    }
+    writer.await.unwrap();
+    env.shutdown().await;
+}

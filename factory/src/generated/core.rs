@@ -47,6 +47,10 @@ pub mod v1 {
         pub fn events(&self) -> ::core::result::Result<EventInformer, crate::__private::factory::FactoryError> {
             EventInformer::new(self.factory)
         }
+        /// The shared informer of `Endpoints`.
+        pub fn endpoints(&self) -> ::core::result::Result<EndpointsInformer, crate::__private::factory::FactoryError> {
+            EndpointsInformer::new(self.factory)
+        }
         /// The shared informer of `ServiceAccount`.
         pub fn serviceaccounts(
             &self,
@@ -581,6 +585,89 @@ pub mod v1 {
         }
         /// The object of this namespace named `name`, if cached.
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Event>> {
+            self.lister.get(name)
+        }
+    }
+    /// The shared informer of `v1` `Endpoints`, from a `SharedInformerFactory`.
+    #[derive(::core::clone::Clone)]
+    pub struct EndpointsInformer {
+        informer: crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Endpoints>,
+    }
+    impl EndpointsInformer {
+        /// The factory's shared informer for this type, created on first use.
+        pub fn new(
+            factory: &crate::__private::factory::SharedInformerFactory,
+        ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
+            ::core::result::Result::Ok(Self {
+                informer: factory.informer_for::<::k8s_openapi::api::core::v1::Endpoints>()?,
+            })
+        }
+        /// The underlying shared informer.
+        pub fn informer(
+            &self,
+        ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Endpoints> {
+            &self.informer
+        }
+        /// A lister over the informer's cache.
+        pub fn lister(&self) -> EndpointsLister {
+            EndpointsLister {
+                lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
+            }
+        }
+        /// Adds an event handler to the shared informer.
+        pub fn add_event_handler(
+            &self,
+            handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::Endpoints>,
+        ) -> ::core::result::Result<
+            crate::__private::cache::ResourceEventHandlerRegistration<::k8s_openapi::api::core::v1::Endpoints>,
+            crate::__private::cache::InformerError,
+        > {
+            self.informer.add_event_handler(handler)
+        }
+        /// Whether the informer's cache has synced.
+        pub fn has_synced(&self) -> bool {
+            self.informer.has_synced()
+        }
+    }
+    /// Lists and gets `Endpoints` objects from the informer's cache.
+    #[derive(::core::clone::Clone)]
+    pub struct EndpointsLister {
+        lister: crate::__private::cache::Lister<::k8s_openapi::api::core::v1::Endpoints>,
+    }
+    impl EndpointsLister {
+        /// Every cached object matching `selector`.
+        pub fn list(
+            &self,
+            selector: &crate::__private::cache::Selector,
+        ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::Endpoints>> {
+            self.lister.list(selector)
+        }
+    }
+    impl EndpointsLister {
+        /// The `Endpoints` objects of `namespace`, served from the namespace index.
+        pub fn endpoints(&self, namespace: &str) -> EndpointsNamespaceLister {
+            EndpointsNamespaceLister {
+                lister: self.lister.namespaced(namespace),
+            }
+        }
+    }
+    /// Lists and gets the `Endpoints` objects of one namespace from the informer's cache.
+    pub struct EndpointsNamespaceLister {
+        lister: crate::__private::cache::NamespaceLister<::k8s_openapi::api::core::v1::Endpoints>,
+    }
+    impl EndpointsNamespaceLister {
+        /// Objects of this namespace matching `selector`.
+        pub fn list(
+            &self,
+            selector: &crate::__private::cache::Selector,
+        ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::Endpoints>> {
+            self.lister.list(selector)
+        }
+        /// The object of this namespace named `name`, if cached.
+        pub fn get(
+            &self,
+            name: &str,
+        ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Endpoints>> {
             self.lister.get(name)
         }
     }

@@ -271,16 +271,12 @@ fn generate_version(crd: &Crd, version: &str, schema: &Schema, options: &CrdOpti
     if all_optional {
         kube_args.push(quote!(derive = "Default"));
     }
-    let crates = |sub: &str| -> String {
-        let krate = quote!(#krate).to_string().replace(' ', "");
-        format!("{krate}::{sub}")
-    };
     let (kube_core, k8s_openapi, schemars, serde, serde_json) = (
-        crates("kube::core"),
-        crates("k8s_openapi"),
-        crates("schemars"),
-        crates("serde"),
-        crates("serde_json"),
+        types.path("kube::core"),
+        types.path("k8s_openapi"),
+        types.path("schemars"),
+        types.path("serde"),
+        types.path("serde_json"),
     );
     kube_args.push(quote!(crates(
         kube_core = #kube_core,
@@ -362,6 +358,12 @@ impl Types {
         }
         self.used.insert(candidate.clone());
         format_ident!("{}", candidate)
+    }
+
+    /// `sub` under the kinformer path, as a string for an attribute (`"::kinformer::serde"`).
+    fn path(&self, sub: &str) -> String {
+        let krate = &self.krate;
+        format!("{}::{sub}", quote!(#krate).to_string().replace(' ', ""))
     }
 
     fn tokens(&self, ty: &Ty) -> TokenStream {
@@ -466,9 +468,7 @@ impl Types {
         let derives = self.struct_derives(fields.all_optional);
         let body = fields.tokens;
         let doc = doc_attrs(schema.description.as_deref(), None);
-        let krate = &self.krate;
-        let serde_crate = format!("{}::serde", quote!(#krate).to_string().replace(' ', ""));
-        let schemars_crate = format!("{}::schemars", quote!(#krate).to_string().replace(' ', ""));
+        let (serde_crate, schemars_crate) = (self.path("serde"), self.path("schemars"));
         self.items[slot] = quote! {
             #doc
             #[derive(#derives)]
@@ -479,11 +479,10 @@ impl Types {
         Ok(ident)
     }
 
-    /// The braced fields of an object schema. `keep_unknown` adds the flattened map of unknown
+    /// The braced fields of an object schema. `force_struct` adds the flattened map of unknown
     /// fields even without `x-kubernetes-preserve-unknown-fields` when there are no properties
     /// (a spec must be a struct).
     fn fields(&mut self, schema: &Schema, owner: &str, force_struct: bool) -> Result<Fields, String> {
-        let krate = self.krate.clone();
         let mut taken = BTreeSet::new();
         let mut fields = Vec::new();
         let mut all_optional = true;
@@ -509,15 +508,11 @@ impl Types {
                 quote!(#[serde(#(#serde_args),*)])
             };
             let schemars_attr = if ty == Ty::IntOrString {
-                let with = format!(
-                    "{}::__codegen::{}",
-                    quote!(#krate).to_string().replace(' ', ""),
-                    if optional {
-                        "optional_int_or_string_schema"
-                    } else {
-                        "int_or_string_schema"
-                    }
-                );
+                let with = self.path(if optional {
+                    "__codegen::optional_int_or_string_schema"
+                } else {
+                    "__codegen::int_or_string_schema"
+                });
                 quote!(#[schemars(schema_with = #with)])
             } else {
                 TokenStream::new()
@@ -578,8 +573,7 @@ impl Types {
         });
         let doc = doc_attrs(schema.description.as_deref(), None);
         let krate = &self.krate;
-        let serde_crate = format!("{}::serde", quote!(#krate).to_string().replace(' ', ""));
-        let schemars_crate = format!("{}::schemars", quote!(#krate).to_string().replace(' ', ""));
+        let (serde_crate, schemars_crate) = (self.path("serde"), self.path("schemars"));
         self.items.push(quote! {
             #doc
             #[derive(

@@ -354,19 +354,29 @@ async fn a_watch_at_a_revision_reached_within_the_wait_is_served_from_it() {
     let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
     let created = api.create(&PostParams::default(), &cm("a")).await.unwrap();
     let current: u64 = created.metadata.resource_version.unwrap().parse().unwrap();
+    let asked = (current + 1).to_string();
     let writer = {
         let api = api.clone();
+        let faults = env.faults();
+        let asked = asked.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Write only once the server holds the watch request, which it cannot serve yet.
+            wait_for(T, "the watch request", || {
+                let asked = asked.clone();
+                let requests = faults.requests();
+                async move {
+                    requests
+                        .iter()
+                        .any(|r| r.is_watch && r.param("resourceVersion").as_deref() == Some(asked.as_str()))
+                }
+            })
+            .await;
             api.create(&PostParams::default(), &cm("b")).await.unwrap();
             api.create(&PostParams::default(), &cm("c")).await.unwrap();
         })
     };
     // Asked at current + 1: the watch starts after "b" (revision current + 1) and sends "c".
-    let stream = api
-        .watch(&WatchParams::default(), &(current + 1).to_string())
-        .await
-        .unwrap();
+    let stream = api.watch(&WatchParams::default(), &asked).await.unwrap();
     let mut stream = stream.boxed();
     match next_event(&mut stream).await {
         WatchEvent::Added(c) => assert_eq!(c.metadata.name.as_deref(), Some("c")),

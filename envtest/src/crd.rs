@@ -1,17 +1,18 @@
 //! CustomResourceDefinitions: creating one serves its resource, deleting one stops serving it and
 //! removes its objects (kube-apiserver's apiextensions controllers, collapsed into the write path).
 //!
-//! Supported: `spec.group`, `spec.names` (plural, singular, kind, shortNames, categories), `spec.scope`, every
-//! `served` version, and the `status` subresource. Schemas are not validated (everything is
-//! preserved, as with `x-kubernetes-preserve-unknown-fields`).
+//! Supported: `spec.group`, `spec.names` (plural, singular, kind, shortNames, categories),
+//! `spec.scope`, every `served` version, the `status` and `scale` subresources, and each
+//! version's `openAPIV3Schema`, which prunes, defaults and validates the custom resources
+//! (`schema.rs`).
 
 use crate::object;
-use crate::resources::{Registry, ResourceInfo};
+use crate::resources::{Registry, ResourceInfo, ScalePaths};
 use crate::status::ApiError;
 use crate::storage::Inner;
 use serde_json::{Value, json};
 
-const CRD_KEY: &str = "apiextensions.k8s.io/customresourcedefinitions";
+pub(crate) const CRD_KEY: &str = "apiextensions.k8s.io/customresourcedefinitions";
 
 fn is_crd(info: &ResourceInfo) -> bool {
     info.key() == CRD_KEY
@@ -52,6 +53,11 @@ fn served(crd: &Value) -> Vec<ResourceInfo> {
             short_names: short_names.clone(),
             status_subresource: v["subresources"].get("status").is_some(),
             categories: categories.clone(),
+            scale: v["subresources"].get("scale").map(|sc| ScalePaths {
+                spec_replicas: s(&sc["specReplicasPath"]),
+                status_replicas: s(&sc["statusReplicasPath"]),
+                label_selector: sc["labelSelectorPath"].as_str().map(str::to_owned),
+            }),
         })
         .collect()
 }

@@ -18,6 +18,36 @@
 //! target ports, …; see `defaults.rs` for the list and what is left out). [`Faults`] injects
 //! failures for reliability tests.
 //!
+//! Writes are checked as kube-apiserver checks them: built-in kinds are decoded into their
+//! Kubernetes type (a wrong JSON type is a `400`, unknown fields are dropped, or refused under
+//! `fieldValidation=Strict`, which kubectl sends), metadata follows ObjectMeta's rules (`422
+//! Invalid` with kube-apiserver's field paths and messages), and custom resources are pruned,
+//! defaulted and validated by their CRD version's structural schema. `metadata.generation` is
+//! kept only by the kinds whose registry tracks it. Deployments, ReplicaSets, StatefulSets and
+//! CRDs that declare it serve `/scale`. The OpenAPI v3 documents carry every served kind's schema
+//! (built-in and CRD), so `kubectl explain` works and `kubectl apply` validates on the server.
+//!
+//! # Differences from kube-apiserver
+//!
+//! What a test against envtest can still see differently from a cluster, one line each:
+//! - decode errors name serde's reason at the field path, not Go's struct field and type;
+//! - `fieldValidation=Warn` drops unknown fields without a `Warning` header;
+//! - kind-specific validation (a Deployment's selector matching its template, container names,
+//!   ports, …) is not run: only ObjectMeta's rules and CRD schemas are;
+//! - CRD schemas: no CEL (`x-kubernetes-validations`), `allOf`/`anyOf`/`oneOf`/`not`, `format`,
+//!   or `x-kubernetes-list-type` uniqueness; a CRD's own schema is not checked for being structural;
+//! - strategic merge patch is a JSON merge patch (lists replaced, not merged by key);
+//! - server-side apply merges without field ownership (no `managedFields`, no conflicts);
+//! - protobuf request bodies are decoded for Namespace, ConfigMap, Secret and ServiceAccount only;
+//! - OpenAPI: v3 only (no v2 document), built-in schemas from k8s-openapi (no `default`s or
+//!   `x-kubernetes-patch-*` extensions), a few operations per kind rather than every one;
+//! - no admission: no quota, limit ranges, default service account or token, allocated
+//!   `clusterIP`, Pod default tolerations;
+//! - no controllers but the CRD, namespace and garbage-collection ones (no Deployment → ReplicaSet
+//!   → Pod; write status yourself);
+//! - one version served per built-in group; no conversion between CRD versions (each version's
+//!   objects are stored as written).
+//!
 //! ```
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use k8s_openapi::api::core::v1::ConfigMap;
@@ -44,6 +74,7 @@ mod defaults;
 mod discovery;
 mod error;
 mod faults;
+mod field;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -56,11 +87,15 @@ mod protobuf;
 mod request;
 mod resources;
 mod rest;
+mod scale;
+mod schema;
 mod selectors;
 mod server;
 mod status;
 mod storage;
 mod tls;
+mod typed;
+mod validation;
 mod watch_cache;
 
 pub use config::Config;
@@ -68,7 +103,7 @@ pub use error::Error;
 pub use faults::{Faults, MAX_FAULT_COUNT, MAX_LATENCY, MAX_RETRY_AFTER_SECS, RecordedRequest};
 pub use kubeconfig::kubeconfig;
 pub use patch::PatchKind;
-pub use resources::{Registry, ResourceInfo, builtin as builtin_resources};
+pub use resources::{Registry, ResourceInfo, ScalePaths, builtin as builtin_resources};
 pub use selectors::{FieldSelector, Filter, LabelSelector};
 pub use server::Server;
 pub use status::ApiError;

@@ -29,6 +29,32 @@ pub struct ResourceInfo {
     pub status_subresource: bool,
     /// Categories for discovery (`all`: what `kubectl get all` lists).
     pub categories: Vec<String>,
+    /// Where the `/scale` subresource reads and writes, if the resource has one.
+    pub scale: Option<ScalePaths>,
+}
+
+/// The fields behind a resource's `/scale` subresource (a CRD's `subresources.scale`), as
+/// dotted paths such as `.spec.replicas`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// The desired replica count (`Scale.spec.replicas`).
+    pub spec_replicas: String,
+    /// The observed replica count (`Scale.status.replicas`, `0` when unset).
+    pub status_replicas: String,
+    /// The label selector (`Scale.status.selector`): a string, or a `LabelSelector` object that
+    /// is rendered as one (the built-in workloads' `.spec.selector`).
+    pub label_selector: Option<String>,
+}
+
+impl ScalePaths {
+    /// Deployments', ReplicaSets' and StatefulSets' paths.
+    pub fn workload() -> Self {
+        ScalePaths {
+            spec_replicas: ".spec.replicas".into(),
+            status_replicas: ".status.replicas".into(),
+            label_selector: Some(".spec.selector".into()),
+        }
+    }
 }
 
 impl ResourceInfo {
@@ -75,7 +101,14 @@ fn res(
         short_names: short.iter().map(|s| (*s).to_owned()).collect(),
         status_subresource: status,
         categories: Vec::new(),
+        scale: None,
     }
+}
+
+/// `r` with the `/scale` subresource of the built-in workloads.
+fn scalable(mut r: ResourceInfo) -> ResourceInfo {
+    r.scale = Some(ScalePaths::workload());
+    r
 }
 
 /// `r` in the `all` category, as kube-apiserver puts its workload resources.
@@ -86,7 +119,8 @@ fn in_all(mut r: ResourceInfo) -> ResourceInfo {
 
 /// The built-in resources envtest serves: the same list `cargo xtask codegen` generates the
 /// factory's typed informers for (`xtask/builtin-resources.txt`; a test keeps the two equal),
-/// with kube-apiserver's scope, short names, `/status` subresources and `all` category.
+/// with kube-apiserver's scope, short names, `/status` and `/scale` subresources and `all`
+/// category.
 pub fn builtin() -> Vec<ResourceInfo> {
     vec![
         res("", "v1", "namespaces", "Namespace", false, &["ns"], true),
@@ -107,9 +141,33 @@ pub fn builtin() -> Vec<ResourceInfo> {
             &["pvc"],
             true,
         ),
-        in_all(res("apps", "v1", "deployments", "Deployment", true, &["deploy"], true)),
-        in_all(res("apps", "v1", "replicasets", "ReplicaSet", true, &["rs"], true)),
-        in_all(res("apps", "v1", "statefulsets", "StatefulSet", true, &["sts"], true)),
+        scalable(in_all(res(
+            "apps",
+            "v1",
+            "deployments",
+            "Deployment",
+            true,
+            &["deploy"],
+            true,
+        ))),
+        scalable(in_all(res(
+            "apps",
+            "v1",
+            "replicasets",
+            "ReplicaSet",
+            true,
+            &["rs"],
+            true,
+        ))),
+        scalable(in_all(res(
+            "apps",
+            "v1",
+            "statefulsets",
+            "StatefulSet",
+            true,
+            &["sts"],
+            true,
+        ))),
         in_all(res("apps", "v1", "daemonsets", "DaemonSet", true, &["ds"], true)),
         in_all(res("batch", "v1", "jobs", "Job", true, &[], true)),
         in_all(res("batch", "v1", "cronjobs", "CronJob", true, &["cj"], true)),

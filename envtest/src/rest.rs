@@ -8,6 +8,7 @@
 //! state changes, no new revision for a no-op write, finalizers keep a deleted object (with
 //! `deletionTimestamp`) until they are gone.
 
+use crate::field;
 use crate::object;
 use crate::patch::{self, PatchKind};
 use crate::request::{Query, ResourcePath};
@@ -15,6 +16,7 @@ use crate::resources::{Registry, ResourceInfo};
 use crate::selectors::{FieldSelector, Filter, LabelSelector};
 use crate::status::{self, ApiError};
 use crate::storage::{Inner, ObjectKey, Objects, Storage};
+use crate::typed::{self, FieldValidation};
 use serde_json::{Value, json};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -30,6 +32,61 @@ pub(crate) struct Rest {
 
 /// The result of a write: the HTTP status and body.
 pub(crate) type WriteResult = Result<(u16, Value), ApiError>;
+
+/// The query parameters every create, update and patch honours.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WriteOptions {
+    /// `dryRun=All`: run every step, store nothing.
+    pub(crate) dry_run: bool,
+    /// `fieldValidation`: what unknown fields do.
+    pub(crate) field_validation: FieldValidation,
+}
+
+/// How a kind's registry strategy keeps `metadata.generation` (kube-apiserver sets it only for
+/// kinds whose desired state it tracks; for the others it is absent or as the client sent it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GenerationRule {
+    /// Never set by the server (ConfigMap, Secret, Pod in 1.32, Service, RBAC, …).
+    Untracked,
+    /// Bumped when anything but metadata and status changes (workloads, Ingress, CRDs).
+    Spec,
+    /// As `Spec`, and also on an annotation change (Deployment).
+    SpecAndAnnotations,
+    /// Bumped when anything but metadata changes, or the labels (EndpointSlice); custom
+    /// resources the same without the labels (a main-resource write cannot change status when
+    /// the status subresource is on, since it is copied over).
+    AllButMetadata { labels: bool },
+}
+
+fn generation_rule(info: &ResourceInfo) -> GenerationRule {
+    if !typed::is_built_in(info) {
+        return GenerationRule::AllButMetadata { labels: false };
+    }
+    match (info.group.as_str(), info.kind.as_str()) {
+        ("apps", "Deployment") => GenerationRule::SpecAndAnnotations,
+        ("apps", _) | ("batch", _) | ("networking.k8s.io", "Ingress") | ("apiextensions.k8s.io", _) => {
+            GenerationRule::Spec
+        }
+        ("discovery.k8s.io", "EndpointSlice") => GenerationRule::AllButMetadata { labels: true },
+        _ => GenerationRule::Untracked,
+    }
+}
+
+/// Whether the write from `cur` to `new` changes what `rule` tracks.
+fn generation_changes(rule: GenerationRule, cur: &Value, new: &Value) -> bool {
+    let meta = |o: &Value, f: &str| o.get("metadata").and_then(|m| m.get(f)).cloned();
+    match rule {
+        GenerationRule::Untracked => false,
+        GenerationRule::Spec => object::spec_part(new) != object::spec_part(cur),
+        GenerationRule::SpecAndAnnotations => {
+            object::spec_part(new) != object::spec_part(cur) || meta(new, "annotations") != meta(cur, "annotations")
+        }
+        GenerationRule::AllButMetadata { labels } => {
+            object::without_metadata(new) != object::without_metadata(cur)
+                || (labels && meta(new, "labels") != meta(cur, "labels"))
+        }
+    }
+}
 
 fn name_of(path: &ResourcePath) -> Result<&str, ApiError> {
     path.name.as_deref().ok_or_else(ApiError::method_not_allowed)
@@ -265,7 +322,7 @@ impl Rest {
     }
 
     /// CREATE (`POST` to the collection).
-    pub(crate) fn create(&self, path: &ResourcePath, mut body: Value, dry_run: bool) -> WriteResult {
+    pub(crate) fn create(&self, path: &ResourcePath, mut body: Value, opts: &WriteOptions) -> WriteResult {
         if path.name.is_some() {
             return Err(ApiError::method_not_allowed());
         }
@@ -274,6 +331,8 @@ impl Rest {
         }
         self.check_body(path, &mut body)?;
         let info = &path.info;
+        let crd = self.crd_of(&self.storage.lock(), info);
+        let mut body = decode(info, crd.as_deref(), &body, opts.field_validation)?;
         crate::defaults::apply(&info.group, &info.kind, &mut body);
         let mut name = object::name(&body).to_owned();
         if name.is_empty() {
@@ -282,12 +341,14 @@ impl Rest {
                 name = format!("{prefix}{}", object::random_suffix(5));
             }
         }
-        object::validate_name(&name)
-            .map_err(|m| ApiError::invalid(&info.kind, &name, format!("metadata.name: Invalid value: {m}")))?;
-        object::set_meta(&mut body, "name", Value::String(name.clone()));
+        if !name.is_empty() {
+            object::set_meta(&mut body, "name", Value::String(name.clone()));
+        }
         object::set_meta(&mut body, "uid", Value::String(object::new_uid()));
         object::set_meta(&mut body, "creationTimestamp", Value::String(object::now_timestamp()));
-        object::set_meta(&mut body, "generation", json!(1));
+        if generation_rule(info) != GenerationRule::Untracked {
+            object::set_meta(&mut body, "generation", json!(1));
+        }
         for f in [
             "resourceVersion",
             "deletionTimestamp",
@@ -299,13 +360,13 @@ impl Rest {
         if info.key() == "/namespaces" {
             body["status"] = json!({"phase": "Active"});
         }
-        crate::crd::validate(info, &body)?;
+        validate(info, crd.as_deref(), &body)?;
         let mut inner = self.storage.lock();
         self.check_namespace(&inner, path)?;
         if inner.get(&info.key(), ns_of(path), &name).is_some() {
             return Err(ApiError::already_exists(&info.qualified(), &name));
         }
-        if dry_run {
+        if opts.dry_run {
             return Ok((201, body));
         }
         let stored = inner.put(&info.key(), body);
@@ -321,9 +382,12 @@ impl Rest {
     }
 
     /// UPDATE (`PUT`), of the main resource or `/status`.
-    pub(crate) fn update(&self, path: &ResourcePath, mut body: Value, dry_run: bool) -> WriteResult {
+    pub(crate) fn update(&self, path: &ResourcePath, mut body: Value, opts: &WriteOptions) -> WriteResult {
         let name = name_of(path)?.to_owned();
         check_subresource(path)?;
+        if path.subresource.as_deref() == Some("scale") {
+            return self.update_scale(path, &body, opts);
+        }
         self.check_body(path, &mut body)?;
         let body_name = object::name(&body);
         if !body_name.is_empty() && body_name != name {
@@ -337,13 +401,16 @@ impl Rest {
         let Some(cur) = inner.get(&info.key(), ns_of(path), &name) else {
             return Err(ApiError::not_found(&info.qualified(), &name));
         };
-        self.write_update(&mut inner, path, &cur, body, dry_run)
+        self.write_update(&mut inner, path, &cur, body, opts)
     }
 
     /// PATCH (merge, JSON, strategic-as-merge, apply-as-create-or-merge).
-    pub(crate) fn patch(&self, path: &ResourcePath, kind: PatchKind, body: &[u8], dry_run: bool) -> WriteResult {
+    pub(crate) fn patch(&self, path: &ResourcePath, kind: PatchKind, body: &[u8], opts: &WriteOptions) -> WriteResult {
         let name = name_of(path)?.to_owned();
         check_subresource(path)?;
+        if path.subresource.as_deref() == Some("scale") {
+            return self.patch_scale(path, kind, body, opts);
+        }
         let info = path.info.clone();
         let cur = {
             let inner = self.storage.lock();
@@ -357,7 +424,7 @@ impl Rest {
                     name: None,
                     ..path.clone()
                 };
-                return self.create(&create_path, obj, dry_run);
+                return self.create(&create_path, obj, opts);
             }
             return Err(ApiError::not_found(&info.qualified(), &name));
         };
@@ -380,20 +447,22 @@ impl Rest {
             self.check_body(path, &mut again)?;
             patched = again;
         }
-        self.write_update(&mut inner, path, &now, patched, dry_run)
+        self.write_update(&mut inner, path, &now, patched, opts)
     }
 
     /// The common tail of update and patch: preconditions, subresource rules, server-owned
     /// fields, generation, finalizer-driven removal, no-op detection.
-    fn write_update(
+    pub(crate) fn write_update(
         &self,
         inner: &mut Inner,
         path: &ResourcePath,
         cur: &Arc<Value>,
-        mut new: Value,
-        dry_run: bool,
+        new: Value,
+        opts: &WriteOptions,
     ) -> WriteResult {
         let info = &path.info;
+        let crd = self.crd_of(inner, info);
+        let mut new = decode(info, crd.as_deref(), &new, opts.field_validation)?;
         let name = object::name(cur).to_owned();
         let body_rv = object::resource_version(&new).to_owned();
         if !body_rv.is_empty() && body_rv != object::resource_version(cur) {
@@ -438,22 +507,29 @@ impl Rest {
             }
         }
         crate::defaults::apply(&info.group, &info.kind, &mut new);
-        let generation = cur
+        // The client cannot set generation; the server keeps it, bumped by the kind's rule
+        // (never by a /status write).
+        let rule = generation_rule(info);
+        match cur
             .get("metadata")
             .and_then(|m| m.get("generation"))
             .and_then(Value::as_i64)
-            .unwrap_or(1);
-        let generation = if object::spec_part(&new) != object::spec_part(cur) {
-            generation + 1
-        } else {
-            generation
-        };
-        object::set_meta(&mut new, "generation", json!(generation));
-        crate::crd::validate(info, &new)?;
+        {
+            Some(g) => {
+                let bump = path.subresource.is_none() && generation_changes(rule, cur, &new);
+                object::set_meta(
+                    &mut new,
+                    "generation",
+                    json!(if bump { g.saturating_add(1) } else { g }),
+                );
+            }
+            None => object::remove_meta(&mut new, "generation"),
+        }
+        validate(info, crd.as_deref(), &new)?;
         if new == **cur {
             return Ok((200, new));
         }
-        if dry_run {
+        if opts.dry_run {
             return Ok((200, new));
         }
         if object::is_terminating(&new) && object::finalizers(&new).is_empty() {
@@ -542,6 +618,15 @@ impl Rest {
             let mut next = (*cur).clone();
             object::set_meta(&mut next, "deletionTimestamp", Value::String(object::now_timestamp()));
             object::set_meta(&mut next, "deletionGracePeriodSeconds", json!(0));
+            // kube-apiserver's BeforeDelete: marking for deletion is a change of desired state.
+            if let Some(g) = next
+                .get("metadata")
+                .and_then(|m| m.get("generation"))
+                .and_then(Value::as_i64)
+                .filter(|g| *g > 0)
+            {
+                object::set_meta(&mut next, "generation", json!(g.saturating_add(1)));
+            }
             if is_namespace {
                 next["status"] = json!({"phase": "Terminating"});
             }
@@ -599,10 +684,55 @@ impl Rest {
     }
 }
 
+impl Rest {
+    /// The CustomResourceDefinition that serves `info`, if it is a custom resource.
+    fn crd_of(&self, inner: &Inner, info: &ResourceInfo) -> Option<Arc<Value>> {
+        if typed::is_built_in(info) {
+            return None;
+        }
+        inner.get(crate::crd::CRD_KEY, "", &format!("{}.{}", info.plural, info.group))
+    }
+}
+
+/// Decodes a request body as kube-apiserver does before anything else: built-in kinds into
+/// their type, custom resources' metadata as ObjectMeta and their body pruned and defaulted by
+/// the CRD's schema; `Strict` refuses unknown fields (`400`).
+fn decode(
+    info: &ResourceInfo,
+    crd: Option<&Value>,
+    body: &Value,
+    validation: FieldValidation,
+) -> Result<Value, ApiError> {
+    let mut obj = typed::decode(info, body, validation)?;
+    if let Some(schema) = crd.and_then(|c| crate::schema::of_version(c, &info.version)) {
+        let dropped = crate::schema::prune(schema, &mut obj);
+        if validation == FieldValidation::Strict {
+            typed::refuse_unknown(info, &dropped)?;
+        }
+        crate::schema::default(schema, &mut obj);
+    }
+    Ok(obj)
+}
+
+/// Validates an object about to be stored: its metadata, a custom resource against its
+/// schema, a CRD's own rules. All failures in one `422 Invalid`.
+fn validate(info: &ResourceInfo, crd: Option<&Value>, obj: &Value) -> Result<(), ApiError> {
+    let built_in = typed::is_built_in(info);
+    let mut errs = crate::validation::object_meta(info, obj, built_in);
+    if let Some(schema) = crd.and_then(|c| crate::schema::of_version(c, &info.version)) {
+        errs.extend(crate::schema::validate(schema, obj));
+    }
+    if !errs.is_empty() {
+        return Err(field::invalid(&info.group, &info.kind, object::name(obj), &errs));
+    }
+    crate::crd::validate(info, obj)
+}
+
 fn check_subresource(path: &ResourcePath) -> Result<(), ApiError> {
     match path.subresource.as_deref() {
         None => Ok(()),
         Some("status") if path.info.status_subresource => Ok(()),
+        Some("scale") if path.info.scale.is_some() => Ok(()),
         Some(_) => Err(ApiError::no_route()),
     }
 }

@@ -82,7 +82,7 @@ impl Server {
                     name: None,
                     subresource: None,
                 };
-                rest.create(&path, json!({"metadata": {"name": ns}}), false)
+                rest.create(&path, json!({"metadata": {"name": ns}}), &rest::WriteOptions::default())
                     .map_err(|e| Error::Url(e.to_string()))?;
             }
         }
@@ -355,6 +355,10 @@ async fn serve(
     };
     let rest = &app.rest;
     let dry_run = q.get("dryRun").is_some_and(|v| !v.is_empty());
+    let write = rest::WriteOptions {
+        dry_run,
+        field_validation: crate::typed::FieldValidation::from_query(q.get("fieldValidation"))?,
+    };
     let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let list = *method == Method::GET && p.name.is_none() && !is_watch;
     let representation = if *method == Method::GET {
@@ -373,6 +377,9 @@ async fn serve(
         |(code, body): (u16, Value)| status::json_response(StatusCode::from_u16(code).unwrap_or(StatusCode::OK), &body);
     match *method {
         Method::GET if is_watch => watch(app, &p, q, representation),
+        Method::GET if p.subresource.as_deref() == Some("scale") => {
+            Ok(status::json_response(StatusCode::OK, &rest.get_scale(&p)?))
+        }
         Method::GET if p.name.is_some() => {
             let obj = rest.get(&p)?;
             match representation {
@@ -396,17 +403,17 @@ async fn serve(
         Method::POST => {
             let (ct, body) = read_body(app, req).await?;
             let obj = decode_object(&ct, &body)?;
-            rest.create(&p, obj, dry_run).map(ok)
+            rest.create(&p, obj, &write).map(ok)
         }
         Method::PUT => {
             let (ct, body) = read_body(app, req).await?;
             let obj = decode_object(&ct, &body)?;
-            rest.update(&p, obj, dry_run).map(ok)
+            rest.update(&p, obj, &write).map(ok)
         }
         Method::PATCH => {
             let (ct, body) = read_body(app, req).await?;
             let kind = PatchKind::from_content_type(&ct).ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
-            rest.patch(&p, kind, &body, dry_run).map(ok)
+            rest.patch(&p, kind, &body, &write).map(ok)
         }
         Method::DELETE => {
             let (_, body) = read_body(app, req).await?;
@@ -431,7 +438,7 @@ fn other(app: &Arc<App>, method: &Method, path: &str) -> Result<Response, ApiErr
     if *method != Method::GET {
         return Err(ApiError::no_route());
     }
-    if let Some(doc) = crate::openapi::handle(&app.rest.registry, path) {
+    if let Some(doc) = crate::openapi::handle(&app.rest.registry, &app.rest.storage, path) {
         return Ok(status::json_response(StatusCode::OK, &doc));
     }
     match crate::discovery::handle(&app.rest.registry, path) {

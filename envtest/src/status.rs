@@ -65,6 +65,13 @@ impl ApiError {
         e
     }
 
+    /// An error with `details` already built (`field::invalid` builds the causes of a 422).
+    pub(crate) fn with_details(code: u16, reason: &'static str, message: String, details: Value) -> Self {
+        let mut e = Self::new(code, reason, message);
+        e.details = Some(details);
+        e
+    }
+
     /// `400 BadRequest`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)

@@ -1,5 +1,6 @@
 //! The machine's kubectl against the `kinformer-apiserver` binary: discovery, protobuf create,
-//! OpenAPI-validated apply of a CRD and a custom object, label, delete, and `get --watch`.
+//! OpenAPI-validated apply of a CRD and a custom object, strict field validation, `scale`, label,
+//! delete, and `get --watch`.
 //! Skipped (with a message) only when kubectl is not installed.
 
 use std::io::{BufRead, BufReader};
@@ -67,11 +68,31 @@ spec:
   - name: v1
     served: true
     storage: true
-    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            description: What the widget should be.
+            properties:
+              size: {type: integer, minimum: 0, description: How big the widget is.}
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
     subresources: {status: {}}
 "#;
 
 const WIDGET: &str = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n";
+
+const DEPLOYMENT: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: 'nginx:1.27'}]}
+";
 
 #[test]
 fn kubectl_works_against_the_binary() {
@@ -111,6 +132,63 @@ fn kubectl_works_against_the_binary() {
     std::fs::write(home.join("w.yaml"), WIDGET.replace("size: 3", "size: 4")).unwrap();
     ok(&home, &["apply", "-f", home.join("w.yaml").to_str().unwrap()]);
     assert_eq!(ok(&home, &["get", "widget", "w1", "-o", "jsonpath={.spec.size}"]), "4");
+
+    // Validation: kubectl sends fieldValidation=Strict, so an unknown field is refused as by
+    // kube-apiserver, and a bad label value is a 422 naming the field.
+    std::fs::write(home.join("deploy.yaml"), DEPLOYMENT).unwrap();
+    ok(&home, &["apply", "-f", home.join("deploy.yaml").to_str().unwrap()]);
+    std::fs::write(
+        home.join("bad.yaml"),
+        DEPLOYMENT.replace("replicas: 1", "replicas: 1\n  replicaz: 2"),
+    )
+    .unwrap();
+    let refused = kubectl(&home, &["apply", "-f", home.join("bad.yaml").to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("unknown field \"spec.replicaz\""),
+        "{stderr}"
+    );
+    let refused = kubectl(
+        &home,
+        &[
+            "patch",
+            "deploy",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":{"tier":"not valid"}}}"#,
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("metadata.labels: Invalid value"),
+        "{stderr}"
+    );
+    // kubectl explain reads the OpenAPI v3 schemas, of built-in kinds and of CRDs.
+    let explained = ok(&home, &["explain", "deployment.spec.replicas"]);
+    assert!(
+        explained.contains("FIELD: replicas <integer>") && explained.contains("Number of desired pods"),
+        "{explained}"
+    );
+    let explained = ok(&home, &["explain", "widget.spec"]);
+    assert!(
+        explained.contains("What the widget should be") && explained.contains("size\t<integer>"),
+        "{explained}"
+    );
+    // kubectl scale goes through the /scale subresource.
+    ok(&home, &["scale", "deployment", "web", "--replicas=3"]);
+    assert_eq!(
+        ok(&home, &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]),
+        "3"
+    );
+    ok(
+        &home,
+        &["scale", "deployment", "web", "--current-replicas=3", "--replicas=4"],
+    );
+    assert_eq!(
+        ok(&home, &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]),
+        "4"
+    );
 
     ok(&home, &["label", "cm", "c1", "tier=web"]);
     assert!(ok(&home, &["get", "cm", "-l", "tier=web"]).contains("c1"));

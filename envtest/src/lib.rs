@@ -24,7 +24,9 @@
 //! Invalid` with kube-apiserver's field paths and messages), and custom resources are pruned,
 //! defaulted and validated by their CRD version's structural schema. `metadata.generation` is
 //! kept only by the kinds whose registry tracks it. Deployments, ReplicaSets, StatefulSets and
-//! CRDs that declare it serve `/scale`. The OpenAPI v3 documents carry every served kind's schema
+//! CRDs that declare it serve `/scale`. Every write records `metadata.managedFields`, and
+//! server-side apply follows field ownership (removal of fields no longer applied, `409`
+//! conflicts between managers unless `force=true`). The OpenAPI v3 documents carry every served kind's schema
 //! (built-in and CRD), so `kubectl explain` works and `kubectl apply` validates on the server.
 //!
 //! # Differences from kube-apiserver
@@ -36,8 +38,11 @@
 //!   ports, …) is not run: only ObjectMeta's rules and CRD schemas are;
 //! - CRD schemas: no CEL (`x-kubernetes-validations`), `allOf`/`anyOf`/`oneOf`/`not`, `format`,
 //!   or `x-kubernetes-list-type` uniqueness; a CRD's own schema is not checked for being structural;
-//! - strategic merge patch is a JSON merge patch (lists replaced, not merged by key);
-//! - server-side apply merges without field ownership (no `managedFields`, no conflicts);
+//! - strategic merge patch knows the merge keys of the lists controllers patch (containers, env,
+//!   ports, volumes, conditions, …), not every list of every type;
+//! - field ownership: built-in kinds' list types come from a table of common lists (other lists
+//!   are atomic), a map a manager created empty is not a `.` member, no field-level
+//!   `managedFields` reset with `[{}]`;
 //! - protobuf request bodies are decoded for Namespace, ConfigMap, Secret and ServiceAccount only;
 //! - OpenAPI: v3 only (no v2 document), built-in schemas from k8s-openapi (no `default`s or
 //!   `x-kubernetes-patch-*` extensions), a few operations per kind rather than every one;
@@ -75,6 +80,7 @@ mod discovery;
 mod error;
 mod faults;
 mod field;
+mod field_manager;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -93,6 +99,7 @@ mod selectors;
 mod server;
 mod status;
 mod storage;
+mod strategic;
 mod tls;
 mod typed;
 mod validation;

@@ -1,10 +1,10 @@
 //! PATCH bodies: JSON merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge patch and
 //! server-side apply.
 //!
-//! Limitations (documented, deliberate): a strategic merge patch is applied as a JSON merge patch,
-//! so lists are replaced rather than merged by key; server-side apply (`apply-patch+yaml`) is
-//! create-or-merge with no field ownership (`managedFields` are left as the client sent them) and
-//! accepts only the JSON subset of YAML. See
+//! A strategic merge patch merges lists by the built-in types' merge keys (`strategic.rs`).
+//! Server-side apply (`apply-patch+yaml`, JSON
+//! subset of YAML only) is not a patch of this module in the server: `field_manager.rs` merges it
+//! with field ownership; `apply` here is its plain-merge form, kept for the fuzz targets. See
 //! <https://kubernetes.io/docs/reference/using-api/api-concepts/#patch-and-apply>.
 
 use crate::status::ApiError;
@@ -17,7 +17,7 @@ pub enum PatchKind {
     Merge,
     /// `application/json-patch+json`.
     Json,
-    /// `application/strategic-merge-patch+json` (applied as a merge patch).
+    /// `application/strategic-merge-patch+json` (lists merged by the built-in types' keys).
     Strategic,
     /// `application/apply-patch+yaml` (create-or-merge).
     Apply,
@@ -41,7 +41,8 @@ pub fn apply(kind: PatchKind, target: &mut Value, body: &[u8]) -> Result<(), Api
     let patch: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     match kind {
-        PatchKind::Merge | PatchKind::Strategic | PatchKind::Apply => {
+        PatchKind::Strategic => crate::strategic::apply(target, &patch),
+        PatchKind::Merge | PatchKind::Apply => {
             if !patch.is_object() {
                 return Err(ApiError::bad_request("a merge patch must be a JSON object"));
             }

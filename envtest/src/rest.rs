@@ -9,6 +9,7 @@
 //! `deletionTimestamp`) until they are gone.
 
 use crate::field;
+use crate::field_manager;
 use crate::object;
 use crate::patch::{self, PatchKind};
 use crate::request::{Query, ResourcePath};
@@ -34,12 +35,20 @@ pub(crate) struct Rest {
 pub(crate) type WriteResult = Result<(u16, Value), ApiError>;
 
 /// The query parameters every create, update and patch honours.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct WriteOptions {
     /// `dryRun=All`: run every step, store nothing.
     pub(crate) dry_run: bool,
     /// `fieldValidation`: what unknown fields do.
     pub(crate) field_validation: FieldValidation,
+    /// The `fieldManager` parameter, if given (server-side apply requires it).
+    pub(crate) field_manager: Option<String>,
+    /// The manager the write is recorded under: `fieldManager`, else from the User-Agent.
+    pub(crate) manager: String,
+    /// `force=true`: a server-side apply takes conflicting fields over.
+    pub(crate) force: bool,
+    /// Set by server-side apply: managedFields are already computed.
+    pub(crate) applied: bool,
 }
 
 /// How a kind's registry strategy keeps `metadata.generation` (kube-apiserver sets it only for
@@ -361,6 +370,10 @@ impl Rest {
             body["status"] = json!({"phase": "Active"});
         }
         validate(info, crd.as_deref(), &body)?;
+        if !opts.applied {
+            let writer = writer(info, opts, None);
+            field_manager::record_update(None, &mut body, &writer, fm_schema(info, crd.as_deref()));
+        }
         let mut inner = self.storage.lock();
         self.check_namespace(&inner, path)?;
         if inner.get(&info.key(), ns_of(path), &name).is_some() {
@@ -411,21 +424,22 @@ impl Rest {
         if path.subresource.as_deref() == Some("scale") {
             return self.patch_scale(path, kind, body, opts);
         }
+        if kind == PatchKind::Apply {
+            return self.server_side_apply(path, &name, body, opts);
+        }
+        if kind == PatchKind::Strategic && !typed::is_built_in(&path.info) {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            ));
+        }
         let info = path.info.clone();
         let cur = {
             let inner = self.storage.lock();
             inner.get(&info.key(), ns_of(path), &name)
         };
         let Some(cur) = cur else {
-            if kind == PatchKind::Apply && path.subresource.is_none() {
-                let mut obj = json!({"metadata": {"name": name}});
-                patch::apply(kind, &mut obj, body)?;
-                let create_path = ResourcePath {
-                    name: None,
-                    ..path.clone()
-                };
-                return self.create(&create_path, obj, opts);
-            }
             return Err(ApiError::not_found(&info.qualified(), &name));
         };
         let mut patched = (*cur).clone();
@@ -526,6 +540,10 @@ impl Rest {
             None => object::remove_meta(&mut new, "generation"),
         }
         validate(info, crd.as_deref(), &new)?;
+        if !opts.applied {
+            let writer = writer(info, opts, path.subresource.as_deref());
+            field_manager::record_update(Some(cur), &mut new, &writer, fm_schema(info, crd.as_deref()));
+        }
         if new == **cur {
             return Ok((200, new));
         }
@@ -685,12 +703,96 @@ impl Rest {
 }
 
 impl Rest {
+    /// Server-side apply (`application/apply-patch+yaml`): the configuration is merged with
+    /// field ownership (`field_manager.rs`); creates the object if it does not exist.
+    fn server_side_apply(&self, path: &ResourcePath, name: &str, body: &[u8], opts: &WriteOptions) -> WriteResult {
+        let info = &path.info;
+        if opts.field_manager.is_none() {
+            return Err(ApiError::bad_request(
+                "PATCH requests of type apply must specify fieldManager",
+            ));
+        }
+        let mut config: Value =
+            serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        if !config.is_object() {
+            return Err(ApiError::bad_request("an apply configuration must be an object"));
+        }
+        self.check_body(path, &mut config)?;
+        object::set_meta(&mut config, "name", Value::String(name.to_owned()));
+        let subresource = path.subresource.as_deref();
+        // The status subresource splits ownership: a main-resource apply cannot set status, a
+        // status apply sets nothing else.
+        if let Some(map) = config.as_object_mut() {
+            match subresource {
+                Some("status") => {
+                    map.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+                }
+                _ if info.status_subresource => {
+                    map.remove("status");
+                }
+                _ => {}
+            }
+        }
+        let mut inner = self.storage.lock();
+        let cur = inner.get(&info.key(), ns_of(path), name);
+        let crd = self.crd_of(&inner, info);
+        let writer = writer(info, opts, subresource);
+        let next = field_manager::apply(
+            cur.as_deref(),
+            &config,
+            &writer,
+            opts.force,
+            fm_schema(info, crd.as_deref()),
+            &info.qualified(),
+            name,
+        )?;
+        let opts = WriteOptions {
+            applied: true,
+            ..opts.clone()
+        };
+        match cur {
+            Some(cur) => self.write_update(&mut inner, path, &cur, next, &opts),
+            None if subresource.is_none() => {
+                drop(inner);
+                let create_path = ResourcePath {
+                    name: None,
+                    ..path.clone()
+                };
+                self.create(&create_path, next, &opts)
+            }
+            None => Err(ApiError::not_found(&info.qualified(), name)),
+        }
+    }
+
     /// The CustomResourceDefinition that serves `info`, if it is a custom resource.
     fn crd_of(&self, inner: &Inner, info: &ResourceInfo) -> Option<Arc<Value>> {
         if typed::is_built_in(info) {
             return None;
         }
         inner.get(crate::crd::CRD_KEY, "", &format!("{}.{}", info.plural, info.group))
+    }
+}
+
+/// Who a write is recorded as.
+fn writer<'a>(
+    info: &'a ResourceInfo,
+    opts: &'a WriteOptions,
+    subresource: Option<&'a str>,
+) -> field_manager::Writer<'a> {
+    field_manager::Writer {
+        manager: &opts.manager,
+        api_version: info.api_version(),
+        subresource: subresource.unwrap_or(""),
+    }
+}
+
+/// Where field ownership finds list types: a custom resource's schema, or the built-in table.
+fn fm_schema<'a>(info: &ResourceInfo, crd: Option<&'a Value>) -> field_manager::Schema<'a> {
+    match crd {
+        Some(c) if !typed::is_built_in(info) => {
+            field_manager::Schema::Custom(crate::schema::of_version(c, &info.version).unwrap_or(&Value::Null))
+        }
+        _ => field_manager::Schema::BuiltIn,
     }
 }
 

@@ -82,8 +82,15 @@ impl Server {
                     name: None,
                     subresource: None,
                 };
-                rest.create(&path, json!({"metadata": {"name": ns}}), &rest::WriteOptions::default())
-                    .map_err(|e| Error::Url(e.to_string()))?;
+                rest.create(
+                    &path,
+                    json!({"metadata": {"name": ns}}),
+                    &rest::WriteOptions {
+                        manager: "kube-apiserver".into(),
+                        ..Default::default()
+                    },
+                )
+                .map_err(|e| Error::Url(e.to_string()))?;
             }
         }
         let certificates = if config.tls {
@@ -355,9 +362,15 @@ async fn serve(
     };
     let rest = &app.rest;
     let dry_run = q.get("dryRun").is_some_and(|v| !v.is_empty());
+    let field_manager = q.get("fieldManager").filter(|m| !m.is_empty()).map(str::to_owned);
+    let user_agent = req.headers().get(header::USER_AGENT).and_then(|v| v.to_str().ok());
     let write = rest::WriteOptions {
         dry_run,
         field_validation: crate::typed::FieldValidation::from_query(q.get("fieldValidation"))?,
+        manager: crate::field_manager::manager_of(field_manager.as_deref(), user_agent),
+        field_manager,
+        force: q.flag("force"),
+        ..Default::default()
     };
     let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let list = *method == Method::GET && p.name.is_none() && !is_watch;

@@ -83,6 +83,8 @@ spec:
 
 const WIDGET: &str = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 3}\n";
 
+const SSA_CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ssa}\ndata:\n  a: one\n  b: two\n";
+
 const DEPLOYMENT: &str = "apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web}
@@ -175,6 +177,49 @@ fn kubectl_works_against_the_binary() {
         explained.contains("What the widget should be") && explained.contains("size\t<integer>"),
         "{explained}"
     );
+    // Server-side apply with field ownership: a field dropped from the configuration is removed;
+    // a second manager changing a field the first owns conflicts unless it forces.
+    std::fs::write(home.join("ssa.yaml"), SSA_CM).unwrap();
+    let ssa = home.join("ssa.yaml");
+    ok(&home, &["apply", "--server-side", "-f", ssa.to_str().unwrap()]);
+    std::fs::write(&ssa, SSA_CM.replace("  b: two\n", "")).unwrap();
+    ok(&home, &["apply", "--server-side", "-f", ssa.to_str().unwrap()]);
+    let data: serde_json::Value =
+        serde_json::from_str(&ok(&home, &["get", "cm", "ssa", "-o", "jsonpath={.data}"])).unwrap();
+    assert_eq!(
+        data,
+        serde_json::json!({"a": "one"}),
+        "b was removed by the second apply"
+    );
+    std::fs::write(&ssa, SSA_CM.replace("a: one", "a: uno")).unwrap();
+    let refused = kubectl(
+        &home,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=other",
+            "-f",
+            ssa.to_str().unwrap(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("conflict") && stderr.contains(".data.a"),
+        "{stderr}"
+    );
+    ok(
+        &home,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=other",
+            "--force-conflicts",
+            "-f",
+            ssa.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(ok(&home, &["get", "cm", "ssa", "-o", "jsonpath={.data.a}"]), "uno");
+
     // kubectl scale goes through the /scale subresource.
     ok(&home, &["scale", "deployment", "web", "--replicas=3"]);
     assert_eq!(

@@ -43,7 +43,9 @@
 //! - field ownership: built-in kinds' list types come from a table of common lists (other lists
 //!   are atomic), a map a manager created empty is not a `.` member, no field-level
 //!   `managedFields` reset with `[{}]`;
-//! - protobuf request bodies are decoded for Namespace, ConfigMap, Secret and ServiceAccount only;
+//! - protobuf request bodies are decoded for the kinds kubectl's `create` generators and `run`
+//!   send (Namespace, ConfigMap, Secret, ServiceAccount, Pod, Service, Deployment, Job, CronJob,
+//!   RBAC, Ingress) and the fields those carry; responses are always JSON;
 //! - OpenAPI: v3 only (no v2 document), built-in schemas from k8s-openapi (no `default`s or
 //!   `x-kubernetes-patch-*` extensions), a few operations per kind rather than every one;
 //! - no admission: no quota, limit ranges, default service account or token, allocated

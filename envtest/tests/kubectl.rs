@@ -1,4 +1,5 @@
-//! The machine's kubectl against the `kinformer-apiserver` binary: discovery, protobuf create,
+//! The machine's kubectl against the `kinformer-apiserver` binary: discovery, protobuf create (the
+//! generators of every built-in kind envtest decodes, and run),
 //! OpenAPI-validated apply of a CRD and a custom object, strict field validation, `scale`, label,
 //! delete, and `get --watch`.
 //! Skipped (with a message) only when kubectl is not installed.
@@ -166,6 +167,101 @@ fn kubectl_works_against_the_binary() {
         !refused.status.success() && stderr.contains("metadata.labels: Invalid value"),
         "{stderr}"
     );
+    // kubectl's create generators and run post protobuf for built-in kinds.
+    ok(
+        &home,
+        &[
+            "create",
+            "deployment",
+            "gen",
+            "--image=nginx:1.27",
+            "--replicas=2",
+            "--port=80",
+        ],
+    );
+    let generated: serde_json::Value =
+        serde_json::from_str(&ok(&home, &["get", "deploy", "gen", "-o", "json"])).unwrap();
+    assert_eq!(generated["spec"]["replicas"], 2);
+    assert_eq!(generated["spec"]["selector"]["matchLabels"]["app"], "gen");
+    let container = &generated["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        (container["name"].as_str(), container["image"].as_str()),
+        (Some("nginx"), Some("nginx:1.27"))
+    );
+    assert_eq!(container["ports"][0]["containerPort"], 80);
+    assert_eq!(
+        generated["spec"]["strategy"]["type"], "RollingUpdate",
+        "defaulted after decoding"
+    );
+    // (No `-- command`: the helper's own flags follow the arguments.)
+    ok(&home, &["create", "job", "once", "--image=busybox:1"]);
+    let job: serde_json::Value = serde_json::from_str(&ok(&home, &["get", "job", "once", "-o", "json"])).unwrap();
+    assert_eq!(job["spec"]["template"]["spec"]["containers"][0]["image"], "busybox:1");
+    assert_eq!(job["spec"]["template"]["spec"]["restartPolicy"], "Never");
+    ok(
+        &home,
+        &[
+            "create",
+            "cronjob",
+            "nightly",
+            "--image=busybox:1",
+            "--schedule=0 3 * * *",
+        ],
+    );
+    assert_eq!(
+        ok(&home, &["get", "cronjob", "nightly", "-o", "jsonpath={.spec.schedule}"]),
+        "0 3 * * *"
+    );
+    ok(&home, &["create", "service", "clusterip", "gen", "--tcp=80:8080"]);
+    let svc: serde_json::Value = serde_json::from_str(&ok(&home, &["get", "svc", "gen", "-o", "json"])).unwrap();
+    assert_eq!(
+        (
+            svc["spec"]["ports"][0]["port"].as_i64(),
+            svc["spec"]["ports"][0]["targetPort"].as_i64()
+        ),
+        (Some(80), Some(8080))
+    );
+    ok(
+        &home,
+        &["create", "role", "reader", "--verb=get,list", "--resource=pods"],
+    );
+    ok(
+        &home,
+        &["create", "rolebinding", "reader", "--role=reader", "--user=alice"],
+    );
+    assert_eq!(
+        ok(
+            &home,
+            &["get", "rolebinding", "reader", "-o", "jsonpath={.roleRef.name}"]
+        ),
+        "reader"
+    );
+    ok(&home, &["create", "ingress", "web", "--rule=example.com/*=gen:80"]);
+    assert_eq!(
+        ok(
+            &home,
+            &[
+                "get",
+                "ingress",
+                "web",
+                "-o",
+                "jsonpath={.spec.rules[0].http.paths[0].backend.service.name}"
+            ]
+        ),
+        "gen"
+    );
+    ok(
+        &home,
+        &["run", "one", "--image=busybox:1", "--restart=Never", "--labels=app=one"],
+    );
+    assert_eq!(
+        ok(
+            &home,
+            &["get", "pod", "one", "-o", "jsonpath={.spec.containers[0].image}"]
+        ),
+        "busybox:1"
+    );
+
     // kubectl explain reads the OpenAPI v3 schemas, of built-in kinds and of CRDs.
     let explained = ok(&home, &["explain", "deployment.spec.replicas"]);
     assert!(

@@ -62,13 +62,17 @@ pub(crate) enum Schema<'a> {
     BuiltIn,
     /// A custom resource, with the schema node of the current value.
     Custom(&'a Value),
+    /// A custom resource's root: its `metadata` is ObjectMeta (finalizers a set, owner
+    /// references by uid), whatever the CRD's schema says of it.
+    CustomRoot(&'a Value),
 }
 
 impl<'a> Schema<'a> {
     fn child(self, key: &str) -> Schema<'a> {
         match self {
             Schema::BuiltIn => Schema::BuiltIn,
-            Schema::Custom(s) => Schema::Custom(
+            Schema::CustomRoot(_) if key == "metadata" => Schema::BuiltIn,
+            Schema::Custom(s) | Schema::CustomRoot(s) => Schema::Custom(
                 s.get("properties")
                     .and_then(|p| p.get(key))
                     .or_else(|| s.get("additionalProperties").filter(|a| a.is_object()))
@@ -80,14 +84,14 @@ impl<'a> Schema<'a> {
     fn items(self) -> Schema<'a> {
         match self {
             Schema::BuiltIn => Schema::BuiltIn,
-            Schema::Custom(s) => Schema::Custom(s.get("items").unwrap_or(&Value::Null)),
+            Schema::Custom(s) | Schema::CustomRoot(s) => Schema::Custom(s.get("items").unwrap_or(&Value::Null)),
         }
     }
 
     /// The list type of `field` (whose value is `items`) under this node.
     fn list_type(self, field: &str, items: &[Value]) -> ListType {
         match self {
-            Schema::Custom(s) => {
+            Schema::Custom(s) | Schema::CustomRoot(s) => {
                 let list = s.get("properties").and_then(|p| p.get(field)).unwrap_or(&Value::Null);
                 match list.get("x-kubernetes-list-type").and_then(Value::as_str) {
                     Some("map") => ListType::Map(
@@ -118,7 +122,8 @@ fn built_in_list_type(field: &str, items: &[Value]) -> ListType {
         | "volumes"
         | "imagePullSecrets"
         | "resourceClaims" => keys(&["name"]),
-        "volumeMounts" | "volumeDevices" => keys(&["mountPath"]),
+        "volumeMounts" => keys(&["mountPath"]),
+        "volumeDevices" => keys(&["devicePath"]),
         "conditions" => keys(&["type"]),
         "ownerReferences" => keys(&["uid"]),
         "hostAliases" => keys(&["ip"]),
@@ -148,15 +153,31 @@ fn untracked(path: &[&str]) -> bool {
     )
 }
 
-/// The key of an associative list item: its key fields, as compact JSON.
+/// The key of an associative list item: its key fields, as compact JSON. A port's `protocol`
+/// key defaults to `TCP` (as the server defaults it), so a configuration that leaves it out
+/// names the stored port.
 fn item_key(item: &Value, keys: &[String]) -> String {
     let mut m = Map::new();
     for k in keys {
-        if let Some(v) = item.get(k) {
-            m.insert(k.clone(), v.clone());
+        match item.get(k) {
+            Some(v) => {
+                m.insert(k.clone(), v.clone());
+            }
+            None if k == "protocol" => {
+                m.insert(k.clone(), json!("TCP"));
+            }
+            None => {}
         }
     }
     Value::Object(m).to_string()
+}
+
+/// Whether `item` is the one `key` names (a missing `protocol` is `TCP`).
+fn key_matches(item: &Value, key: &Map<String, Value>) -> bool {
+    key.iter().all(|(kf, kv)| match item.get(kf) {
+        Some(v) => v == kv,
+        None => kf == "protocol" && kv == "TCP",
+    })
 }
 
 /// Every field path set in `obj` (its leaves, plus each list item by key or value).
@@ -232,9 +253,7 @@ fn get<'a>(obj: &'a Value, path: &[Element]) -> Option<&'a Value> {
             Element::Field(f) => cur.get(f)?,
             Element::Key(k) => {
                 let key: Map<String, Value> = serde_json::from_str(k).ok()?;
-                cur.as_array()?
-                    .iter()
-                    .find(|i| key.iter().all(|(kf, kv)| i.get(kf) == Some(kv)))?
+                cur.as_array()?.iter().find(|i| key_matches(i, &key))?
             }
             Element::Value(v) => {
                 let value: Value = serde_json::from_str(v).ok()?;
@@ -269,7 +288,7 @@ fn remove(obj: &mut Value, path: &[Element]) {
                     return;
                 };
                 cur.as_array_mut()
-                    .and_then(|a| a.iter_mut().find(|i| key.iter().all(|(kf, kv)| i.get(kf) == Some(kv))))
+                    .and_then(|a| a.iter_mut().find(|i| key_matches(i, &key)))
             }
             Element::Value(_) => None,
         };
@@ -284,7 +303,7 @@ fn remove(obj: &mut Value, path: &[Element]) {
         }
         Element::Key(k) => {
             if let (Ok(key), Some(a)) = (serde_json::from_str::<Map<String, Value>>(k), cur.as_array_mut()) {
-                a.retain(|i| !key.iter().all(|(kf, kv)| i.get(kf) == Some(kv)));
+                a.retain(|i| !key_matches(i, &key));
             }
         }
         Element::Value(v) => {
@@ -557,6 +576,9 @@ pub(crate) fn apply(
     name: &str,
 ) -> Result<Value, ApiError> {
     let mut list = cur.map(entries).unwrap_or_default();
+    // A null in an apply configuration sets nothing (typed clients send `creationTimestamp:
+    // null`); it neither owns nor deletes a field.
+    let config = &without_nulls(config);
     let applied = fields_of(config, schema);
     let empty = json!({});
     let live = cur.unwrap_or(&empty);
@@ -587,10 +609,13 @@ pub(crate) fn apply(
     if !conflicts.is_empty() && !force {
         return Err(conflict_error(&conflicts, resource, name));
     }
+    // Forcing takes over exactly the conflicting fields; equal values stay shared.
     if force {
         for e in &mut list {
-            if !e.same_owner(writer.manager, "Apply", writer.subresource) {
-                e.fields.retain(|p| !applied.contains(p));
+            if let Some(taken) = conflicts.get(&e.manager)
+                && !e.same_owner(writer.manager, "Apply", writer.subresource)
+            {
+                e.fields.retain(|p| !taken.iter().any(|(_, t)| t == p));
             }
         }
     }
@@ -654,6 +679,19 @@ pub(crate) fn apply(
     }
     store(&mut next, &list);
     Ok(next)
+}
+
+fn without_nulls(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, x)| !x.is_null())
+                .map(|(k, x)| (k.clone(), without_nulls(x)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_nulls).collect()),
+        other => other.clone(),
+    }
 }
 
 fn without_managed_fields(obj: &Value) -> Value {
@@ -726,6 +764,19 @@ mod tests {
         }
     }
 
+    /// Applies `config` to `cur` as `manager`, on a Deployment named web.
+    fn apply_as(cur: Option<&Value>, config: &Value, manager: &str, force: bool) -> Result<Value, ApiError> {
+        apply(
+            cur,
+            config,
+            &writer(manager),
+            force,
+            Schema::BuiltIn,
+            "deployments.apps",
+            "web",
+        )
+    }
+
     fn deployment(replicas: i64, image: &str) -> Value {
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"app": "web"}},
             "spec": {"replicas": replicas, "template": {"spec": {"containers": [{"name": "c", "image": image}]}}}})
@@ -746,29 +797,11 @@ mod tests {
 
     #[test]
     fn apply_owns_merges_and_removes_what_it_no_longer_applies() {
-        let first = apply(
-            None,
-            &deployment(2, "nginx:1"),
-            &writer("a"),
-            false,
-            Schema::BuiltIn,
-            "deployments.apps",
-            "web",
-        )
-        .unwrap();
+        let first = apply_as(None, &deployment(2, "nginx:1"), "a", false).unwrap();
         let mut config = deployment(2, "nginx:1");
         config["metadata"]["labels"] = json!({});
         config["metadata"].as_object_mut().unwrap().remove("labels");
-        let second = apply(
-            Some(&first),
-            &config,
-            &writer("a"),
-            false,
-            Schema::BuiltIn,
-            "deployments.apps",
-            "web",
-        )
-        .unwrap();
+        let second = apply_as(Some(&first), &config, "a", false).unwrap();
         assert!(
             second["metadata"].get("labels").is_none_or(|l| l.get("app").is_none()),
             "{second}"
@@ -784,52 +817,17 @@ mod tests {
 
     #[test]
     fn a_second_manager_conflicts_unless_it_forces() {
-        let first = apply(
-            None,
-            &deployment(2, "nginx:1"),
-            &writer("a"),
-            false,
-            Schema::BuiltIn,
-            "deployments.apps",
-            "web",
-        )
-        .unwrap();
-        let same = apply(
-            Some(&first),
-            &deployment(2, "nginx:1"),
-            &writer("b"),
-            false,
-            Schema::BuiltIn,
-            "deployments.apps",
-            "web",
-        );
+        let first = apply_as(None, &deployment(2, "nginx:1"), "a", false).unwrap();
+        let same = apply_as(Some(&first), &deployment(2, "nginx:1"), "b", false);
         assert!(same.is_ok(), "equal values are shared, not conflicts");
-        let err = apply(
-            Some(&first),
-            &deployment(3, "nginx:1"),
-            &writer("b"),
-            false,
-            Schema::BuiltIn,
-            "deployments.apps",
-            "web",
-        )
-        .unwrap_err();
+        let err = apply_as(Some(&first), &deployment(3, "nginx:1"), "b", false).unwrap_err();
         assert_eq!(err.code, 409);
         assert_eq!(
             err.message,
             r#"Apply failed with 1 conflict: conflict with "a" using apps/v1: .spec.replicas"#
         );
         let replicas_only = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {"replicas": 3}});
-        let forced = apply(
-            Some(&first),
-            &replicas_only,
-            &writer("b"),
-            true,
-            Schema::BuiltIn,
-            "deployments.apps",
-            "web",
-        )
-        .unwrap();
+        let forced = apply_as(Some(&first), &replicas_only, "b", true).unwrap();
         assert_eq!(forced["spec"]["replicas"], 3);
         let a = entries(&forced).into_iter().find(|e| e.manager == "a").unwrap();
         assert!(
@@ -839,17 +837,38 @@ mod tests {
     }
 
     #[test]
+    fn ports_without_protocol_are_the_stored_tcp_ports() {
+        let mut config = deployment(1, "nginx:1");
+        config["spec"]["template"]["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80}]);
+        let first = apply_as(None, &config, "a", false).unwrap();
+        // The server defaults protocol; the next apply must find the same port.
+        let mut stored = first.clone();
+        stored["spec"]["template"]["spec"]["containers"][0]["ports"] =
+            json!([{"containerPort": 80, "protocol": "TCP"}]);
+        let second = apply_as(Some(&stored), &config, "a", false).unwrap();
+        assert_eq!(
+            second["spec"]["template"]["spec"]["containers"][0]["ports"],
+            json!([{"containerPort": 80, "protocol": "TCP"}])
+        );
+        assert_eq!(second, stored, "a re-apply of the same configuration is a no-op");
+    }
+
+    #[test]
+    fn forcing_takes_only_the_conflicting_fields() {
+        let first = apply_as(None, &deployment(3, "x"), "a", false).unwrap();
+        let forced = apply_as(Some(&first), &deployment(5, "x"), "b", true).unwrap();
+        let a = entries(&forced).into_iter().find(|e| e.manager == "a").unwrap();
+        let owned: Vec<String> = a.fields.iter().map(|p| render(p)).collect();
+        assert!(!owned.contains(&".spec.replicas".to_owned()));
+        assert!(
+            owned.iter().any(|p| p.ends_with(".image")),
+            "the shared image stays a's too: {owned:?}"
+        );
+    }
+
+    #[test]
     fn updates_take_the_fields_they_change() {
-        let first = apply(
-            None,
-            &deployment(2, "nginx:1"),
-            &writer("a"),
-            false,
-            Schema::BuiltIn,
-            "deployments.apps",
-            "web",
-        )
-        .unwrap();
+        let first = apply_as(None, &deployment(2, "nginx:1"), "a", false).unwrap();
         let mut next = first.clone();
         next["spec"]["replicas"] = json!(5);
         record_update(Some(&first), &mut next, &writer("kubectl-scale"), Schema::BuiltIn);

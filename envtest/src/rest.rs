@@ -488,7 +488,15 @@ impl Rest {
         }
         if path.subresource.as_deref() == Some("status") {
             let status = new.get("status").cloned();
+            // A status apply computed managedFields for the whole object: keep them.
+            let applied_fields = opts
+                .applied
+                .then(|| new.get("metadata").and_then(|m| m.get("managedFields")).cloned())
+                .flatten();
             new = (**cur).clone();
+            if let Some(m) = applied_fields {
+                object::set_meta(&mut new, "managedFields", m);
+            }
             match status {
                 Some(s) => new["status"] = s,
                 None => {
@@ -790,7 +798,7 @@ fn writer<'a>(
 fn fm_schema<'a>(info: &ResourceInfo, crd: Option<&'a Value>) -> field_manager::Schema<'a> {
     match crd {
         Some(c) if !typed::is_built_in(info) => {
-            field_manager::Schema::Custom(crate::schema::of_version(c, &info.version).unwrap_or(&Value::Null))
+            field_manager::Schema::CustomRoot(crate::schema::of_version(c, &info.version).unwrap_or(&Value::Null))
         }
         _ => field_manager::Schema::BuiltIn,
     }

@@ -61,16 +61,19 @@ pub(crate) fn apply(target: &mut Value, patch: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `value` without `$`-directives (what is stored of a patch's new map or item).
+/// What is stored of a patch's new map or item: the patch applied to nothing, so directives
+/// and `null`s (deletions of what is not there) leave no trace.
 fn strip(value: &Value) -> Value {
     match value {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| !k.starts_with('$'))
-                .map(|(k, v)| (k.clone(), strip(v)))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(strip).collect()),
+        Value::Object(m) => {
+            let mut fresh = Map::new();
+            match merge_map(&mut fresh, m) {
+                Ok(()) => Value::Object(fresh),
+                // Only a bad directive fails; the caller's own merge reports it.
+                Err(_) => Value::Object(Map::new()),
+            }
+        }
+        Value::Array(a) => Value::Array(a.iter().filter(|i| i.get("$patch").is_none()).map(strip).collect()),
         other => other.clone(),
     }
 }
@@ -78,10 +81,14 @@ fn strip(value: &Value) -> Value {
 fn merge_map(target: &mut Map<String, Value>, patch: &Map<String, Value>) -> Result<(), ApiError> {
     match patch.get("$patch").and_then(Value::as_str) {
         Some("replace") => {
-            *target = strip(&Value::Object(patch.clone()))
-                .as_object()
-                .cloned()
-                .unwrap_or_default();
+            let mut replaced = Map::new();
+            let rest: Map<String, Value> = patch
+                .iter()
+                .filter(|(k, _)| k.as_str() != "$patch")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            merge_map(&mut replaced, &rest)?;
+            *target = replaced;
             return Ok(());
         }
         Some("delete") => {

@@ -50,6 +50,11 @@ fn ok(home: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `kubectl get <kind> <name> -o jsonpath=<path>`.
+fn jsonpath(home: &Path, kind: &str, name: &str, path: &str) -> String {
+    ok(home, &["get", kind, name, "-o", &format!("jsonpath={path}")])
+}
+
 fn temp_home() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("envtest-kubectl-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -134,7 +139,7 @@ fn kubectl_works_against_the_binary() {
     assert!(ok(&home, &["get", "wd"]).contains("w1"));
     std::fs::write(home.join("w.yaml"), WIDGET.replace("size: 3", "size: 4")).unwrap();
     ok(&home, &["apply", "-f", home.join("w.yaml").to_str().unwrap()]);
-    assert_eq!(ok(&home, &["get", "widget", "w1", "-o", "jsonpath={.spec.size}"]), "4");
+    assert_eq!(jsonpath(&home, "widget", "w1", "{.spec.size}"), "4");
 
     // Validation: kubectl sends fieldValidation=Strict, so an unknown field is refused as by
     // kube-apiserver, and a bad label value is a 422 naming the field.
@@ -208,10 +213,7 @@ fn kubectl_works_against_the_binary() {
             "--schedule=0 3 * * *",
         ],
     );
-    assert_eq!(
-        ok(&home, &["get", "cronjob", "nightly", "-o", "jsonpath={.spec.schedule}"]),
-        "0 3 * * *"
-    );
+    assert_eq!(jsonpath(&home, "cronjob", "nightly", "{.spec.schedule}"), "0 3 * * *");
     ok(&home, &["create", "service", "clusterip", "gen", "--tcp=80:8080"]);
     let svc: serde_json::Value = serde_json::from_str(&ok(&home, &["get", "svc", "gen", "-o", "json"])).unwrap();
     assert_eq!(
@@ -229,24 +231,14 @@ fn kubectl_works_against_the_binary() {
         &home,
         &["create", "rolebinding", "reader", "--role=reader", "--user=alice"],
     );
-    assert_eq!(
-        ok(
-            &home,
-            &["get", "rolebinding", "reader", "-o", "jsonpath={.roleRef.name}"]
-        ),
-        "reader"
-    );
+    assert_eq!(jsonpath(&home, "rolebinding", "reader", "{.roleRef.name}"), "reader");
     ok(&home, &["create", "ingress", "web", "--rule=example.com/*=gen:80"]);
     assert_eq!(
-        ok(
+        jsonpath(
             &home,
-            &[
-                "get",
-                "ingress",
-                "web",
-                "-o",
-                "jsonpath={.spec.rules[0].http.paths[0].backend.service.name}"
-            ]
+            "ingress",
+            "web",
+            "{.spec.rules[0].http.paths[0].backend.service.name}"
         ),
         "gen"
     );
@@ -255,10 +247,7 @@ fn kubectl_works_against_the_binary() {
         &["run", "one", "--image=busybox:1", "--restart=Never", "--labels=app=one"],
     );
     assert_eq!(
-        ok(
-            &home,
-            &["get", "pod", "one", "-o", "jsonpath={.spec.containers[0].image}"]
-        ),
+        jsonpath(&home, "pod", "one", "{.spec.containers[0].image}"),
         "busybox:1"
     );
 
@@ -280,8 +269,7 @@ fn kubectl_works_against_the_binary() {
     ok(&home, &["apply", "--server-side", "-f", ssa.to_str().unwrap()]);
     std::fs::write(&ssa, SSA_CM.replace("  b: two\n", "")).unwrap();
     ok(&home, &["apply", "--server-side", "-f", ssa.to_str().unwrap()]);
-    let data: serde_json::Value =
-        serde_json::from_str(&ok(&home, &["get", "cm", "ssa", "-o", "jsonpath={.data}"])).unwrap();
+    let data: serde_json::Value = serde_json::from_str(&jsonpath(&home, "cm", "ssa", "{.data}")).unwrap();
     assert_eq!(
         data,
         serde_json::json!({"a": "one"}),
@@ -314,22 +302,16 @@ fn kubectl_works_against_the_binary() {
             ssa.to_str().unwrap(),
         ],
     );
-    assert_eq!(ok(&home, &["get", "cm", "ssa", "-o", "jsonpath={.data.a}"]), "uno");
+    assert_eq!(jsonpath(&home, "cm", "ssa", "{.data.a}"), "uno");
 
     // kubectl scale goes through the /scale subresource.
     ok(&home, &["scale", "deployment", "web", "--replicas=3"]);
-    assert_eq!(
-        ok(&home, &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]),
-        "3"
-    );
+    assert_eq!(jsonpath(&home, "deploy", "web", "{.spec.replicas}"), "3");
     ok(
         &home,
         &["scale", "deployment", "web", "--current-replicas=3", "--replicas=4"],
     );
-    assert_eq!(
-        ok(&home, &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]),
-        "4"
-    );
+    assert_eq!(jsonpath(&home, "deploy", "web", "{.spec.replicas}"), "4");
 
     ok(&home, &["label", "cm", "c1", "tier=web"]);
     assert!(ok(&home, &["get", "cm", "-l", "tier=web"]).contains("c1"));

@@ -34,6 +34,10 @@
 //! What a test against envtest can still see differently from a cluster, one line each:
 //! - decode errors name serde's reason at the field path, not Go's struct field and type;
 //! - `fieldValidation=Warn` drops unknown fields without a `Warning` header;
+//! - known fields are the k8s-openapi version's in the build (a field of a newer Kubernetes is
+//!   unknown), and `Strict` checks a patch's result, not only the patch;
+//! - a `/scale` patch racing another write answers `409` (kube-apiserver retries it);
+//! - nesting depth is not limited after a JSON patch (kube-apiserver refuses very deep objects);
 //! - kind-specific validation (a Deployment's selector matching its template, container names,
 //!   ports, …) is not run: only ObjectMeta's rules and CRD schemas are;
 //! - CRD schemas: no CEL (`x-kubernetes-validations`), `allOf`/`anyOf`/`oneOf`/`not`, `format`,

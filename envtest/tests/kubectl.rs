@@ -232,6 +232,29 @@ fn kubectl_works_against_the_binary() {
         &["create", "rolebinding", "reader", "--role=reader", "--user=alice"],
     );
     assert_eq!(jsonpath(&home, "rolebinding", "reader", "{.roleRef.name}"), "reader");
+    ok(
+        &home,
+        &["create", "clusterrole", "viewer", "--verb=get", "--resource=nodes"],
+    );
+    ok(
+        &home,
+        &[
+            "create",
+            "clusterrolebinding",
+            "viewer",
+            "--clusterrole=viewer",
+            "--group=ops",
+        ],
+    );
+    assert_eq!(
+        jsonpath(&home, "clusterrolebinding", "viewer", "{.subjects[0].name}"),
+        "ops"
+    );
+    ok(&home, &["create", "service", "nodeport", "np", "--tcp=81:8081"]);
+    assert_eq!(jsonpath(&home, "svc", "np", "{.spec.type}"), "NodePort");
+    ok(&home, &["create", "secret", "generic", "s1", "--from-literal=k=v"]);
+    assert_eq!(jsonpath(&home, "secret", "s1", "{.data.k}"), "dg==");
+    ok(&home, &["create", "serviceaccount", "robot"]);
     ok(&home, &["create", "ingress", "web", "--rule=example.com/*=gen:80"]);
     assert_eq!(
         jsonpath(

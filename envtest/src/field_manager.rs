@@ -473,6 +473,32 @@ impl Entry {
     }
 }
 
+/// The entry of `writer`'s `operation` in `list`, created empty if it has none, stamped with
+/// the time and apiVersion of this write.
+fn own<'l>(list: &'l mut Vec<Entry>, writer: &Writer<'_>, operation: &str) -> &'l mut Entry {
+    let at = match list
+        .iter()
+        .position(|e| e.same_owner(writer.manager, operation, writer.subresource))
+    {
+        Some(i) => i,
+        None => {
+            list.push(Entry {
+                manager: writer.manager.to_owned(),
+                operation: operation.to_owned(),
+                api_version: String::new(),
+                subresource: writer.subresource.to_owned(),
+                time: Value::Null,
+                fields: FieldSet::new(),
+            });
+            list.len() - 1
+        }
+    };
+    let e = &mut list[at];
+    e.time = json!(crate::object::now_timestamp());
+    e.api_version = writer.api_version.clone();
+    e
+}
+
 fn entries(obj: &Value) -> Vec<Entry> {
     obj.get("metadata")
         .and_then(|m| m.get("managedFields"))
@@ -542,25 +568,7 @@ pub(crate) fn record_update(cur: Option<&Value>, new: &mut Value, writer: &Write
     for e in &mut list {
         e.fields.retain(|p| !changed.contains(p) && !removed.contains(p));
     }
-    let now = json!(crate::object::now_timestamp());
-    match list
-        .iter_mut()
-        .find(|e| e.same_owner(writer.manager, "Update", writer.subresource))
-    {
-        Some(e) => {
-            e.fields.extend(changed);
-            e.time = now;
-            e.api_version = writer.api_version.clone();
-        }
-        None => list.push(Entry {
-            manager: writer.manager.to_owned(),
-            operation: "Update".into(),
-            api_version: writer.api_version.clone(),
-            subresource: writer.subresource.to_owned(),
-            time: now,
-            fields: changed,
-        }),
-    }
+    own(&mut list, writer, "Update").fields.extend(changed);
     store(new, &list);
 }
 
@@ -646,25 +654,7 @@ pub(crate) fn apply(
         }
     }
     merge(&mut next, config, schema);
-    let now = json!(crate::object::now_timestamp());
-    match list
-        .iter_mut()
-        .find(|e| e.same_owner(writer.manager, "Apply", writer.subresource))
-    {
-        Some(e) => {
-            e.fields = applied;
-            e.time = now;
-            e.api_version = writer.api_version.clone();
-        }
-        None => list.push(Entry {
-            manager: writer.manager.to_owned(),
-            operation: "Apply".into(),
-            api_version: writer.api_version.clone(),
-            subresource: writer.subresource.to_owned(),
-            time: now,
-            fields: applied,
-        }),
-    }
+    own(&mut list, writer, "Apply").fields = applied;
     // An apply that changes nothing (same object, same ownership) keeps managedFields, times
     // included, so it is a no-op write: no new resourceVersion, no watch event.
     let unchanged_object = without_managed_fields(&next) == without_managed_fields(live);

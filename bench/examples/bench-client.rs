@@ -146,24 +146,42 @@ fn client_for(args: &Args) -> Result<kube::Client, BoxError> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Counts what a consumer has seen and wakes whoever waits for a number.
-#[derive(Default)]
+/// Counts what a consumer has seen and wakes whoever waits for a number, once it is reached:
+/// a wake per event would put the rig's own cost (a futex wake and a task poll per event) into
+/// every figure.
 struct Seen {
     initial: AtomicUsize,
     updates: AtomicUsize,
+    /// The count the waiter waits for (`usize::MAX` while nobody waits).
+    target: AtomicUsize,
     changed: Notify,
+}
+
+impl Default for Seen {
+    fn default() -> Self {
+        Seen {
+            initial: AtomicUsize::new(0),
+            updates: AtomicUsize::new(0),
+            target: AtomicUsize::new(usize::MAX),
+            changed: Notify::new(),
+        }
+    }
 }
 
 impl Seen {
     fn bump(&self, counter: &AtomicUsize) {
-        counter.fetch_add(1, Ordering::Relaxed);
-        self.changed.notify_waiters();
+        let seen = counter.fetch_add(1, Ordering::SeqCst) + 1;
+        if seen >= self.target.load(Ordering::SeqCst) {
+            self.changed.notify_waiters();
+        }
     }
 
     async fn wait(&self, counter: &AtomicUsize, target: usize) {
+        self.target.store(target, Ordering::SeqCst);
         loop {
             let changed = self.changed.notified();
-            if counter.load(Ordering::Relaxed) >= target {
+            if counter.load(Ordering::SeqCst) >= target {
+                self.target.store(usize::MAX, Ordering::SeqCst);
                 return;
             }
             // A bounded wait: `notify_waiters` only wakes registered waiters.

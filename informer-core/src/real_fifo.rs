@@ -60,7 +60,7 @@ use tokio::sync::Notify;
 
 use crate::delta_fifo::{Delta, DeltaObject, DeltaType, Deltas};
 use crate::fifo::{PopError, ProcessError, ProcessFn, Queue, QueueItem, ReplacedAll};
-use crate::store::{Store, StoreError, meta_namespace_key};
+use crate::store::{KeyError, Store, StoreError, meta_namespace_key};
 
 /// The most items one [`pop`](Queue::pop) hands over by default (client-go `defaultBatchSize`).
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
@@ -227,6 +227,41 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for RealFifo<K> {
 
     fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
         self.push(QueueItem::Bookmark(resource_version.to_string()), false)
+    }
+
+    /// Queues the changes in order under one lock and wakes the consumer once. Keys are
+    /// computed before the lock is taken.
+    fn apply_changes(&self, changes: Vec<(DeltaType, Arc<K>)>) -> Result<Vec<KeyError>, StoreError> {
+        let mut skipped = Vec::new();
+        let mut items = Vec::with_capacity(changes.len());
+        for (kind, obj) in changes {
+            let kind = match kind {
+                DeltaType::Replaced | DeltaType::Sync => DeltaType::Added,
+                kind => kind,
+            };
+            match meta_namespace_key(obj.as_ref()) {
+                Ok(key) => items.push(QueueItem::Deltas(Deltas {
+                    key,
+                    deltas: vec![Delta {
+                        kind,
+                        object: DeltaObject::Object(obj),
+                    }],
+                })),
+                Err(e) => skipped.push(e),
+            }
+        }
+        if items.is_empty() {
+            return Ok(skipped);
+        }
+        let mut inner = self.lock();
+        if inner.closed {
+            return Err(StoreError::Closed);
+        }
+        inner.populated_by_change();
+        inner.items.extend(items);
+        drop(inner);
+        self.not_empty.notify_one();
+        Ok(skipped)
     }
 }
 
@@ -411,6 +446,29 @@ mod tests {
         assert!(fifo.has_synced());
         let (_, initial) = pop(&fifo).await;
         assert!(!initial);
+    }
+
+    #[tokio::test]
+    async fn a_batch_of_changes_is_queued_in_order_and_a_nameless_object_is_skipped() {
+        let fifo = RealFifo::new();
+        let mut nameless = ConfigMap::default();
+        nameless.metadata.namespace = Some("ns".into());
+        let skipped = fifo
+            .apply_changes(vec![
+                (DeltaType::Added, cm("a", "1")),
+                (DeltaType::Updated, cm("a", "2")),
+                (DeltaType::Updated, Arc::new(nameless)),
+                (DeltaType::Deleted, cm("b", "3")),
+            ])
+            .unwrap();
+        assert_eq!(skipped, [KeyError]);
+        assert!(fifo.has_synced(), "a change before any replace populates the queue");
+        assert_eq!(pop(&fifo).await.0, ["Added ns/a", "Updated ns/a", "Deleted ns/b"]);
+        fifo.close();
+        assert_eq!(
+            fifo.apply_changes(vec![(DeltaType::Added, cm("c", "4"))]),
+            Err(StoreError::Closed)
+        );
     }
 
     #[tokio::test]

@@ -61,6 +61,12 @@
 //! do not load the server. A malformed object is logged with its key, counted in
 //! [`ReflectorMetrics`], and skipped; the watch goes on.
 //!
+//! Events reach the store in batches: every event the stream has ready without waiting (the
+//! lines of one read from the connection, typically) goes to [`Store::apply_changes`] at once,
+//! so the queue is locked, and its consumer woken, once per batch instead of once per event.
+//! The order and the effect are those of one call per event; a BOOKMARK or an error first
+//! applies the events before it.
+//!
 //! During a watch the last-synced resourceVersion (and a
 //! [`ResourceVersionUpdater`], if set) follows every event, as client-go's `handleWatch`
 //! does, with client-go's rule for a watch started at `""` or `"0"`: its first events are
@@ -98,7 +104,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::Resource;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use rand::Rng;
@@ -146,6 +152,10 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);
 
 /// The page size of lists the user did not set one for (client-go's pager `defaultPageSize`).
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// The most watch events handed to the store in one [`Store::apply_changes`] call: the events
+/// one read of the stream made ready, up to this many (the `RealFifo`'s default pop batch).
+const WATCH_BATCH_MAX: usize = crate::real_fifo::DEFAULT_BATCH_SIZE;
 
 /// How a reflector lists and watches.
 ///
@@ -826,6 +836,38 @@ where
     }
 
     /// Moves the last-synced resourceVersion to `rv` and tells the updater.
+    /// Hands the pending watch events to the store as one batch, then moves the reflector
+    /// through their resourceVersions (the updater sees each, as client-go's per event).
+    /// `false` when the store is a closed queue.
+    fn apply_changes(
+        &self,
+        changes: &mut Vec<(DeltaType, Arc<K>)>,
+        changes_rv: &mut Vec<String>,
+        resource_version: &mut String,
+    ) -> bool {
+        if !changes.is_empty() {
+            let batch = std::mem::take(changes);
+            let count = batch.len() as u64;
+            match self.store.apply_changes(batch) {
+                Ok(skipped) => {
+                    self.metrics
+                        .events
+                        .fetch_add(count - skipped.len() as u64, Ordering::Relaxed);
+                    for e in skipped {
+                        self.skip_malformed(&MalformedObject::new(e.to_string()));
+                    }
+                }
+                Err(StoreError::Closed) => return false,
+                Err(StoreError::Key(e)) => self.skip_malformed(&MalformedObject::new(e.to_string())),
+            }
+        }
+        for rv in changes_rv.drain(..) {
+            self.synced_to(&rv);
+            *resource_version = rv;
+        }
+        true
+    }
+
     fn synced_to(&self, rv: &str) {
         self.last_sync_resource_version.set(rv);
         if let Some(updater) = &self.resource_version_updater {
@@ -840,79 +882,95 @@ where
     /// `eventReceivedBesidesAdded`).
     async fn consume_watch(
         &self,
-        mut stream: WatchStream<K>,
+        stream: WatchStream<K>,
         mut resource_version: String,
         started: Instant,
         propagate_rv_from_start: bool,
     ) -> Transition {
+        let mut stream = stream.fuse();
         let mut events = 0u64;
         let mut event_received_besides_added = false;
-        while let Some(item) = stream.next().await {
-            let event = match item {
-                Ok(event) => event,
-                Err(ListWatchError::Malformed(m)) => {
-                    self.skip_malformed(&m);
-                    continue;
+        // The object events read so far and not yet handed to the store, and the
+        // resourceVersions they move the reflector to, in order.
+        let mut changes: Vec<(DeltaType, Arc<K>)> = Vec::new();
+        let mut changes_rv: Vec<String> = Vec::new();
+        while let Some(first) = stream.next().await {
+            // Every event the stream has ready without waiting goes to the store as one batch.
+            let mut batch = vec![first];
+            while batch.len() < WATCH_BATCH_MAX {
+                match stream.next().now_or_never() {
+                    Some(Some(item)) => batch.push(item),
+                    _ => break,
                 }
-                Err(e) => return self.after_watch_error(e, resource_version),
-            };
-            events += 1;
-            let (obj, change) = match event {
-                WatchEvent::Added(obj) => (obj, DeltaType::Added),
-                WatchEvent::Modified(obj) => (obj, DeltaType::Updated),
-                WatchEvent::Deleted(obj) => (obj, DeltaType::Deleted),
-                WatchEvent::Bookmark(bookmark) => {
-                    ReflectorMetrics::inc(&self.metrics.bookmarks);
-                    let rv = bookmark.metadata.resource_version;
-                    // A bookmark without a resourceVersion carries nothing; watching from ""
-                    // later would replay current state and hide missed deletes.
-                    if rv.is_empty() {
-                        warn!(reflector = %self.config.name, "ignoring a bookmark without a resourceVersion");
+            }
+            for item in batch {
+                let event = match item {
+                    Ok(event) => event,
+                    Err(ListWatchError::Malformed(m)) => {
+                        self.skip_malformed(&m);
                         continue;
                     }
-                    event_received_besides_added = true;
-                    // client-go ReflectorBookmarkStore: the store learns the rv in order.
-                    match self.store.bookmark(&rv) {
-                        Ok(()) => {}
-                        Err(StoreError::Closed) => return Transition::Stop,
-                        Err(e) => {
-                            warn!(reflector = %self.config.name, error = %e, resource_version = %rv, "store refused a bookmark")
+                    Err(e) => {
+                        if !self.apply_changes(&mut changes, &mut changes_rv, &mut resource_version) {
+                            return Transition::Stop;
                         }
+                        return self.after_watch_error(e, resource_version);
                     }
-                    debug!(reflector = %self.config.name, resource_version = %rv, "bookmark");
-                    resource_version = rv;
-                    self.synced_to(&resource_version);
-                    continue;
-                }
-                WatchEvent::Error(status) => {
-                    return self.after_watch_error(ListWatchError::from_status(&status), resource_version);
-                }
-            };
-            let new_rv = obj.meta().resource_version.clone();
-            let obj = self.transformed(obj);
-            let applied = match change {
-                DeltaType::Deleted => {
+                };
+                events += 1;
+                let (obj, change) = match event {
+                    WatchEvent::Added(obj) => (obj, DeltaType::Added),
+                    WatchEvent::Modified(obj) => (obj, DeltaType::Updated),
+                    WatchEvent::Deleted(obj) => (obj, DeltaType::Deleted),
+                    WatchEvent::Bookmark(bookmark) => {
+                        ReflectorMetrics::inc(&self.metrics.bookmarks);
+                        let rv = bookmark.metadata.resource_version;
+                        // A bookmark without a resourceVersion carries nothing; watching from ""
+                        // later would replay current state and hide missed deletes.
+                        if rv.is_empty() {
+                            warn!(reflector = %self.config.name, "ignoring a bookmark without a resourceVersion");
+                            continue;
+                        }
+                        event_received_besides_added = true;
+                        // The events before it first: the store sees everything in order.
+                        if !self.apply_changes(&mut changes, &mut changes_rv, &mut resource_version) {
+                            return Transition::Stop;
+                        }
+                        // client-go ReflectorBookmarkStore: the store learns the rv in order.
+                        match self.store.bookmark(&rv) {
+                            Ok(()) => {}
+                            Err(StoreError::Closed) => return Transition::Stop,
+                            Err(e) => {
+                                warn!(reflector = %self.config.name, error = %e, resource_version = %rv, "store refused a bookmark")
+                            }
+                        }
+                        debug!(reflector = %self.config.name, resource_version = %rv, "bookmark");
+                        resource_version = rv;
+                        self.synced_to(&resource_version);
+                        continue;
+                    }
+                    WatchEvent::Error(status) => {
+                        if !self.apply_changes(&mut changes, &mut changes_rv, &mut resource_version) {
+                            return Transition::Stop;
+                        }
+                        return self.after_watch_error(ListWatchError::from_status(&status), resource_version);
+                    }
+                };
+                let new_rv = obj.meta().resource_version.clone();
+                if change != DeltaType::Added {
                     event_received_besides_added = true;
-                    self.store.delete(obj)
                 }
-                DeltaType::Updated => {
-                    event_received_besides_added = true;
-                    self.store.update(obj)
+                changes.push((change, self.transformed(obj)));
+                // As client-go, an event's resourceVersion counts even if its object is then
+                // skipped: the server has moved past it.
+                if let Some(rv) = new_rv.filter(|rv| !rv.is_empty())
+                    && (propagate_rv_from_start || event_received_besides_added)
+                {
+                    changes_rv.push(rv);
                 }
-                _ => self.store.add(obj),
-            };
-            match applied {
-                Ok(()) => ReflectorMetrics::inc(&self.metrics.events),
-                Err(StoreError::Closed) => return Transition::Stop,
-                // As client-go, the event is skipped but its resourceVersion still counts: the
-                // server has moved past it.
-                Err(StoreError::Key(e)) => self.skip_malformed(&MalformedObject::new(e.to_string())),
             }
-            if let Some(rv) = new_rv.filter(|rv| !rv.is_empty())
-                && (propagate_rv_from_start || event_received_besides_added)
-            {
-                resource_version = rv;
-                self.synced_to(&resource_version);
+            if !self.apply_changes(&mut changes, &mut changes_rv, &mut resource_version) {
+                return Transition::Stop;
             }
         }
         if events == 0 && started.elapsed() < Duration::from_secs(1) {
@@ -989,6 +1047,8 @@ mod tests {
     }
 
     /// Records the calls a reflector makes on its store.
+    /// Every store call in order; `apply_changes` is recorded as `batch N` followed by its
+    /// changes, so tests see where the reflector cut its batches.
     #[derive(Default)]
     struct Calls(Mutex<Vec<String>>);
 
@@ -1025,6 +1085,20 @@ mod tests {
         }
         fn bookmark(&self, rv: &str) -> Result<(), StoreError> {
             self.push(format!("bookmark {rv}"))
+        }
+        fn apply_changes(
+            &self,
+            changes: Vec<(DeltaType, Arc<ConfigMap>)>,
+        ) -> Result<Vec<crate::store::KeyError>, StoreError> {
+            self.push(format!("batch {}", changes.len()))?;
+            for (kind, obj) in changes {
+                match kind {
+                    DeltaType::Deleted => self.delete(obj)?,
+                    DeltaType::Updated => self.update(obj)?,
+                    _ => self.add(obj)?,
+                }
+            }
+            Ok(Vec::new())
         }
     }
 
@@ -1086,7 +1160,10 @@ mod tests {
             WatchEvent::Deleted(cm("a", "40")),
         ];
         let (calls, updates, last, transition) = watch("5", true, events).await;
-        assert_eq!(calls, ["add 10", "update 20", "bookmark 30", "delete 40"]);
+        assert_eq!(
+            calls,
+            ["batch 2", "add 10", "update 20", "bookmark 30", "batch 1", "delete 40"]
+        );
         assert_eq!(updates, ["10", "20", "30", "40"]);
         assert_eq!(last, "40");
         assert_eq!(
@@ -1106,7 +1183,7 @@ mod tests {
             WatchEvent::Added(cm("c", "14")),
         ];
         let (calls, updates, _, transition) = watch("0", false, events).await;
-        assert_eq!(calls, ["add 12", "add 7", "update 13", "add 14"]);
+        assert_eq!(calls, ["batch 4", "add 12", "add 7", "update 13", "add 14"]);
         assert_eq!(updates, ["13", "14"]);
         assert_eq!(
             transition,
@@ -1132,8 +1209,51 @@ mod tests {
             WatchEvent::Added(cm("d", "16")),
         ];
         let (calls, updates, _, _) = watch("", false, events).await;
-        assert_eq!(calls, ["add 12", "bookmark 15", "add 16"]);
+        assert_eq!(calls, ["batch 1", "add 12", "bookmark 15", "batch 1", "add 16"]);
         assert_eq!(updates, ["15", "16"]);
+    }
+
+    #[tokio::test]
+    async fn events_ready_together_reach_the_store_as_one_batch_and_an_error_applies_those_before_it() {
+        let store = Arc::new(Calls::default());
+        let reflector = Reflector::new(Arc::new(Unreachable), store.clone(), ReflectorConfig::default());
+        // Two events ready at once, then one the stream has only after yielding (a later read
+        // from the connection), then a 410 ERROR ready together with the event before it.
+        let later = |events: Vec<WatchEvent<ConfigMap>>| {
+            futures::stream::once(async {
+                tokio::task::yield_now().await;
+            })
+            .flat_map(move |()| futures::stream::iter(events.clone()))
+        };
+        let gone = WatchEvent::Error(Box::new(
+            kube::core::Status::failure("too old resource version", "Expired").with_code(410),
+        ));
+        let stream = futures::stream::iter(vec![
+            WatchEvent::Added(cm("a", "10")),
+            WatchEvent::Modified(cm("a", "11")),
+        ])
+        .chain(later(vec![WatchEvent::Modified(cm("a", "12"))]))
+        .chain(later(vec![WatchEvent::Deleted(cm("a", "13")), gone]))
+        .map(Ok)
+        .boxed();
+        let transition = reflector.consume_watch(stream, "9".into(), Instant::now(), true).await;
+        assert_eq!(
+            store.take(),
+            [
+                "batch 2",
+                "add 10",
+                "update 11",
+                "batch 1",
+                "update 12",
+                "batch 1",
+                "delete 13"
+            ]
+        );
+        assert_eq!(reflector.last_sync_resource_version(), "13");
+        assert!(
+            matches!(transition, Transition::AfterBackoff(State::List { .. })),
+            "{transition:?}"
+        );
     }
 
     #[tokio::test]

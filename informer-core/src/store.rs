@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use kube::Resource;
 
+use crate::delta_fifo::DeltaType;
+
 /// Why an object has no key: the server sent an object without `metadata.name`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("object has no metadata.name, so it has no key")]
@@ -68,6 +70,29 @@ pub trait Store<K>: Send + Sync {
     fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
         let _ = resource_version;
         Ok(())
+    }
+    /// Applies watch events in order, with the effect of one [`add`](Store::add),
+    /// [`update`](Store::update) or [`delete`](Store::delete) per change (what `kind` says;
+    /// `Replaced` and `Sync` count as adds). The reflector hands over every event one read of
+    /// the watch stream returned, so that a queue takes its lock and wakes its consumer once per
+    /// batch rather than once per event (client-go calls the store per event). An object
+    /// without a key is skipped, the others are applied, and the skipped ones' errors are
+    /// returned; `Err` only for [`StoreError::Closed`]. By default, one call per change.
+    fn apply_changes(&self, changes: Vec<(DeltaType, Arc<K>)>) -> Result<Vec<KeyError>, StoreError> {
+        let mut skipped = Vec::new();
+        for (kind, obj) in changes {
+            let applied = match kind {
+                DeltaType::Deleted => self.delete(obj),
+                DeltaType::Updated => self.update(obj),
+                DeltaType::Added | DeltaType::Replaced | DeltaType::Sync => self.add(obj),
+            };
+            match applied {
+                Ok(()) => {}
+                Err(StoreError::Key(e)) => skipped.push(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(skipped)
     }
 }
 

@@ -48,6 +48,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use futures::future::BoxFuture;
@@ -308,6 +309,63 @@ struct PageFetcher {
     skip_managed_fields: bool,
     /// Ask for `PartialObjectMetadata` (see the module doc).
     metadata_only: bool,
+    /// Page bodies already read and decoded, kept to read the next pages into.
+    buffers: PageBuffers,
+}
+
+/// The buffers list page bodies are read into, reused from page to page.
+///
+/// A page body is a large allocation (500 ConfigMaps are ~600 KB) that lives only until the
+/// page is decoded. Read into a fresh `Vec` every time, it grew by doubling (each step a copy)
+/// and, above the allocator's mmap threshold, came fresh from the kernel, so every byte of
+/// every page was a page fault: a quarter of the CPU time of a 100k-object list. Kept here, a
+/// list touches about `pages_ahead + 2` buffers' worth of fresh memory, once; the last page
+/// of a list releases them all, so a watching informer holds none.
+#[derive(Default)]
+struct PageBuffers {
+    state: Mutex<BuffersState>,
+}
+
+#[derive(Default)]
+struct BuffersState {
+    free: Vec<Vec<u8>>,
+    /// A list ended and no page was read since: buffers given back are dropped (a page
+    /// decoded in parallel with the last one may finish after it).
+    released: bool,
+}
+
+impl PageBuffers {
+    /// At most this many idle buffers are kept (the pages in flight, plus one).
+    const KEEP: usize = DEFAULT_PAGES_AHEAD + 2;
+    /// A buffer larger than this is not kept (a page that big is rare, and memory held idle).
+    const KEEP_BYTES: usize = 16 << 20;
+
+    fn state(&self) -> MutexGuard<'_, BuffersState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn take(&self) -> Vec<u8> {
+        let mut state = self.state();
+        state.released = false;
+        state.free.pop().unwrap_or_default()
+    }
+
+    fn release(&self) {
+        let mut state = self.state();
+        state.released = true;
+        state.free = Vec::new();
+    }
+
+    fn give_back(&self, mut buffer: Vec<u8>) {
+        if buffer.capacity() > Self::KEEP_BYTES {
+            return;
+        }
+        buffer.clear();
+        let mut state = self.state();
+        if !state.released && state.free.len() < Self::KEEP {
+            state.free.push(buffer);
+        }
+    }
 }
 
 /// `Accept` of a metadata-only list: `PartialObjectMetadataList`, else whole objects.
@@ -362,6 +420,7 @@ impl<K: Resource> ApiListerWatcher<K> {
                 pages_ahead: DEFAULT_PAGES_AHEAD,
                 skip_managed_fields: false,
                 metadata_only: K::metadata_api(),
+                buffers: PageBuffers::default(),
             }),
             max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             ahead: Arc::default(),
@@ -423,6 +482,7 @@ impl<K: Resource> ApiListerWatcher<K> {
             pages_ahead: self.fetcher.pages_ahead,
             skip_managed_fields: self.fetcher.skip_managed_fields,
             metadata_only: self.fetcher.metadata_only,
+            buffers: PageBuffers::default(),
         }
     }
 
@@ -530,49 +590,101 @@ pub(crate) fn decode_list<K: Resource + DeserializeOwned + Clone>(
     }
 }
 
-/// One line of a watch stream, or the fact that it passed the bound.
-enum Line {
-    Text(String),
+/// Why [`line_batches`] ended a stream early.
+enum LinesEnd {
+    /// A line passed the bound; its bytes were read past, never buffered.
     TooLong,
+    /// Reading failed.
+    Failed(std::io::Error),
 }
 
-/// The lines of `reader`, each at most `max` bytes: a longer line is reported once as
-/// [`Line::TooLong`] (its bytes read past, never buffered) and ends the stream.
-fn bounded_lines<R>(reader: R, max: usize) -> impl futures::Stream<Item = std::io::Result<Line>>
+/// The most lines [`line_batches`] decodes in one batch, so one poll of the stream stays short.
+const LINES_PER_BATCH: usize = 256;
+
+/// Above this, the buffer that held a line split across reads is given back once it is used.
+const PARTIAL_KEEP_BYTES: usize = 1 << 20;
+
+/// The lines of `reader`, each at most `max` bytes, decoded a read at a time: every complete
+/// line in the reader's buffer is handed to `decode` straight from that buffer (found with
+/// `memchr`, never copied), and the results of one read (at most [`LINES_PER_BATCH`]) are
+/// yielded as one batch. Only a line split across reads is copied, into a buffer of its own.
+/// A line longer than `max` bytes, or a read error, is passed to `end` and ends the stream;
+/// the end of the stream ends it too (a last line without a newline still counts).
+fn line_batches<R, T, D, E>(reader: R, max: usize, decode: D, end: E) -> impl futures::Stream<Item = Vec<T>>
 where
     R: futures::AsyncBufRead + Send + 'static,
+    D: FnMut(&[u8]) -> Option<T> + Send + 'static,
+    E: Fn(LinesEnd) -> Option<T> + Send + 'static,
 {
-    futures::stream::unfold(Some(Box::pin(reader)), move |state| async move {
-        let mut reader = state?;
-        let mut line = Vec::new();
+    struct Lines<R, D, E> {
+        reader: Pin<Box<R>>,
+        partial: Vec<u8>,
+        decode: D,
+        end: E,
+    }
+    let lines = Lines {
+        reader: Box::pin(reader),
+        partial: Vec::new(),
+        decode,
+        end,
+    };
+    futures::stream::unfold(Some(lines), move |state| async move {
+        let mut lines = state?;
         loop {
+            let Lines {
+                reader,
+                partial,
+                decode,
+                end,
+            } = &mut lines;
             let available = match reader.fill_buf().await {
                 Ok(available) => available,
-                Err(e) => return Some((Err(e), None)),
+                Err(e) => return Some((end(LinesEnd::Failed(e)).into_iter().collect(), None)),
             };
             if available.is_empty() {
-                // End of stream: a last line without a newline still counts.
-                if line.is_empty() {
+                if partial.is_empty() {
                     return None;
                 }
-                return Some((Ok(Line::Text(String::from_utf8_lossy(&line).into_owned())), None));
+                return Some((decode(partial).into_iter().collect(), None));
             }
-            let (chunk, end) = match available.iter().position(|b| *b == b'\n') {
-                Some(i) => (i, Some(i + 1)),
-                None => (available.len(), None),
-            };
-            if line.len().saturating_add(chunk) > max {
-                return Some((Ok(Line::TooLong), None));
+            let mut out = Vec::new();
+            let mut consumed = 0;
+            let mut lines_seen = 0;
+            for newline in memchr::memchr_iter(b'\n', available) {
+                let piece = &available[consumed..newline];
+                if partial.len().saturating_add(piece.len()) > max {
+                    out.extend(end(LinesEnd::TooLong));
+                    return Some((out, None));
+                }
+                if partial.is_empty() {
+                    out.extend(decode(piece));
+                } else {
+                    partial.extend_from_slice(piece);
+                    out.extend(decode(partial));
+                    partial.clear();
+                    if partial.capacity() > PARTIAL_KEEP_BYTES {
+                        *partial = Vec::new();
+                    }
+                }
+                consumed = newline + 1;
+                lines_seen += 1;
+                if lines_seen == LINES_PER_BATCH {
+                    break;
+                }
             }
-            line.extend_from_slice(&available[..chunk]);
-            let consumed = end.unwrap_or(chunk);
+            if lines_seen < LINES_PER_BATCH {
+                // The rest of the buffer is the start of a line the next read finishes.
+                let tail = &available[consumed..];
+                if partial.len().saturating_add(tail.len()) > max {
+                    out.extend(end(LinesEnd::TooLong));
+                    return Some((out, None));
+                }
+                partial.extend_from_slice(tail);
+                consumed = available.len();
+            }
             reader.as_mut().consume(consumed);
-            if end.is_some() {
-                let text = match String::from_utf8(line) {
-                    Ok(text) => text,
-                    Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-                };
-                return Some((Ok(Line::Text(text)), Some(reader)));
+            if !out.is_empty() {
+                return Some((out, Some(lines)));
             }
         }
     })
@@ -674,21 +786,28 @@ where
                 http::HeaderValue::from_static(ACCEPT_METADATA_LIST),
             );
         }
-        let bytes = read_page(&fetcher.client, request, fetcher.max_page_bytes).await?;
+        let bytes = read_page(&fetcher.client, request, fetcher.max_page_bytes, fetcher.buffers.take()).await?;
         if params.limit.is_some()
             && let (Some(token), Some(ahead)) = (peek_continue(&bytes), ahead.upgrade())
         {
             fetch_ahead(&fetcher, &params, token, &ahead);
         }
         let text = String::from_utf8(bytes).map_err(|e| ListWatchError::Decode(e.to_string()))?;
-        if text.len() >= DECODE_OFF_TASK_BYTES {
-            let skip = fetcher.skip_managed_fields;
-            tokio::task::spawn_blocking(move || decode_list::<K>(&text, skip))
+        let skip = fetcher.skip_managed_fields;
+        let (page, text) = if text.len() >= DECODE_OFF_TASK_BYTES {
+            tokio::task::spawn_blocking(move || (decode_list::<K>(&text, skip), text))
                 .await
                 .map_err(|e| ListWatchError::Decode(format!("list page decoder: {e}")))?
         } else {
-            decode_list::<K>(&text, fetcher.skip_managed_fields)
+            (decode_list::<K>(&text, skip), text)
+        };
+        if matches!(&page, Ok(p) if p.continue_token.is_some()) {
+            fetcher.buffers.give_back(text.into_bytes());
+        } else {
+            // The list is over (or failed): hold no idle buffers while watching.
+            fetcher.buffers.release();
         }
+        page
     })
 }
 
@@ -708,11 +827,17 @@ where
 }
 
 /// Reads one list response's body, at most `limit` bytes of it.
-async fn read_page(client: &Client, request: http::Request<Vec<u8>>, limit: usize) -> Result<Vec<u8>, ListWatchError> {
+/// Reads a page body into `bytes` (a reused buffer, see [`PageBuffers`]).
+async fn read_page(
+    client: &Client,
+    request: http::Request<Vec<u8>>,
+    limit: usize,
+    mut bytes: Vec<u8>,
+) -> Result<Vec<u8>, ListWatchError> {
     use futures::AsyncReadExt;
     let body = client.request_stream(request).await?;
+    bytes.clear();
     // Read at most one byte past the bound: enough to tell, never more.
-    let mut bytes = Vec::new();
     body.take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
         .read_to_end(&mut bytes)
         .await
@@ -829,27 +954,31 @@ where
                     .insert(http::header::ACCEPT, http::HeaderValue::from_static(ACCEPT_METADATA));
             }
             let body = self.fetcher.client.request_stream(request).await?;
-            let events = bounded_lines(body, max_event_bytes).filter_map(move |line| async move {
-                match line {
-                    Ok(Line::Text(line)) => decode_watch_line::<K>(&line, skip_managed_fields),
-                    Ok(Line::TooLong) => Some(Err(ListWatchError::TooLarge {
-                        what: "watch event",
-                        limit: max_event_bytes,
-                    })),
-                    // The server (or a proxy) cut the stream mid-chunk, or the client's read timeout
-                    // fired on an idle stream: the watch simply ended
-                    // and is resumed from the last resourceVersion.
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        None
-                    }
-                    Err(e) => Some(Err(ListWatchError::Transport(kube::Error::ReadEvents(e)))),
+            let decode = move |line: &[u8]| match std::str::from_utf8(line) {
+                Ok(text) => decode_watch_line::<K>(text, skip_managed_fields),
+                Err(_) => decode_watch_line::<K>(&String::from_utf8_lossy(line), skip_managed_fields),
+            };
+            let end = move |end: LinesEnd| match end {
+                LinesEnd::TooLong => Some(Err(ListWatchError::TooLarge {
+                    what: "watch event",
+                    limit: max_event_bytes,
+                })),
+                // The server (or a proxy) cut the stream mid-chunk, or the client's read timeout
+                // fired on an idle stream: the watch simply ended
+                // and is resumed from the last resourceVersion.
+                LinesEnd::Failed(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    None
                 }
-            });
+                LinesEnd::Failed(e) => Some(Err(ListWatchError::Transport(kube::Error::ReadEvents(e)))),
+            };
+            // One batch per read of the connection; the reflector takes every event that is
+            // ready as one batch for its store.
+            let events = line_batches(body, max_event_bytes, decode, end).flat_map(futures::stream::iter);
             Ok(events.boxed())
         })
     }
@@ -859,6 +988,76 @@ where
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+
+    #[test]
+    fn page_buffers_are_reused_during_a_list_and_none_is_held_after_it() {
+        let buffers = PageBuffers::default();
+        let mut first = buffers.take();
+        first.extend_from_slice(&[1; 1000]);
+        let capacity = first.capacity();
+        buffers.give_back(first);
+        let again = buffers.take();
+        assert!(
+            again.is_empty() && again.capacity() == capacity,
+            "the same allocation, emptied"
+        );
+        // Two pages in flight; the last one ends the list before the other is given back.
+        let other = buffers.take();
+        buffers.release();
+        buffers.give_back(again);
+        buffers.give_back(other);
+        assert_eq!(buffers.state().free.len(), 0);
+        // The next list reuses buffers again; one too large to hold idle is dropped.
+        let next = buffers.take();
+        buffers.give_back(next);
+        buffers.give_back(Vec::with_capacity(PageBuffers::KEEP_BYTES + 1));
+        assert_eq!(buffers.state().free.len(), 1);
+    }
+
+    /// The batches `line_batches` makes of `chunks` (one read each), lines as text, `END` for
+    /// an early end.
+    async fn batches_of(chunks: Vec<Result<&'static [u8], std::io::Error>>, max: usize) -> Vec<Vec<String>> {
+        use futures::TryStreamExt;
+        let reader = futures::stream::iter(chunks).into_async_read();
+        let decode = |line: &[u8]| (!line.is_empty()).then(|| String::from_utf8_lossy(line).into_owned());
+        let end = |end: LinesEnd| {
+            Some(match end {
+                LinesEnd::TooLong => "END too long".to_string(),
+                LinesEnd::Failed(e) => format!("END {e}"),
+            })
+        };
+        line_batches(reader, max, decode, end).collect().await
+    }
+
+    #[tokio::test]
+    async fn watch_lines_are_decoded_a_read_at_a_time_and_a_line_split_across_reads_is_joined() {
+        let batches = batches_of(vec![Ok(b"a\nbb\n\nc"), Ok(b"cc"), Ok(b"c\nd\n"), Ok(b"e")], 100).await;
+        assert_eq!(batches, [vec!["a", "bb"], vec!["cccc", "d"], vec!["e"]]);
+
+        // A long read is cut into batches of at most LINES_PER_BATCH lines.
+        let many: &'static [u8] = "x\n".repeat(600).leak().as_bytes();
+        let sizes: Vec<usize> = batches_of(vec![Ok(many)], 100).await.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [LINES_PER_BATCH, LINES_PER_BATCH, 600 - 2 * LINES_PER_BATCH]);
+    }
+
+    #[tokio::test]
+    async fn a_watch_line_over_the_bound_or_a_failed_read_ends_the_stream() {
+        // Over the bound in one read, across reads, and as an unfinished tail.
+        assert_eq!(
+            batches_of(vec![Ok(b"ok\nabcdef\nnever\n")], 3).await,
+            [vec!["ok", "END too long"]]
+        );
+        assert_eq!(
+            batches_of(vec![Ok(b"ab"), Ok(b"cd\nx\n")], 3).await,
+            [vec!["END too long"]]
+        );
+        assert_eq!(batches_of(vec![Ok(b"a\nabcdef")], 3).await, [vec!["a", "END too long"]]);
+        let failed = std::io::Error::other("reset");
+        assert_eq!(
+            batches_of(vec![Ok(b"a\n"), Err(failed)], 3).await,
+            [vec!["a"], vec!["END reset"]]
+        );
+    }
 
     #[test]
     fn the_continue_token_is_read_from_the_metadata_in_front_of_the_items() {

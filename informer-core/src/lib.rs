@@ -45,6 +45,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
+mod compact;
 pub mod delta_fifo;
 pub mod event_handler;
 pub mod fifo;

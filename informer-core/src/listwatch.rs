@@ -551,12 +551,12 @@ pub(crate) fn list_request(url_path: &str, params: &ListParams) -> Result<http::
 
 /// Decodes one list response. The whole list is decoded in one pass; only when that fails
 /// are items decoded one by one, so that one bad item costs only itself.
-pub(crate) fn decode_list<K: Resource + DeserializeOwned + Clone>(
+pub(crate) fn decode_list<K: Resource + DeserializeOwned + Clone + 'static>(
     text: &str,
     skip_managed_fields: bool,
 ) -> Result<ListPage<K>, ListWatchError> {
     let page = |mut list: ObjectList<K>, malformed| {
-        list.items.iter_mut().for_each(compact_metadata);
+        list.items.iter_mut().for_each(crate::compact::compact);
         ListPage {
             resource_version: list.metadata.resource_version.unwrap_or_default(),
             continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
@@ -691,7 +691,7 @@ where
 }
 
 /// Decodes one line of a watch stream; `None` for a blank line.
-pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone>(
+pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone + 'static>(
     line: &str,
     skip_managed_fields: bool,
 ) -> Option<Result<WatchEvent<K>, ListWatchError>> {
@@ -702,7 +702,7 @@ pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone>(
         Ok(WatchEvent::Error(status)) => Some(Err(ListWatchError::from_status(&status))),
         Ok(mut event) => {
             if let WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) = &mut event {
-                compact_metadata(obj);
+                crate::compact::compact(obj);
             }
             Some(Ok(event))
         }
@@ -721,24 +721,6 @@ pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone>(
             })))
         }
     }
-}
-
-/// Gives back the spare capacity decoding leaves in an object's metadata lists.
-///
-/// serde grows a `Vec` by doubling from four, so a Pod's one owner reference is decoded into
-/// room for four (about 300 bytes more per Pod, a tenth of what a metadata-only informer
-/// holds per object). The cache keeps each object for its lifetime, so the lists are shrunk
-/// to their length once, here; the rest of the object is type-specific and kept as decoded.
-fn compact_metadata<K: Resource>(obj: &mut K) {
-    fn shrink<T>(list: &mut Option<Vec<T>>) {
-        if let Some(list) = list {
-            list.shrink_to_fit();
-        }
-    }
-    let meta = obj.meta_mut();
-    shrink(&mut meta.owner_references);
-    shrink(&mut meta.finalizers);
-    shrink(&mut meta.managed_fields);
 }
 
 /// Decodes `text`, dropping `metadata.managedFields` on the way when asked (see

@@ -517,16 +517,15 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
 /// revision it has not seen with "Too large resource version" (a client that talked to a newer
 /// server, or wrote through another one, gets the state it asked for if it arrives in time).
 async fn wait_for_resource_version(app: &Arc<App>, rv: u64) -> Result<(), ApiError> {
-    let deadline = tokio::time::Instant::now() + app.config.too_large_resource_version_wait;
-    loop {
-        let current = app.rest.storage.lock().current_rv();
-        if current >= rv {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(ApiError::too_large_resource_version(rv, current));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut revisions = app.rest.storage.revisions();
+    let reached = revisions.wait_for(|current| *current >= rv);
+    match tokio::time::timeout(app.config.too_large_resource_version_wait, reached).await {
+        Ok(Ok(_)) => Ok(()),
+        // The wait ran out (or the store is gone): say how far the store got.
+        _ => Err(ApiError::too_large_resource_version(
+            rv,
+            app.rest.storage.lock().current_rv(),
+        )),
     }
 }
 

@@ -11,6 +11,7 @@ use crate::{object, status::ApiError};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::watch;
 
 /// `(namespace, name)`; the namespace is `""` for cluster-scoped objects.
 pub(crate) type ObjectKey = (String, String);
@@ -36,6 +37,8 @@ pub(crate) struct Inner {
     objects: HashMap<String, Objects>,
     /// The watch cache (the apiserver's Cacher): recent events and the registered watchers.
     pub(crate) cache: WatchCache,
+    /// `rv` for those who wait for a revision (see [`Storage::revisions`]).
+    revision: watch::Sender<u64>,
 }
 
 impl Storage {
@@ -46,6 +49,7 @@ impl Storage {
                 rv: 0,
                 objects: HashMap::new(),
                 cache,
+                revision: watch::Sender::new(0),
             }),
         }
     }
@@ -55,9 +59,22 @@ impl Storage {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The revision of the last write, as it moves: for a request that waits until the store
+    /// reaches a revision.
+    pub(crate) fn revisions(&self) -> watch::Receiver<u64> {
+        self.lock().revision.subscribe()
+    }
 }
 
 impl Inner {
+    /// Moves to the next revision and tells those waiting for one.
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.revision.send_replace(self.rv);
+        self.rv
+    }
+
     /// The revision of the last write.
     pub(crate) fn current_rv(&self) -> u64 {
         self.rv
@@ -119,8 +136,7 @@ impl Inner {
     ///
     /// The caller has set every other server-owned field; this sets `resourceVersion`.
     pub(crate) fn put(&mut self, resource: &str, mut obj: Value) -> Arc<Value> {
-        self.rv += 1;
-        let rv = self.rv;
+        let rv = self.next_rv();
         object::set_meta(&mut obj, "resourceVersion", Value::String(rv.to_string()));
         let key = (object::namespace(&obj).to_owned(), object::name(&obj).to_owned());
         let obj = Arc::new(obj);
@@ -144,8 +160,7 @@ impl Inner {
     pub(crate) fn remove(&mut self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
         let key = (namespace.to_owned(), name.to_owned());
         let prev = self.objects.get_mut(resource)?.remove(&key)?;
-        self.rv += 1;
-        let rv = self.rv;
+        let rv = self.next_rv();
         let mut last = (*prev).clone();
         object::set_meta(&mut last, "resourceVersion", Value::String(rv.to_string()));
         let last = Arc::new(last);

@@ -87,10 +87,6 @@ struct Args {
     /// experiment: a clone has no spare capacity, which is what kube-runtime's store holds).
     #[arg(long)]
     clone_objects: bool,
-    /// fill, kinformer, Pods: a transform that shrinks the Pod's Vecs to their length (an
-    /// experiment: what a generated per-type compaction would save, without a clone).
-    #[arg(long)]
-    shrink_pods: bool,
     /// fanout: handlers on the informer.
     #[arg(long, default_value_t = 10)]
     handlers: usize,
@@ -121,15 +117,13 @@ async fn run(args: &Args) -> Result<Outcome, BoxError> {
         (Client::Floor, _, Kind::Pods) => floor::<Pod>(args)?,
         (Client::Floor, _, Kind::PodMetadata) => floor::<PartialObjectMeta<Pod>>(args)?,
         (Client::Kinformer, Workload::Fill, Kind::PodMetadata) => {
-            fill_kinformer::<PartialObjectMeta<Pod>>(args, None).await?
+            fill_kinformer::<PartialObjectMeta<Pod>>(args).await?
         }
         (Client::KubeRuntime, Workload::Fill, Kind::PodMetadata) => {
             fill_kube_runtime::<PartialObjectMeta<Pod>>(args).await?
         }
-        (Client::Kinformer, Workload::Fill, Kind::ConfigMaps) => fill_kinformer::<ConfigMap>(args, None).await?,
-        (Client::Kinformer, Workload::Fill, Kind::Pods) => {
-            fill_kinformer::<Pod>(args, args.shrink_pods.then_some(shrink_pod as fn(Pod) -> Pod)).await?
-        }
+        (Client::Kinformer, Workload::Fill, Kind::ConfigMaps) => fill_kinformer::<ConfigMap>(args).await?,
+        (Client::Kinformer, Workload::Fill, Kind::Pods) => fill_kinformer::<Pod>(args).await?,
         (Client::KubeRuntime, Workload::Fill, Kind::ConfigMaps) => fill_kube_runtime::<ConfigMap>(args).await?,
         (Client::KubeRuntime, Workload::Fill, Kind::Pods) => fill_kube_runtime::<Pod>(args).await?,
         (Client::Kinformer, Workload::Fanout, _) => fanout(args).await?,
@@ -209,43 +203,7 @@ async fn release_watch(client: &kube::Client) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Shrinks a Pod's vectors to their length: serde grows a one-element `Vec` to capacity 4.
-fn shrink_pod(mut pod: Pod) -> Pod {
-    fn shrink<T>(v: &mut Option<Vec<T>>) {
-        if let Some(v) = v {
-            v.shrink_to_fit();
-        }
-    }
-    let meta = &mut pod.metadata;
-    shrink(&mut meta.owner_references);
-    shrink(&mut meta.managed_fields);
-    shrink(&mut meta.finalizers);
-    if let Some(spec) = &mut pod.spec {
-        spec.containers.shrink_to_fit();
-        for c in &mut spec.containers {
-            shrink(&mut c.env);
-            shrink(&mut c.ports);
-            shrink(&mut c.volume_mounts);
-            shrink(&mut c.args);
-            shrink(&mut c.command);
-        }
-        shrink(&mut spec.tolerations);
-        shrink(&mut spec.volumes);
-        for v in spec.volumes.iter_mut().flatten() {
-            if let Some(projected) = &mut v.projected {
-                shrink(&mut projected.sources);
-            }
-        }
-    }
-    if let Some(status) = &mut pod.status {
-        shrink(&mut status.conditions);
-        shrink(&mut status.container_statuses);
-        shrink(&mut status.pod_ips);
-    }
-    pod
-}
-
-async fn fill_kinformer<K: FactoryResource>(args: &Args, compact: Option<fn(K) -> K>) -> Result<Outcome, BoxError> {
+async fn fill_kinformer<K: FactoryResource>(args: &Args) -> Result<Outcome, BoxError> {
     let client = client_for(args)?;
     let shutdown = CancellationToken::new();
     let before = ALLOC.allocated();
@@ -253,8 +211,6 @@ async fn fill_kinformer<K: FactoryResource>(args: &Args, compact: Option<fn(K) -
     let mut factory = SharedInformerFactory::builder(client.clone()).strip_managed_fields(args.strip_managed_fields);
     if args.clone_objects {
         factory = factory.transform::<K>(|obj: K| obj.clone());
-    } else if let Some(compact) = compact {
-        factory = factory.transform::<K>(compact);
     }
     let factory = factory.build();
     let informer = factory.informer_for::<K>()?;

@@ -74,24 +74,26 @@ fn compact_pod(pod: &mut Pod) {
     }
 }
 
+/// Shrinks the lists of a `Container` or an `EphemeralContainer` (the same fields, two types).
+macro_rules! compact_container_lists {
+    ($container:expr) => {{
+        let container = $container;
+        shrink(&mut container.args);
+        shrink(&mut container.command);
+        shrink(&mut container.env);
+        shrink(&mut container.env_from);
+        shrink(&mut container.ports);
+        shrink(&mut container.volume_mounts);
+        shrink(&mut container.volume_devices);
+    }};
+}
+
 fn compact_container(container: &mut Container) {
-    shrink(&mut container.args);
-    shrink(&mut container.command);
-    shrink(&mut container.env);
-    shrink(&mut container.env_from);
-    shrink(&mut container.ports);
-    shrink(&mut container.volume_mounts);
-    shrink(&mut container.volume_devices);
+    compact_container_lists!(container);
 }
 
 fn compact_ephemeral_container(container: &mut EphemeralContainer) {
-    shrink(&mut container.args);
-    shrink(&mut container.command);
-    shrink(&mut container.env);
-    shrink(&mut container.env_from);
-    shrink(&mut container.ports);
-    shrink(&mut container.volume_mounts);
-    shrink(&mut container.volume_devices);
+    compact_container_lists!(container);
 }
 
 fn compact_container_status(status: &mut ContainerStatus) {

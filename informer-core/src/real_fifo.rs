@@ -169,16 +169,20 @@ impl<K> RealFifo<K> {
 
 impl<K: Resource> RealFifo<K> {
     fn push_change(&self, kind: DeltaType, obj: Arc<K>) -> Result<(), StoreError> {
-        let key = meta_namespace_key(obj.as_ref())?;
-        let deltas = Deltas {
-            key,
-            deltas: vec![Delta {
-                kind,
-                object: DeltaObject::Object(obj),
-            }],
-        };
-        self.push(QueueItem::Deltas(deltas), true)
+        self.push(change_item(kind, obj)?, true)
     }
+}
+
+/// The queue item of one watch event: its key and the one delta.
+fn change_item<K: Resource>(kind: DeltaType, obj: Arc<K>) -> Result<QueueItem<K>, KeyError> {
+    let key = meta_namespace_key(obj.as_ref())?;
+    Ok(QueueItem::Deltas(Deltas {
+        key,
+        deltas: vec![Delta {
+            kind,
+            object: DeltaObject::Object(obj),
+        }],
+    }))
 }
 
 impl<K: Resource + Send + Sync + 'static> Store<K> for RealFifo<K> {
@@ -242,14 +246,8 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for RealFifo<K> {
                 DeltaType::Replaced | DeltaType::Sync => DeltaType::Added,
                 kind => kind,
             };
-            match meta_namespace_key(obj.as_ref()) {
-                Ok(key) => items.push(QueueItem::Deltas(Deltas {
-                    key,
-                    deltas: vec![Delta {
-                        kind,
-                        object: DeltaObject::Object(obj),
-                    }],
-                })),
+            match change_item(kind, obj) {
+                Ok(item) => items.push(item),
                 Err(e) => skipped.push(e),
             }
         }

@@ -835,7 +835,6 @@ where
         }
     }
 
-    /// Moves the last-synced resourceVersion to `rv` and tells the updater.
     /// Hands the pending watch events to the store as one batch, then moves the reflector
     /// through their resourceVersions (the updater sees each, as client-go's per event).
     /// `false` when the store is a closed queue.
@@ -868,6 +867,7 @@ where
         true
     }
 
+    /// Moves the last-synced resourceVersion to `rv` and tells the updater.
     fn synced_to(&self, rv: &str) {
         self.last_sync_resource_version.set(rv);
         if let Some(updater) = &self.resource_version_updater {

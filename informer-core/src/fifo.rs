@@ -4,6 +4,7 @@
 //! [`RealFifo`](crate::RealFifo) (client-go 1.36's default, and kinformer's) or the per-key
 //! [`DeltaFifo`](crate::DeltaFifo). Both hand the informer [`QueueItem`]s in batches.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
@@ -88,4 +89,36 @@ pub trait Queue<K>: Store<K> {
 
     /// Whether [`close`](Queue::close) was called.
     fn is_closed(&self) -> bool;
+}
+
+/// Above this many slots, an emptied buffer gives its memory back.
+const IDLE_KEEP: usize = 1024;
+
+/// Gives an emptied buffer's memory back once a burst is over (the initial list leaves a slot
+/// per object; client-go's queues and listener rings keep their largest size for good). A
+/// buffer that still holds items, or that never grew past a small size, is left as it is.
+pub(crate) fn release_if_idle<T>(buffer: &mut VecDeque<T>) {
+    if buffer.is_empty() && buffer.capacity() > IDLE_KEEP {
+        *buffer = VecDeque::new();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_emptied_buffer_gives_its_memory_back_only_past_the_idle_size() {
+        let mut burst: VecDeque<u32> = (0..5000).collect();
+        release_if_idle(&mut burst);
+        assert_eq!(burst.len(), 5000, "a buffer with items is kept");
+        burst.clear();
+        release_if_idle(&mut burst);
+        assert_eq!(burst.capacity(), 0);
+        let mut small: VecDeque<u32> = (0..10).collect();
+        small.clear();
+        let capacity = small.capacity();
+        release_if_idle(&mut small);
+        assert_eq!(small.capacity(), capacity);
+    }
 }

@@ -43,10 +43,6 @@ use crate::delta_fifo::DeletedObject;
 use crate::event_handler::ResourceEventHandler;
 use crate::store::meta_namespace_key;
 
-/// Above this many slots, a drained buffer gives its memory back (after an initial list it
-/// would hold a slot per object for the informer's lifetime).
-const IDLE_BUFFER_KEEP: usize = 1024;
-
 /// Notifications a non-blocking drain delivers before it yields to the runtime.
 const NON_BLOCKING_BUDGET: usize = 64;
 
@@ -402,11 +398,7 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
                 }
                 None => {
                     buffer.scheduled = false;
-                    if buffer.pending.capacity() > IDLE_BUFFER_KEEP {
-                        // A burst (the initial list: one notification per object) is over;
-                        // client-go's ring keeps its largest size for good, this one does not.
-                        buffer.pending = VecDeque::new();
-                    }
+                    crate::fifo::release_if_idle(&mut buffer.pending);
                     return false;
                 }
             }

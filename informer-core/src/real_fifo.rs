@@ -65,9 +65,6 @@ use crate::store::{KeyError, Store, StoreError, meta_namespace_key};
 /// The most items one [`pop`](Queue::pop) hands over by default (client-go `defaultBatchSize`).
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
 
-/// Above this many slots, an emptied queue gives its memory back.
-const IDLE_QUEUE_KEEP: usize = 1024;
-
 /// The in-order queue of changes (client-go `RealFIFO` with atomic events).
 pub struct RealFifo<K> {
     inner: Mutex<Inner<K>>,
@@ -289,10 +286,7 @@ impl<K: Resource + Send + Sync + 'static> Queue<K> for RealFifo<K> {
                             n = n.min(inner.initial_population_count);
                         }
                         let batch: Vec<QueueItem<K>> = inner.items.drain(..n).collect();
-                        if inner.items.is_empty() && inner.items.capacity() > IDLE_QUEUE_KEEP {
-                            // A burst of events is over: give its memory back.
-                            inner.items = VecDeque::new();
-                        }
+                        crate::fifo::release_if_idle(&mut inner.items);
                         break (batch, is_in_initial_list);
                     }
                     if inner.closed {

@@ -81,11 +81,12 @@ use workqueue::{QueueConfig, RateLimiter, RateLimitingQueue, default_controller_
 
 use crate::event_recorder::{EventRecorder, Reporter};
 use crate::handler::{EnqueueHandler, Enqueuer, MapFunc, Mapping, OwnerType};
+use crate::leadership::{Leadership, NotLeader};
 use crate::manager::{Runnable, hostname};
 use crate::metrics::{ControllerMetrics, Metrics};
 use crate::object_key::ObjectKey;
 use crate::predicate::{All, Predicate};
-use crate::reconciler::{Action, BoxError, Context, ContextInner, Gvk, Reconciler, gvk};
+use crate::reconciler::{Action, BoxError, Context, ContextInner, Gvk, Reconciler, RunScope, gvk};
 
 /// How long in-flight reconciles may take to finish after shutdown (controller-runtime's
 /// default graceful shutdown timeout).
@@ -726,12 +727,32 @@ where
         shutdown: CancellationToken,
         stop_now: CancellationToken,
     ) -> Result<(), ControllerError> {
+        self.run_leading(shutdown, stop_now, Leadership::unconditional()).await
+    }
+
+    /// As [`run_with_stop_now`](Self::run_with_stop_now), only while `leadership` holds (the
+    /// [`Manager`](crate::Manager) passes its lease's term): when it ends, the controller stops
+    /// at once as if `stop_now` fired. Before every reconcile a worker checks it by the clock
+    /// ([`Leadership::is_valid`]): a key taken after it lapsed is not reconciled but put back,
+    /// logged below ERROR. The reconciles' [`Context`] carries it
+    /// ([`Context::ensure_leading`], [`Context::token`]), and the event recorder refuses every
+    /// write once it lapsed.
+    pub async fn run_leading(
+        self,
+        shutdown: CancellationToken,
+        stop_now: CancellationToken,
+        leadership: Leadership,
+    ) -> Result<(), ControllerError> {
+        // Ends with the term, or when `stop_now` fires (run_workers forwards it).
+        let leadership = leadership.narrowed();
+        let context = self.context.scoped(RunScope::new(leadership.clone()));
+        self.recorder.set_leadership(leadership.clone());
         let recorder_stop = CancellationToken::new();
         let recorder_task = self.owns_recorder.then(|| {
             let (recorder, stop) = (self.recorder.clone(), recorder_stop.clone());
             tokio::spawn(async move { recorder.run(stop).await })
         });
-        let result = self.run_workers(&shutdown, &stop_now).await;
+        let result = self.run_workers(&shutdown, &stop_now, &context).await;
         recorder_stop.cancel();
         if let Some(task) = recorder_task
             && tokio::time::timeout(Duration::from_secs(5), task).await.is_err()
@@ -780,10 +801,28 @@ where
         }
     }
 
+    /// Runs the workers with `context` (this run's). `stop_now` is forwarded to the context's
+    /// leadership token, which stands for it from here on (it also fires when the term ends).
     async fn run_workers(
         &self,
         shutdown: &CancellationToken,
         stop_now: &CancellationToken,
+        context: &Context<K>,
+    ) -> Result<(), ControllerError> {
+        let halt = context.leadership().token().clone();
+        let mut run = std::pin::pin!(self.run_workers_until_halted(shutdown, &halt, context));
+        tokio::select! {
+            result = &mut run => return result,
+            () = stop_now.cancelled() => halt.cancel(),
+        }
+        run.await
+    }
+
+    async fn run_workers_until_halted(
+        &self,
+        shutdown: &CancellationToken,
+        stop_now: &CancellationToken,
+        context: &Context<K>,
     ) -> Result<(), ControllerError> {
         info!(controller = %self.name, workers = self.workers, "starting controller; waiting for caches");
         let synced = match self.wait_for_sync(shutdown, stop_now).await {
@@ -798,11 +837,13 @@ where
         if synced {
             self.metrics.max_concurrent_reconciles.set(self.workers as i64);
             for _ in 0..self.workers {
-                workers.spawn(self.worker(stop_now).run());
+                workers.spawn(self.worker(stop_now, context).run());
             }
             info!(controller = %self.name, workers = self.workers, "workers started");
             loop {
                 tokio::select! {
+                    // Stopping first: a worker that saw the term end returns right after.
+                    biased;
                     () = shutdown.cancelled() => break,
                     () = stop_now.cancelled() => break,
                     Some(ended) = workers.join_next() => {
@@ -810,11 +851,13 @@ where
                         // keep the controller at full strength rather than idle.
                         error!(controller = %self.name, error = ?ended.err(), "a worker ended unexpectedly: restarting it");
                         self.metrics.active_workers.set(0);
-                        workers.spawn(self.worker(stop_now).run());
+                        workers.spawn(self.worker(stop_now, context).run());
                     }
                 }
             }
         }
+        // Shutdown or halt: the reconciles in flight (and those of a graceful drain) are told.
+        context.token().cancel();
         self.stop_intake();
         let ending = if stop_now.is_cancelled() {
             Ending::StoppedNow
@@ -861,14 +904,14 @@ where
         result
     }
 
-    fn worker(&self, stop_now: &CancellationToken) -> Worker<K, R> {
+    fn worker(&self, stop_now: &CancellationToken, context: &Context<K>) -> Worker<K, R> {
         Worker {
             name: self.name.clone(),
             stop_now: stop_now.clone(),
             refused_retries: Arc::clone(&self.refused_retries),
             queue: self.queue.clone(),
             reconciler: self.reconciler.clone(),
-            context: self.context.clone(),
+            context: context.clone(),
             metrics: self.metrics.clone(),
         }
     }
@@ -936,6 +979,17 @@ where
                 key = self.queue.get() => key,
             };
             let Some(key) = key else { return };
+            // By the clock, not by `stop_now`: right after the process resumes from a stop, the
+            // timer that ends the term may not have run yet.
+            if let Err(not_leader) = self.context.ensure_leading() {
+                info!(controller = %self.name, key = %key, reason = %not_leader,
+                    "reconcile not started: this replica may no longer lead; the key is put back");
+                self.put_back(&key);
+                self.queue.done(&key);
+                // The term's timer fires at once if it has not (or shutdown comes): no busy loop.
+                self.context.token().cancelled().await;
+                return;
+            }
             self.metrics.active_workers.inc();
             self.reconcile(&key).await;
             self.queue.done(&key);
@@ -976,7 +1030,12 @@ where
             }
             Ok(Err(e)) => {
                 let e: BoxError = e.into();
-                error!(error = %error_chain(&*e), ?elapsed, "reconcile failed");
+                if is_not_leader(&*e) || !self.context.is_leading() {
+                    // The expected race of a deposed leader, not a failure of the reconciler.
+                    info!(error = %error_chain(&*e), ?elapsed, "reconcile stopped: this replica may no longer lead");
+                } else {
+                    error!(error = %error_chain(&*e), ?elapsed, "reconcile failed");
+                }
                 self.retry(key, None);
                 self.metrics.error.inc();
                 self.metrics.errors.inc();
@@ -997,6 +1056,20 @@ where
 }
 
 impl<K, R> Worker<K, R> {
+    /// Puts a key taken but not reconciled back into the queue (it is still processing, so it
+    /// is queued again when done), or keeps it to be reported as dropped once the queue shuts
+    /// down.
+    fn put_back(&self, key: &ObjectKey) {
+        if self.queue.shutting_down() {
+            self.refused_retries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(key.clone());
+        } else {
+            self.queue.add(key.clone());
+        }
+    }
+
     /// Schedules a retry (rate-limited, or after `delay`); once the queue is shutting down it
     /// would be ignored, so the key is kept to be reported as dropped instead.
     fn retry(&self, key: &ObjectKey, delay: Option<Duration>) {
@@ -1013,6 +1086,18 @@ impl<K, R> Worker<K, R> {
             None => self.queue.add_rate_limited(key.clone()),
         }
     }
+}
+
+/// Whether `e` or one of its sources is a [`NotLeader`].
+fn is_not_leader(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<NotLeader>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// `error: source: source ...`
@@ -1064,6 +1149,20 @@ where
         Box::pin(async move {
             (*self)
                 .run_with_stop_now(shutdown, stop_now)
+                .await
+                .map_err(BoxError::from)
+        })
+    }
+
+    fn start_leading(
+        self: Box<Self>,
+        shutdown: CancellationToken,
+        stop_now: CancellationToken,
+        leadership: Leadership,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
+        Box::pin(async move {
+            (*self)
+                .run_leading(shutdown, stop_now, leadership)
                 .await
                 .map_err(BoxError::from)
         })

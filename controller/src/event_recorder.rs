@@ -105,6 +105,8 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use crate::leadership::{Leadership, NotLeader};
+
 /// Longest `reason` and `action` the API accepts (bytes).
 const REASON_LIMIT: usize = 128;
 /// Longest `note` the API accepts (bytes).
@@ -258,6 +260,9 @@ pub struct EventRecorderStats {
     pub failed: u64,
     /// Events held in the aggregation cache now (a gauge).
     pub cached: u64,
+    /// Events and writes refused because the recorder's [`Leadership`] had ended (a deposed
+    /// leader's: see [`EventRecorder::set_leadership`]).
+    pub refused: u64,
 }
 
 /// Records Kubernetes Events about objects, aggregating repeats as client-go does. A cheap handle:
@@ -292,10 +297,13 @@ struct Inner {
     core_v1: AtomicBool,
     /// Set while `publish` is dropping, so a full queue logs one warning, not one per event.
     overflowing: AtomicBool,
+    /// Every publish and every write is refused once this ended (`None`: never refused).
+    leadership: Mutex<Option<Leadership>>,
     written: AtomicU64,
     dropped: AtomicU64,
     failed: AtomicU64,
     cached: AtomicU64,
+    refused: AtomicU64,
 }
 
 enum Message {
@@ -500,10 +508,12 @@ impl EventRecorder {
                 last_name_nanos: AtomicI64::new(0),
                 core_v1: AtomicBool::new(false),
                 overflowing: AtomicBool::new(false),
+                leadership: Mutex::new(None),
                 written: AtomicU64::new(0),
                 dropped: AtomicU64::new(0),
                 failed: AtomicU64::new(0),
                 cached: AtomicU64::new(0),
+                refused: AtomicU64::new(0),
             }),
         }
     }
@@ -511,6 +521,16 @@ impl EventRecorder {
     /// Who this recorder reports as.
     pub fn reporter(&self) -> &Reporter {
         &self.inner.reporter
+    }
+
+    /// Records and writes events only while `leadership` holds: once it ended (a leader stopped
+    /// past its lease, say), [`publish`](Self::publish) drops every event and the sink sends no
+    /// write, each refusal logged below ERROR and counted in
+    /// [`EventRecorderStats::refused`]. A [`Controller`](crate::Controller) sets its own
+    /// leadership on its recorder when it runs (the last one run, for a shared recorder). A
+    /// kinformer addition: client-go's recorders write regardless.
+    pub fn set_leadership(&self, leadership: Leadership) {
+        *self.inner.leadership.lock().unwrap_or_else(|e| e.into_inner()) = Some(leadership);
     }
 
     /// Records an event about `regarding`. Non-blocking (call it from reconcile): hands the event
@@ -564,6 +584,19 @@ impl EventRecorder {
         note: &str,
     ) {
         let inner = &*self.inner;
+        if let Err(not_leader) = inner.check_leading() {
+            inner.refused.fetch_add(1, Ordering::Relaxed);
+            info!(
+                controller = %inner.reporter.controller,
+                namespace = regarding.namespace.as_deref().unwrap_or(""),
+                name = regarding.name.as_deref().unwrap_or(""),
+                %event_type,
+                reason,
+                error = %not_leader,
+                "event not recorded: this replica may no longer lead"
+            );
+            return;
+        }
         let Some(name) = regarding.name.as_deref().filter(|n| !n.is_empty()) else {
             inner.failed.fetch_add(1, Ordering::Relaxed);
             warn!(%event_type, reason, "event not recorded: the regarding object has no name");
@@ -682,6 +715,7 @@ impl EventRecorder {
             dropped: inner.dropped.load(Ordering::Relaxed),
             failed: inner.failed.load(Ordering::Relaxed),
             cached: inner.cached.load(Ordering::Relaxed),
+            refused: inner.refused.load(Ordering::Relaxed),
         }
     }
 }
@@ -839,6 +873,22 @@ impl Sink<'_> {
                 entry.retry = None;
                 return;
             }
+            Err(WriteError::NotLeader(not_leader)) => {
+                // Not retried: this replica is stopping, the next leader records its own.
+                entry.synced_count = entry.count;
+                entry.retry = None;
+                self.inner.refused.fetch_add(1, Ordering::Relaxed);
+                info!(
+                    controller = %self.inner.reporter.controller,
+                    event = %entry.name,
+                    namespace = %entry.namespace,
+                    regarding = entry.regarding.name.as_deref().unwrap_or(""),
+                    reason = %key.reason,
+                    error = %not_leader,
+                    "event write refused: this replica may no longer lead"
+                );
+                return;
+            }
             Err(err) => err,
         };
         let tries = entry.retry.map_or(0, |r| r.tries).saturating_add(1);
@@ -892,6 +942,8 @@ enum WriteError {
     Timeout,
     #[error("the server kept contradicting itself (create: exists; patch: not found)")]
     Inconsistent,
+    #[error(transparent)]
+    NotLeader(#[from] NotLeader),
 }
 
 impl WriteError {
@@ -921,6 +973,7 @@ impl WriteError {
     fn is_retryable(&self) -> bool {
         match self {
             WriteError::Timeout | WriteError::Inconsistent => true,
+            WriteError::NotLeader(_) => false,
             WriteError::Kube(kube::Error::Api(s)) => matches!(s.code, 429 | 500 | 502 | 503 | 504),
             WriteError::Kube(kube::Error::BuildRequest(_)) => false,
             // Transport errors, and responses that did not decode (the write may have landed:
@@ -945,6 +998,13 @@ struct CountPatch {
 }
 
 impl Inner {
+    fn check_leading(&self) -> Result<(), NotLeader> {
+        match &*self.leadership.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(leadership) => leadership.check(),
+            None => Ok(()),
+        }
+    }
+
     /// Writes `ev` (create, or patch its count), following the server's answers: a patch that
     /// finds no event creates it again, a create that finds it exists patches it, and a create
     /// refused because `events.k8s.io/v1` is not served switches to core/v1 for good. Updates
@@ -1022,7 +1082,10 @@ impl Inner {
         Ok(())
     }
 
+    /// Sends `request` (a lazy future: nothing is sent before it is polled) unless the
+    /// leadership ended, bounded by the request timeout.
     async fn call<T>(&self, request: impl Future<Output = kube::Result<T>>) -> Result<T, WriteError> {
+        self.check_leading()?;
         match tokio::time::timeout(self.config.request_timeout, request).await {
             Ok(result) => Ok(result?),
             Err(_) => Err(WriteError::Timeout),

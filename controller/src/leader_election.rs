@@ -108,6 +108,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use crate::leadership::Leadership;
+
 /// client-go's `JitterFactor`: acquire attempts are `retry_period × (1 + U[0, 1.2))` apart, and
 /// `renew_deadline` must exceed `JITTER_FACTOR × retry_period`.
 pub const JITTER_FACTOR: f64 = 1.2;
@@ -256,12 +258,21 @@ struct Inner {
     lease: String,
     /// `leaseDurationSeconds` as written by us: `config.lease_duration` rounded up.
     lease_duration_seconds: i32,
-    /// The origin of `leading_until`.
+    /// The origin of `leading_until` and `last_observed`.
     epoch: Instant,
     /// Nanoseconds after `epoch` until which this replica may act as leader: the start of its
-    /// last successful write plus `lease_duration`. 0 while not leading. Set by `acquire` and
+    /// last successful write plus `renew_deadline`. 0 while not leading. Set by `acquire` and
     /// `renew`, cleared when leadership ends; read lock-free by `is_leader`.
     leading_until: AtomicU64,
+    /// The current term of leadership: a fresh token when `acquire` succeeds, cancelled the
+    /// moment the term ends (its validity lapsed by the local clock, the lease was lost, given
+    /// back or given up). Invariant: while `leading_until` is non-zero and in the future, this
+    /// token is the one `acquire` installed last; once cancelled it stays so (a new term gets a
+    /// new token), so a [`Leadership`] of an old term never becomes valid again.
+    term: Mutex<CancellationToken>,
+    /// Nanoseconds after `epoch` when an attempt last read or wrote the Lease successfully
+    /// (the API server answered with the Lease); 0: never. For a standby's readiness.
+    last_observed: AtomicU64,
     /// `holderIdentity` as last observed (`None`: none yet, or empty). Updated with
     /// `observation`, readable without waiting for an attempt in flight.
     leader: Mutex<Option<String>>,
@@ -408,6 +419,13 @@ fn jitter(period: Duration, max_factor: f64) -> Duration {
     period + period.mul_f64(rand::random::<f64>() * factor)
 }
 
+/// A token that has already fired: the term of an elector that never led.
+fn cancelled_token() -> CancellationToken {
+    let token = CancellationToken::new();
+    token.cancel();
+    token
+}
+
 fn is_api_error(error: &kube::Error, check: fn(&kube::core::Status) -> bool) -> bool {
     matches!(error, kube::Error::Api(status) if check(status))
 }
@@ -426,6 +444,8 @@ impl LeaderElector {
                 lease_duration_seconds,
                 epoch: Instant::now(),
                 leading_until: AtomicU64::new(0),
+                term: Mutex::new(cancelled_token()),
+                last_observed: AtomicU64::new(0),
                 leader: Mutex::new(None),
                 observation: tokio::sync::Mutex::new(Observation::default()),
             }),
@@ -448,7 +468,7 @@ impl LeaderElector {
             };
             match attempt {
                 Attempt::Held => {
-                    self.set_leading_until(started + inner.config.lease_duration);
+                    self.begin_term(started);
                     if shutdown.is_cancelled() {
                         self.step_down().await;
                         return false;
@@ -472,22 +492,69 @@ impl LeaderElector {
     /// Keeps the Lease while this replica leads; call after [`acquire`](Self::acquire)
     /// returned `true`.
     ///
-    /// Renews every `retry_period`. A renewal that fails is retried every `retry_period` for at
-    /// most `renew_deadline` (and never past `lease_duration` after the last successful one);
-    /// then, or as soon as another holder is seen, returns
-    /// [`LeaderElectionError::LeadershipLost`], and [`is_leader`](Self::is_leader) is false from
-    /// that moment. When `shutdown` fires it stops leading, releases the Lease if
+    /// Renews every `retry_period`. A renewal that fails is retried every `retry_period` until
+    /// `renew_deadline` after the last successful write was sent (the instant the term's
+    /// validity lapses, see [`is_leader`](Self::is_leader)); then, or as soon as another holder
+    /// is seen, returns [`LeaderElectionError::LeadershipLost`], and `is_leader` is false from
+    /// that moment. While it runs, a timer armed for the validity deadline (re-armed by each
+    /// renewal) cancels the term's token ([`Leadership::token`]) at that instant, whatever the
+    /// renewal in flight is doing. When `shutdown` fires it stops leading, releases the Lease if
     /// `release_on_cancel` (empty `holderIdentity`, `leaseDurationSeconds: 1`, as client-go),
     /// and returns `Ok(())`; a failed release is logged, and the lease then expires.
     pub async fn renew(&self, shutdown: &CancellationToken) -> Result<(), LeaderElectionError> {
+        if self.leading_until().is_none() {
+            return Err(LeaderElectionError::NotLeading {
+                lease: self.inner.lease.clone(),
+            });
+        }
+        let mut renewing = std::pin::pin!(self.renew_until_lost(shutdown));
+        let mut watchdog = std::pin::pin!(self.end_term_when_validity_lapses());
+        let mut watching = true;
+        loop {
+            tokio::select! {
+                // The watchdog first: a renewal answered in the same poll as the deadline passed
+                // must not extend a term that has already ended.
+                biased;
+                () = &mut watchdog, if watching => watching = false,
+                result = &mut renewing => return result,
+            }
+        }
+    }
+
+    /// The watchdog of [`renew`](Self::renew): a timer to the term's validity deadline, re-armed
+    /// when a renewal moved it; ends the term (cancels its token) at that instant. Returns once
+    /// the term ended.
+    async fn end_term_when_validity_lapses(&self) {
         let inner = &*self.inner;
-        let lease_duration = inner.config.lease_duration;
-        let Some(until) = self.leading_until() else {
+        loop {
+            let Some(until) = self.leading_until() else {
+                self.end_term();
+                return;
+            };
+            tokio::time::sleep_until(until).await;
+            if self.leading_until().is_none_or(|until| until <= Instant::now()) {
+                self.end_term();
+                warn!(
+                    identity = %inner.config.identity,
+                    lease = %inner.lease,
+                    renew_deadline = ?inner.config.renew_deadline,
+                    "no renewal sent within the renew deadline succeeded: leadership ended by the local clock"
+                );
+                return;
+            }
+        }
+    }
+
+    /// The renewal loop of [`renew`](Self::renew).
+    async fn renew_until_lost(&self, shutdown: &CancellationToken) -> Result<(), LeaderElectionError> {
+        let inner = &*self.inner;
+        // The term's validity deadline: `renew_deadline` after the last successful write was
+        // sent. A failing renewal is retried until then, not after.
+        let Some(mut deadline) = self.leading_until() else {
             return Err(LeaderElectionError::NotLeading {
                 lease: inner.lease.clone(),
             });
         };
-        let mut renewed_at = until.checked_sub(lease_duration).unwrap_or(inner.epoch);
         loop {
             tokio::select! {
                 biased;
@@ -497,9 +564,6 @@ impl LeaderElector {
                     }
                 () = tokio::time::sleep(inner.config.retry_period) => {}
             }
-            // client-go's PollImmediateUntil under a renew_deadline timeout, capped so we never
-            // lead past what the other replicas allow us.
-            let deadline = (Instant::now() + inner.config.renew_deadline).min(renewed_at + lease_duration);
             let mut last_error = None;
             loop {
                 let started = Instant::now();
@@ -512,9 +576,22 @@ impl LeaderElector {
                     attempt = self.attempt(deadline) => attempt,
                 };
                 match attempt {
+                    Attempt::Held if self.term_ended() || started >= deadline => {
+                        // Written, but the term had already ended by the clock (the process was
+                        // stopped, say): what the lease guards has been told to stop, so this
+                        // term cannot go on.
+                        self.stop_leading();
+                        error!(identity = %inner.config.identity, lease = %inner.lease,
+                            "renewed only after the term's validity lapsed: stopped leading");
+                        return Err(LeaderElectionError::LeadershipLost {
+                            lease: inner.lease.clone(),
+                            holder: None,
+                            last_error,
+                        });
+                    }
                     Attempt::Held => {
-                        renewed_at = started;
-                        self.set_leading_until(started + lease_duration);
+                        deadline = started + inner.config.renew_deadline;
+                        self.set_leading_until(deadline);
                         debug!(identity = %inner.config.identity, lease = %inner.lease, "renewed the lease");
                         break;
                     }
@@ -555,10 +632,47 @@ impl LeaderElector {
         }
     }
 
-    /// Whether this replica leads now: it acquired or renewed the Lease less than
-    /// `lease_duration` ago and has not lost, released or given it up since. Lock-free.
+    /// Whether this replica leads now, by its local clock: it acquired or renewed the Lease
+    /// with a write *sent* less than `renew_deadline` ago, and has not lost, released or given
+    /// it up since. Turns false at that deadline even if the task running `renew` is not
+    /// polled (the process was stopped, say). client-go's `IsLeader` ("the last observed record
+    /// names us") stays true after failed renewals; see the module docs.
     pub fn is_leader(&self) -> bool {
-        self.leading_until().is_some_and(|until| Instant::now() < until)
+        !self.term_ended() && self.leading_until().is_some_and(|until| Instant::now() < until)
+    }
+
+    /// The current term of leadership: valid while this replica leads, with a token that fires
+    /// the instant it stops (see [`Leadership`]). Before the first `acquire`, and once the term
+    /// ended, an invalid one whose token has fired.
+    pub fn leadership(&self) -> Leadership {
+        Leadership::of_term(self.clone(), self.term_token())
+    }
+
+    /// When an attempt last read or wrote the Lease successfully (the API server answered with
+    /// the Lease), if ever.
+    pub fn last_observed(&self) -> Option<Instant> {
+        match self.inner.last_observed.load(Ordering::Acquire) {
+            0 => None,
+            nanos => Some(self.inner.epoch + Duration::from_nanos(nanos)),
+        }
+    }
+
+    /// How long a candidate may go without a successful read or write of the Lease and still
+    /// count as in touch with the API server: `lease_duration` (past that it could not take
+    /// over in time, nor tell whether the leader lives), or one acquire pause plus one
+    /// attempt's timeout (`retry_period × 2.2 + renew_deadline`) if that is longer, so a
+    /// healthy candidate never crosses it between two attempts.
+    pub fn observation_bound(&self) -> Duration {
+        let config = &self.inner.config;
+        let between_attempts = config.retry_period.mul_f64(1.0 + JITTER_FACTOR) + config.renew_deadline;
+        config.lease_duration.max(between_attempts)
+    }
+
+    /// Whether an attempt read or wrote the Lease successfully within
+    /// [`observation_bound`](Self::observation_bound): what makes a standby ready.
+    pub fn is_observing(&self) -> bool {
+        self.last_observed()
+            .is_some_and(|at| Instant::now().saturating_duration_since(at) < self.observation_bound())
     }
 
     /// The holder of the Lease as last observed (this replica's identity while it leads);
@@ -582,7 +696,10 @@ impl LeaderElector {
         &self.inner.config
     }
 
-    fn leading_until(&self) -> Option<Instant> {
+    /// The instant the current term's validity lapses unless a renewal sent before it
+    /// succeeds: the last successful write's start plus `renew_deadline`. `None` while not
+    /// leading (a past instant once it lapsed, until `renew` notices).
+    pub fn leading_until(&self) -> Option<Instant> {
         match self.inner.leading_until.load(Ordering::Acquire) {
             0 => None,
             nanos => Some(self.inner.epoch + Duration::from_nanos(nanos)),
@@ -594,8 +711,37 @@ impl LeaderElector {
         self.inner.leading_until.store(nanos.max(1), Ordering::Release);
     }
 
+    /// Starts a term whose first write was sent at `started`: a fresh token first, then the
+    /// validity deadline, so `is_leader` never pairs the new deadline with the old (cancelled)
+    /// token in a way that reads as leading early.
+    fn begin_term(&self, started: Instant) {
+        *self.inner.term.lock().unwrap_or_else(|e| e.into_inner()) = CancellationToken::new();
+        self.set_leading_until(started + self.inner.config.renew_deadline);
+    }
+
+    /// Cancels the current term's token (idempotent).
+    fn end_term(&self) {
+        self.term_token().cancel();
+    }
+
+    fn term_token(&self) -> CancellationToken {
+        self.inner.term.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn term_ended(&self) -> bool {
+        self.inner.term.lock().unwrap_or_else(|e| e.into_inner()).is_cancelled()
+    }
+
     fn stop_leading(&self) {
         self.inner.leading_until.store(0, Ordering::Release);
+        self.end_term();
+    }
+
+    /// Notes a successful read or write of the Lease (for [`is_observing`](Self::is_observing)).
+    fn observed_now(&self) {
+        let since = Instant::now().saturating_duration_since(self.inner.epoch);
+        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+        self.inner.last_observed.store(nanos.max(1), Ordering::Release);
     }
 
     /// On shutdown: stop leading first (the caller has stopped what the lease guards), then
@@ -607,8 +753,12 @@ impl LeaderElector {
         }
     }
 
-    /// One `tryAcquireOrRenew` under the observation lock, abandoned at `deadline`.
+    /// One `tryAcquireOrRenew` under the observation lock, abandoned at `deadline`; not started
+    /// at all once `deadline` passed (after the process resumes from a stop, say).
     async fn attempt(&self, deadline: Instant) -> Attempt {
+        if Instant::now() >= deadline {
+            return Attempt::Failed(None);
+        }
         let attempt = tokio::time::timeout_at(deadline, async {
             let mut observation = self.inner.observation.lock().await;
             self.try_acquire_or_renew(&mut observation).await
@@ -646,6 +796,7 @@ impl LeaderElector {
             match self.update(lease, &renewal).await {
                 Ok(lease) => {
                     observation.written(lease, Instant::now());
+                    self.observed_now();
                     self.publish_leader(observation);
                     return Attempt::Held;
                 }
@@ -670,6 +821,7 @@ impl LeaderElector {
                 return match inner.api.create(&PostParams::default(), &lease).await {
                     Ok(lease) => {
                         observation.written(lease, Instant::now());
+                        self.observed_now();
                         self.publish_leader(observation);
                         Attempt::Held
                     }
@@ -689,6 +841,7 @@ impl LeaderElector {
             }
         };
         observation.observe(lease, Instant::now());
+        self.observed_now();
         self.publish_leader(observation);
 
         // 3–4. Decide, then write conditionally on the resourceVersion just read.
@@ -702,6 +855,7 @@ impl LeaderElector {
         match self.update(lease, &record).await {
             Ok(lease) => {
                 observation.written(lease, Instant::now());
+                self.observed_now();
                 self.publish_leader(observation);
                 Attempt::Held
             }

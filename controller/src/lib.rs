@@ -32,6 +32,7 @@ pub mod controller;
 pub mod event_recorder;
 mod handler;
 pub mod leader_election;
+pub mod leadership;
 pub mod manager;
 pub mod metrics;
 mod object_key;
@@ -42,6 +43,7 @@ pub use controller::{BuiltController, Controller, ControllerBuilder, ControllerE
 pub use event_recorder::{EventRecorder, EventRecorderConfig, EventRecorderStats, EventType, Reporter};
 pub use handler::{Enqueuer, MapFunc};
 pub use leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
+pub use leadership::{Leadership, NotLeader};
 pub use manager::{Manager, ManagerBuilder, ManagerError, ManagerStatus, Runnable, RunnableFn, runnable_fn};
 pub use metrics::{InformerCollector, InformerStatsSource, Metrics};
 pub use object_key::{ObjectKey, Request};

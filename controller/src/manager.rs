@@ -58,6 +58,7 @@ use tracing::{error, info, warn};
 
 use crate::controller::{Controller, ControllerBuilder};
 use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
+use crate::leadership::Leadership;
 use crate::metrics::{InformerCollector, Metrics};
 use crate::reconciler::BoxError;
 
@@ -87,6 +88,24 @@ pub trait Runnable: Send + 'static {
     ) -> BoxFuture<'static, Result<(), BoxError>> {
         let _ = stop_now;
         self.start(shutdown)
+    }
+
+    /// As [`start_with_stop_now`](Self::start_with_stop_now), under `leadership`: the manager
+    /// starts the runnables that [need leader election](Self::needs_leader_election) this
+    /// way, with the lease's current term ([`Leadership::unconditional`] without leader
+    /// election). Its token fires the instant the lease stops being valid by the local clock,
+    /// before the manager's own reaction (`stop_now`); guard writes with
+    /// [`Leadership::check`]. The default ignores it; a
+    /// [`BuiltController`](crate::BuiltController) stops at once when it ends, and checks it
+    /// before every reconcile and event write.
+    fn start_leading(
+        self: Box<Self>,
+        shutdown: CancellationToken,
+        stop_now: CancellationToken,
+        leadership: Leadership,
+    ) -> BoxFuture<'static, Result<(), BoxError>> {
+        let _ = leadership;
+        self.start_with_stop_now(shutdown, stop_now)
     }
 }
 
@@ -472,11 +491,11 @@ impl Manager {
         // the runnables stopped.
         let election_stop = CancellationToken::new();
         let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<LeaderElectionError>(1);
-        let (leading_tx, mut leading_rx) = tokio::sync::mpsc::channel::<()>(1);
+        let (leading_tx, mut leading_rx) = tokio::sync::mpsc::channel::<Leadership>(1);
         let election = match (&elector, stop.is_cancelled()) {
             (_, true) => None,
             (None, false) => {
-                let _ = leading_tx.try_send(());
+                let _ = leading_tx.try_send(Leadership::unconditional());
                 None
             }
             (Some(elector), false) => {
@@ -493,7 +512,7 @@ impl Manager {
                     }
                     gauge.set(1);
                     info!(identity = %elector.identity(), "acquired the lease: leading");
-                    let _ = leading_tx.try_send(());
+                    let _ = leading_tx.try_send(elector.leadership());
                     let result = elector.renew(&election_stop).await;
                     gauge.set(0);
                     if let Err(e) = result {
@@ -509,9 +528,9 @@ impl Manager {
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
-                Some(()) = leading_rx.recv(), if leader_runnables.is_some() => {
+                Some(leadership) = leading_rx.recv(), if leader_runnables.is_some() => {
                     for runnable in leader_runnables.take().unwrap_or_default() {
-                        tasks.spawn(runnable, leading.clone());
+                        tasks.spawn_leading(runnable, leading.clone(), leadership.clone());
                     }
                 }
                 lost = lost_rx.recv(), if election.is_some() => {
@@ -612,6 +631,16 @@ impl RunningTasks {
         self.names.insert(handle.id(), name);
     }
 
+    /// Spawns a runnable that needs leader election, under `leadership`.
+    fn spawn_leading(&mut self, runnable: Box<dyn Runnable>, shutdown: CancellationToken, leadership: Leadership) {
+        let name = runnable.name().to_owned();
+        info!(runnable = %name, "starting runnable");
+        let handle = self
+            .tasks
+            .spawn(runnable.start_leading(shutdown, self.stop_now.clone(), leadership));
+        self.names.insert(handle.id(), name);
+    }
+
     /// The next runnable to end, with its result (a panic becomes an error).
     async fn join_next(&mut self) -> Option<(String, Result<(), BoxError>)> {
         let (id, result) = match self.tasks.join_next_with_id().await? {
@@ -707,8 +736,23 @@ async fn readyz_handler(State(state): State<HttpState>) -> (StatusCode, String) 
     }
     match &state.status.inner.elector {
         None => (StatusCode::OK, "ok\n".into()),
-        Some(_) if state.status.is_leader() => (StatusCode::OK, "ok: leading\n".into()),
-        Some(_) => (StatusCode::OK, "ok: standby\n".into()),
+        Some(elector) if elector.is_leader() => (StatusCode::OK, "ok: leading\n".into()),
+        // A standby is ready only while it can reach the API server: one that cannot would
+        // not take over when the leader goes, nor know whether it went.
+        Some(elector) if elector.is_observing() => (StatusCode::OK, "ok: standby\n".into()),
+        Some(elector) => {
+            let since = match elector.last_observed() {
+                Some(at) => format!("for {:?}", at.elapsed()),
+                None => "yet".to_owned(),
+            };
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "standby: cannot reach the API server (no successful read of the lease {since}; bound {:?})\n",
+                    elector.observation_bound()
+                ),
+            )
+        }
     }
 }
 

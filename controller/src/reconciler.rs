@@ -25,7 +25,10 @@ use informer_core::{Indexer, Lister};
 use kube::api::{ApiResource, DynamicObject};
 use kube::{Client, Resource};
 
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
 use crate::event_recorder::EventRecorder;
+use crate::leadership::{Leadership, NotLeader};
 use crate::object_key::Request;
 
 /// The error type reconcilers may return: anything that converts into a boxed error
@@ -113,16 +116,36 @@ pub(crate) fn gvk(resource: &ApiResource) -> Gvk {
 }
 
 /// What a reconcile reads from and writes with: the listers of the informers the controller
-/// uses, the client, and an event recorder. A cheap handle (clone it freely).
+/// uses, the client, and an event recorder; and whether it may still write (see
+/// [`ensure_leading`](Self::ensure_leading)). A cheap handle (clone it freely).
 pub struct Context<K> {
     inner: Arc<ContextInner<K>>,
+    scope: Arc<RunScope>,
 }
 
 impl<K> Clone for Context<K> {
     fn clone(&self) -> Self {
         Context {
             inner: self.inner.clone(),
+            scope: self.scope.clone(),
         }
+    }
+}
+
+/// What a context knows of the run it belongs to. The context of a built controller that is not
+/// running has an unconditional leadership and tokens nobody cancels.
+pub(crate) struct RunScope {
+    /// The controller's leadership: narrowed from the manager's term, so it also ends when the
+    /// controller is stopped at once.
+    pub(crate) leadership: Leadership,
+    /// A child of the leadership's token, also cancelled when shutdown begins.
+    pub(crate) token: CancellationToken,
+}
+
+impl RunScope {
+    pub(crate) fn new(leadership: Leadership) -> Self {
+        let token = leadership.token().child_token();
+        RunScope { leadership, token }
     }
 }
 
@@ -139,7 +162,76 @@ pub(crate) struct ContextInner<K> {
 
 impl<K> Context<K> {
     pub(crate) fn new(inner: ContextInner<K>) -> Self {
-        Context { inner: Arc::new(inner) }
+        Context {
+            inner: Arc::new(inner),
+            scope: Arc::new(RunScope::new(Leadership::unconditional())),
+        }
+    }
+
+    /// This context for one run of the controller.
+    pub(crate) fn scoped(&self, scope: RunScope) -> Self {
+        Context {
+            inner: self.inner.clone(),
+            scope: Arc::new(scope),
+        }
+    }
+
+    /// Whether this replica may still write for the controller: under a
+    /// [`Manager`](crate::Manager) with leader election, the lease was renewed less than
+    /// `renew_deadline` ago by the local clock; and the controller was not stopped at once.
+    /// Always true for a controller run without leader election (until stopped at once).
+    pub fn is_leading(&self) -> bool {
+        self.scope.leadership.is_valid()
+    }
+
+    /// `Ok` while [`is_leading`](Self::is_leading), [`NotLeader`] otherwise: put
+    /// `ctx.ensure_leading()?` in front of every write a reconcile makes, so a leader that was
+    /// stopped past its lease and resumed sends none (another replica may lead already). The
+    /// worker runs this check before every reconcile and the event recorder before every write;
+    /// writes through [`client`](Self::client) are yours to guard.
+    ///
+    /// A kinformer addition: controller-runtime has no such check (its manager stops the
+    /// controllers once its elector notices the loss, and exits). An error whose source chain
+    /// holds a [`NotLeader`] is logged by the worker below ERROR and the key requeued.
+    ///
+    /// ```
+    /// use controller::{reconciler_fn, Action, BoxError, Context, Request};
+    /// use k8s_openapi::api::core::v1::ConfigMap;
+    /// use kube::api::{Api, Patch, PatchParams};
+    ///
+    /// let reconciler = reconciler_fn(|req: Request, ctx: Context<ConfigMap>| async move {
+    ///     let Some(cm) = ctx.get(&req) else { return Ok::<_, BoxError>(Action::Done) };
+    ///     let api: Api<ConfigMap> = Api::namespaced(ctx.client().clone(), req.namespace.as_deref().unwrap_or("default"));
+    ///     let patch = serde_json::json!({"metadata": {"labels": {"seen": "yes"}}});
+    ///     ctx.ensure_leading()?; // no write once this replica may no longer lead
+    ///     api.patch(&req.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    ///     # let _ = cm;
+    ///     Ok(Action::Done)
+    /// });
+    /// # let _ = reconciler;
+    /// ```
+    pub fn ensure_leading(&self) -> Result<(), NotLeader> {
+        self.scope.leadership.check()
+    }
+
+    /// Fires when the reconcile should stop: at the instant the lease's validity lapses by the
+    /// local clock (a timer to the deadline, re-armed at each renewal), when the controller is
+    /// stopped at once, and when shutdown begins (the reconciles of a graceful shutdown get it
+    /// already fired, and may still finish: the lease is held until they did). Select on it
+    /// around long waits; check [`ensure_leading`](Self::ensure_leading) before writing.
+    pub fn token(&self) -> &CancellationToken {
+        &self.scope.token
+    }
+
+    /// `ctx.token().cancelled()`: completes when the reconcile should stop (see
+    /// [`token`](Self::token)).
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.scope.token.cancelled()
+    }
+
+    /// The leadership the controller runs under.
+    pub fn leadership(&self) -> &Leadership {
+        &self.scope.leadership
     }
 
     /// The controller's name.

@@ -288,6 +288,12 @@ async fn one_leader_among_managers_and_takeovers_within_client_go_bounds() {
     })
     .await;
     assert!(!sb.is_leader());
+    // A standby is ready once it has read the lease (it can reach the API server).
+    eventually(WAIT, "b observed a as the leader", || {
+        let ok = sb.leader().as_deref() == Some("a");
+        async move { ok }
+    })
+    .await;
     assert_eq!(http_get(addr_a, "/readyz").await, (200, "ok: leading\n".into()));
     assert_eq!(http_get(addr_b, "/readyz").await, (200, "ok: standby\n".into()));
 

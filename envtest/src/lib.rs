@@ -37,7 +37,8 @@
 //! - known fields are the k8s-openapi version's in the build (a field of a newer Kubernetes is
 //!   unknown), and `Strict` checks a patch's result, not only the patch;
 //! - a `/scale` patch racing another write answers `409` (kube-apiserver retries it);
-//! - nesting depth is not limited after a JSON patch (kube-apiserver refuses very deep objects);
+//! - an object may nest at most [`MAX_DEPTH`] (100) levels, where kube-apiserver's decoder allows
+//!   10,000: a deeper object, or a patch that would build one, is refused with `422` (see Limits);
 //! - kind-specific validation (a Deployment's selector matching its template, container names,
 //!   ports, …) is not run: only ObjectMeta's rules and CRD schemas are;
 //! - CRD schemas: no CEL (`x-kubernetes-validations`), `allOf`/`anyOf`/`oneOf`/`not`, `format`,
@@ -58,6 +59,24 @@
 //!   → Pod; write status yourself);
 //! - one version served per built-in group; no conversion between CRD versions (each version's
 //!   objects are stored as written).
+//!
+//! # Limits
+//!
+//! What one request may build, so that no single request can crash envtest or exhaust its
+//! memory (each a public constant; the reasons for each value are in `limits.rs`):
+//! - [`MAX_DEPTH`], 100: the nesting of a stored object, of the result of every patch type and
+//!   server-side apply, and so of a CRD's `openAPIV3Schema` (`422 Invalid`);
+//! - [`MAX_JSON_PATCH_OPERATIONS`], 10,000: the operations of a JSON patch, as kube-apiserver
+//!   (`413`, "The allowed maximum operations in a JSON patch is 10000, got N");
+//! - [`MAX_JSON_PATCH_COPY_BYTES`], 3 MiB: what a JSON patch's `copy` operations may add, checked
+//!   before each copy, as kube-apiserver's `--json-patch-max-copy-bytes` (`422`);
+//! - [`MAX_OBJECT_BYTES`], 3 MiB: the JSON encoding of an object after any write (create,
+//!   update, every patch type, apply, status, scale), kube-apiserver's request body limit rather
+//!   than etcd's 1.5 MiB value limit (`413 RequestEntityTooLarge`).
+//!
+//! A patch or an apply is computed off the store's lock and written only if the object has not
+//! changed meanwhile (else computed again on the new object), as kube-apiserver's
+//! GuaranteedUpdate: the lock is never held while a patch is computed.
 //!
 //! ```
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -92,6 +111,7 @@ mod field_manager;
 pub mod fuzzing;
 mod gc;
 mod kubeconfig;
+mod limits;
 mod object;
 mod openapi;
 mod patch;
@@ -115,6 +135,7 @@ pub use config::Config;
 pub use error::Error;
 pub use faults::{Faults, MAX_FAULT_COUNT, MAX_LATENCY, MAX_RETRY_AFTER_SECS, RecordedRequest};
 pub use kubeconfig::kubeconfig;
+pub use limits::{MAX_DEPTH, MAX_JSON_PATCH_COPY_BYTES, MAX_JSON_PATCH_OPERATIONS, MAX_OBJECT_BYTES};
 pub use patch::PatchKind;
 pub use resources::{Registry, ResourceInfo, ScalePaths, builtin as builtin_resources};
 pub use selectors::{FieldSelector, Filter, LabelSelector};

@@ -59,7 +59,7 @@ const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
 /// A custom resource's schema as published: the CRD version's `openAPIV3Schema` with
 /// `apiVersion`, `kind` and a `metadata` reference to ObjectMeta.
-fn custom_schema(schema: &Value) -> Value {
+pub(crate) fn custom_schema(schema: &Value) -> Value {
     let mut s = schema.clone();
     if let Some(map) = s.as_object_mut() {
         let props = map.entry("properties").or_insert_with(|| json!({}));

@@ -7,7 +7,9 @@
 //! with field ownership; `apply` here is its plain-merge form, kept for the fuzz targets. See
 //! <https://kubernetes.io/docs/reference/using-api/api-concepts/#patch-and-apply>.
 
+use crate::limits::{self, MAX_DEPTH, MAX_JSON_PATCH_COPY_BYTES, MAX_JSON_PATCH_OPERATIONS};
 use crate::status::ApiError;
+use json_patch::{AddOperation, CopyOperation, MoveOperation, PatchOperation, ReplaceOperation};
 use serde_json::Value;
 
 /// The kind of patch, from the request's `Content-Type`.
@@ -36,26 +38,99 @@ impl PatchKind {
     }
 }
 
-/// Applies `body` to `target` in place.
+/// Applies `body` to `target` in place. `target` must be at most [`MAX_DEPTH`] deep (every
+/// stored object is); so is the result, or the patch is refused with `422` (see `limits.rs`).
+/// On an error `target` may be partly patched: patch a copy.
 pub fn apply(kind: PatchKind, target: &mut Value, body: &[u8]) -> Result<(), ApiError> {
     let patch: Value =
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     match kind {
-        PatchKind::Strategic => crate::strategic::apply(target, &patch),
-        PatchKind::Merge | PatchKind::Apply => {
+        PatchKind::Strategic | PatchKind::Merge | PatchKind::Apply => {
             if !patch.is_object() {
-                return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+                return Err(ApiError::bad_request(match kind {
+                    PatchKind::Strategic => "invalid strategic merge patch: the patch must be a JSON object",
+                    _ => "a merge patch must be a JSON object",
+                }));
             }
-            json_patch::merge(target, &patch);
-            Ok(())
+            // Merging takes each value from the target or the patch, so the result is no
+            // deeper than the deeper of the two: bounding the patch bounds the result.
+            let d = limits::depth(&patch);
+            if d > MAX_DEPTH {
+                return Err(limits::too_deep_patch(d));
+            }
+            if kind == PatchKind::Strategic {
+                crate::strategic::apply(target, &patch)
+            } else {
+                json_patch::merge(target, &patch);
+                Ok(())
+            }
         }
-        PatchKind::Json => {
-            let ops: json_patch::Patch =
-                serde_json::from_value(patch).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-            json_patch::patch(target, &ops)
-                .map_err(|e| ApiError::invalid("patch", "", format!("the JSON patch could not be applied: {e}")))
-        }
+        PatchKind::Json => apply_json_patch(target, patch),
     }
+}
+
+/// Applies a JSON patch (RFC 6902) one operation at a time, as kube-apiserver with
+/// evanphx/json-patch: at most [`MAX_JSON_PATCH_OPERATIONS`] operations (`413`), at most
+/// [`MAX_JSON_PATCH_COPY_BYTES`] added by `copy` operations (`422`), and, beyond
+/// kube-apiserver, no operation may place a value deeper than [`MAX_DEPTH`] (`422`).
+///
+/// Every check is made before the operation runs, on the operation alone (the depth of its
+/// target path plus the depth of the value it places; the size of the value it copies), so the
+/// document never grows past the bounds while the patch is applied, and no check walks the
+/// whole document.
+fn apply_json_patch(target: &mut Value, patch: Value) -> Result<(), ApiError> {
+    if let Some(ops) = patch.as_array()
+        && ops.len() > MAX_JSON_PATCH_OPERATIONS
+    {
+        return Err(ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!(
+                "Request entity too large: The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+                ops.len()
+            ),
+        ));
+    }
+    let ops: json_patch::Patch =
+        serde_json::from_value(patch).map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+    // kube-apiserver answers a failed operation with a generic 422 (reason Invalid) whose message
+    // is json-patch's error.
+    let unprocessable = |message: String| ApiError::new(422, "Invalid", message);
+    let mut copied = 0usize;
+    for op in &ops.0 {
+        // The depth of the value the operation places, if it places one.
+        let placed = match op {
+            PatchOperation::Add(AddOperation { value, .. })
+            | PatchOperation::Replace(ReplaceOperation { value, .. }) => Some(limits::depth(value)),
+            PatchOperation::Copy(CopyOperation { from, .. }) => match target.pointer(from.as_str()) {
+                Some(v) => {
+                    let budget = MAX_JSON_PATCH_COPY_BYTES - copied;
+                    let Some(len) = limits::encoded_len(v, budget) else {
+                        return Err(unprocessable(format!(
+                            "Unable to complete the copy, the accumulated size increase of copy is more than {MAX_JSON_PATCH_COPY_BYTES}, exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}"
+                        )));
+                    };
+                    copied += len;
+                    Some(limits::depth(v))
+                }
+                None => None,
+            },
+            // A move to a path no deeper than its source cannot deepen the document.
+            PatchOperation::Move(MoveOperation { from, path }) if path.count() > from.count() => {
+                target.pointer(from.as_str()).map(limits::depth)
+            }
+            _ => None,
+        };
+        if let Some(d) = placed {
+            let total = op.path().count() + d;
+            if total > MAX_DEPTH {
+                return Err(limits::too_deep_patch(total));
+            }
+        }
+        json_patch::patch_unsafe(target, std::slice::from_ref(op))
+            .map_err(|e| unprocessable(format!("the JSON patch could not be applied: {e}")))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 
 use crate::field;
 use crate::field_manager;
+use crate::limits;
 use crate::object;
 use crate::patch::{self, PatchKind};
 use crate::request::{Query, ResourcePath};
@@ -340,6 +341,7 @@ impl Rest {
         }
         self.check_body(path, &mut body)?;
         let info = &path.info;
+        limits::check_object(info, &body)?;
         let crd = self.crd_of(&self.storage.lock(), info);
         let mut body = decode(info, crd.as_deref(), &body, opts.field_validation)?;
         crate::defaults::apply(&info.group, &info.kind, &mut body);
@@ -374,6 +376,7 @@ impl Rest {
             let writer = writer(info, opts, None);
             field_manager::record_update(None, &mut body, &writer, fm_schema(info, crd.as_deref()));
         }
+        limits::check_object(info, &body)?;
         let mut inner = self.storage.lock();
         self.check_namespace(&inner, path)?;
         if inner.get(&info.key(), ns_of(path), &name).is_some() {
@@ -409,6 +412,7 @@ impl Rest {
             )));
         }
         object::set_meta(&mut body, "name", Value::String(name.clone()));
+        limits::check_object(&path.info, &body)?;
         let mut inner = self.storage.lock();
         let info = path.info.clone();
         let Some(cur) = inner.get(&info.key(), ns_of(path), &name) else {
@@ -435,33 +439,25 @@ impl Rest {
             ));
         }
         let info = path.info.clone();
-        let cur = {
-            let inner = self.storage.lock();
-            inner.get(&info.key(), ns_of(path), &name)
-        };
-        let Some(cur) = cur else {
-            return Err(ApiError::not_found(&info.qualified(), &name));
-        };
-        let mut patched = (*cur).clone();
-        patch::apply(kind, &mut patched, body)?;
-        if kind == PatchKind::Apply {
-            // Apply does not carry optimistic-concurrency semantics unless the caller sets a
-            // resourceVersion explicitly; the merge leaves the current one in place.
+        // kube-apiserver's GuaranteedUpdate: read the object under the lock, patch it off the
+        // lock (a patch's cost is bounded by `limits.rs`, not small, and every other request
+        // waits on the lock), then write under the lock only if the object is still the one
+        // patched; if another writer won meanwhile, patch its object instead.
+        loop {
+            let Some(cur) = self.storage.lock().get(&info.key(), ns_of(path), &name) else {
+                return Err(ApiError::not_found(&info.qualified(), &name));
+            };
+            let mut patched = (*cur).clone();
+            patch::apply(kind, &mut patched, body)?;
+            self.check_body(path, &mut patched)?;
+            let mut inner = self.storage.lock();
+            let Some(now) = inner.get(&info.key(), ns_of(path), &name) else {
+                return Err(ApiError::not_found(&info.qualified(), &name));
+            };
+            if Arc::ptr_eq(&now, &cur) {
+                return self.write_update(&mut inner, path, &now, patched, opts);
+            }
         }
-        self.check_body(path, &mut patched)?;
-        let mut inner = self.storage.lock();
-        // Re-read: another writer may have won since the patch was computed; retry on top of it
-        // as kube-apiserver's GuaranteedUpdate does.
-        let Some(now) = inner.get(&info.key(), ns_of(path), &name) else {
-            return Err(ApiError::not_found(&info.qualified(), &name));
-        };
-        if !Arc::ptr_eq(&now, &cur) {
-            let mut again = (*now).clone();
-            patch::apply(kind, &mut again, body)?;
-            self.check_body(path, &mut again)?;
-            patched = again;
-        }
-        self.write_update(&mut inner, path, &now, patched, opts)
     }
 
     /// The common tail of update and patch: preconditions, subresource rules, server-owned
@@ -552,6 +548,7 @@ impl Rest {
             let writer = writer(info, opts, path.subresource.as_deref());
             field_manager::record_update(Some(cur), &mut new, &writer, fm_schema(info, crd.as_deref()));
         }
+        limits::check_object(info, &new)?;
         if new == **cur {
             return Ok((200, new));
         }
@@ -741,34 +738,54 @@ impl Rest {
                 _ => {}
             }
         }
-        let mut inner = self.storage.lock();
-        let cur = inner.get(&info.key(), ns_of(path), name);
-        let crd = self.crd_of(&inner, info);
+        limits::check_object(info, &config)?;
         let writer = writer(info, opts, subresource);
-        let next = field_manager::apply(
-            cur.as_deref(),
-            &config,
-            &writer,
-            opts.force,
-            fm_schema(info, crd.as_deref()),
-            &info.qualified(),
-            name,
-        )?;
         let opts = WriteOptions {
             applied: true,
             ..opts.clone()
         };
-        match cur {
-            Some(cur) => self.write_update(&mut inner, path, &cur, next, &opts),
-            None if subresource.is_none() => {
-                drop(inner);
-                let create_path = ResourcePath {
-                    name: None,
-                    ..path.clone()
-                };
-                self.create(&create_path, next, &opts)
+        let same = |a: &Option<Arc<Value>>, b: &Option<Arc<Value>>| match (a, b) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        // As a patch (see `patch`): merge off the lock, write if nothing changed meanwhile,
+        // else merge again onto what another writer stored.
+        loop {
+            let (cur, crd) = {
+                let inner = self.storage.lock();
+                (inner.get(&info.key(), ns_of(path), name), self.crd_of(&inner, info))
+            };
+            let next = field_manager::apply(
+                cur.as_deref(),
+                &config,
+                &writer,
+                opts.force,
+                fm_schema(info, crd.as_deref()),
+                &info.qualified(),
+                name,
+            )?;
+            let mut inner = self.storage.lock();
+            let now = inner.get(&info.key(), ns_of(path), name);
+            if !same(&now, &cur) || !same(&self.crd_of(&inner, info), &crd) {
+                continue;
             }
-            None => Err(ApiError::not_found(&info.qualified(), name)),
+            return match now {
+                Some(cur) => self.write_update(&mut inner, path, &cur, next, &opts),
+                None if subresource.is_none() => {
+                    drop(inner);
+                    let create_path = ResourcePath {
+                        name: None,
+                        ..path.clone()
+                    };
+                    match self.create(&create_path, next, &opts) {
+                        // Another apply created it since the read: apply onto that one.
+                        Err(e) if e.reason == "AlreadyExists" => continue,
+                        other => other,
+                    }
+                }
+                None => Err(ApiError::not_found(&info.qualified(), name)),
+            };
         }
     }
 

@@ -50,6 +50,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use factory::{FactoryError, SharedInformerFactory};
 use futures::future::BoxFuture;
+pub use http_serving::ServingConfig;
 use kube::Client;
 use prometheus::{IntGaugeVec, Opts};
 use tokio::task::JoinSet;
@@ -201,6 +202,7 @@ pub struct ManagerBuilder {
     factory: Option<SharedInformerFactory>,
     registry: Option<prometheus::Registry>,
     metrics_addr: Option<SocketAddr>,
+    http_serving: ServingConfig,
     leader_election: Option<LeaderElectionConfig>,
     graceful_shutdown_timeout: Duration,
     cache_sync_timeout: Duration,
@@ -231,6 +233,14 @@ impl ManagerBuilder {
     /// Serves no HTTP endpoint.
     pub fn no_metrics_server(mut self) -> Self {
         self.metrics_addr = None;
+        self
+    }
+
+    /// The HTTP endpoint's header-read, idle and TLS-handshake timeouts and connection cap
+    /// (default [`ServingConfig::default`]: controller-runtime's 32 s header read, 90 s idle,
+    /// 1 MiB of headers; at most 900 connections).
+    pub fn http_serving(mut self, config: ServingConfig) -> Self {
+        self.http_serving = config;
         self
     }
 
@@ -310,6 +320,7 @@ impl ManagerBuilder {
             leader_status,
             listener,
             metrics_addr,
+            http_serving: self.http_serving,
             runnables: Vec::new(),
             graceful_shutdown_timeout: self.graceful_shutdown_timeout,
             cache_sync_timeout: self.cache_sync_timeout,
@@ -359,6 +370,7 @@ pub struct Manager {
     leader_status: IntGaugeVec,
     listener: Option<std::net::TcpListener>,
     metrics_addr: Option<SocketAddr>,
+    http_serving: ServingConfig,
     runnables: Vec<Box<dyn Runnable>>,
     graceful_shutdown_timeout: Duration,
     cache_sync_timeout: Duration,
@@ -373,6 +385,7 @@ impl Manager {
             factory: None,
             registry: None,
             metrics_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            http_serving: ServingConfig::default(),
             leader_election: None,
             graceful_shutdown_timeout: Duration::from_secs(30),
             cache_sync_timeout: Duration::from_secs(120),
@@ -431,6 +444,7 @@ impl Manager {
             leader_status,
             listener,
             metrics_addr,
+            http_serving,
             runnables,
             graceful_shutdown_timeout,
             cache_sync_timeout,
@@ -447,6 +461,7 @@ impl Manager {
                     listener,
                     metrics.clone(),
                     status.clone(),
+                    http_serving,
                     infrastructure.clone(),
                 ))),
                 Err(source) => {
@@ -706,18 +721,22 @@ struct HttpState {
     status: ManagerStatus,
 }
 
-async fn serve(listener: tokio::net::TcpListener, metrics: Metrics, status: ManagerStatus, stop: CancellationToken) {
+/// Serves `/metrics`, `/healthz` and `/readyz` until `stop`, with controller-runtime's
+/// header-read and idle timeouts and a connection cap (the `http-serving` crate), so no client
+/// holds a connection forever.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Metrics,
+    status: ManagerStatus,
+    serving: ServingConfig,
+    stop: CancellationToken,
+) {
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz_handler))
         .with_state(HttpState { metrics, status });
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
-    {
-        error!(error = %e, "metrics and health server failed");
-    }
+    http_serving::serve(listener, app, None, serving, stop).await;
 }
 
 async fn metrics_handler(State(state): State<HttpState>) -> ([(axum::http::HeaderName, &'static str); 1], String) {

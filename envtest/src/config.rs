@@ -1,6 +1,8 @@
 //! [`Config`]: how a [`Server`](crate::Server) is set up.
 
+use http_serving::ServingConfig;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Settings for [`Server::start`](crate::Server::start). `Config::default()` suits tests: a port
@@ -26,6 +28,17 @@ pub struct Config {
     pub token: Option<String>,
     /// Requests kept in the request log (oldest dropped first). Default 100 000.
     pub request_log_capacity: usize,
+    /// Bytes the request log may hold (its entries' method, path and query; oldest dropped
+    /// first past it), so long query strings cannot grow it without bound. Default 64 MiB.
+    pub request_log_bytes: usize,
+    /// Header-read, idle and TLS-handshake timeouts, header size and connection cap of the HTTP
+    /// server. Default [`ServingConfig::default`]: kube-apiserver's 32 s header read, 90 s idle,
+    /// 1 MiB of headers; 10 s handshake; 900 connections.
+    pub serving: ServingConfig,
+    /// With [`tls`](Config::tls): the directory holding the CA and serving key pair, created on
+    /// first start and reused after, so kubeconfigs survive a restart (see
+    /// [`Config::cert_dir`]). Default none: a new CA at every start, kept in memory.
+    pub cert_dir: Option<PathBuf>,
     /// Serve HTTPS with a CA and serving certificate made at start (see
     /// [`Server::ca_certificate_pem`](crate::Server::ca_certificate_pem)). Default off: plain
     /// HTTP on loopback, the cheaper transport for tests.
@@ -47,6 +60,9 @@ impl Default for Config {
             max_body_bytes: 3 * 1024 * 1024,
             token: None,
             request_log_capacity: 100_000,
+            request_log_bytes: 64 * 1024 * 1024,
+            serving: ServingConfig::default(),
+            cert_dir: None,
             tls: false,
             too_large_resource_version_wait: Duration::from_secs(3),
         }
@@ -122,6 +138,33 @@ impl Config {
     #[must_use]
     pub fn request_log_capacity(mut self, n: usize) -> Self {
         self.request_log_capacity = n;
+        self
+    }
+
+    /// Sets the request log's byte budget.
+    #[must_use]
+    pub fn request_log_bytes(mut self, bytes: usize) -> Self {
+        self.request_log_bytes = bytes;
+        self
+    }
+
+    /// Sets the HTTP server's timeouts and connection cap.
+    #[must_use]
+    pub fn serving(mut self, serving: ServingConfig) -> Self {
+        self.serving = serving;
+        self
+    }
+
+    /// Keeps the TLS CA and serving key pair in `dir` (implies [`tls`](Config::tls)), as
+    /// kube-apiserver's `--cert-dir`: the first start creates `dir` (mode 0700) and writes
+    /// `ca.crt`/`ca.key` and `apiserver.crt`/`apiserver.key` (kubeadm's names; keys mode 0600);
+    /// later starts reuse them, so a client holding an old kubeconfig still trusts the server.
+    /// A serving certificate that has expired (or expires within a day) or does not name the
+    /// listen address is made again, signed by the same CA.
+    #[must_use]
+    pub fn cert_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cert_dir = Some(dir.into());
+        self.tls = true;
         self
     }
 }

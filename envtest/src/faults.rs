@@ -18,7 +18,11 @@
 //! can overflow or stall the server for good. With a token set, these routes require it.
 //!
 //! The request log records every API request (method, path, query, watch?) so tests can assert
-//! on what a client actually sent.
+//! on what a client actually sent. It is bounded twice, oldest entries dropped first: by entries
+//! (`Config::request_log_capacity`, default 100,000) and by bytes (`Config::request_log_bytes`,
+//! default 64 MiB, counting each entry's strings and fixed size), since 100,000 requests with
+//! 60 KB query strings would otherwise hold ~6 GB. An entry larger than the whole byte budget
+//! is not recorded.
 
 use crate::status::ApiError;
 use crate::storage::Storage;
@@ -49,6 +53,11 @@ pub struct RecordedRequest {
 }
 
 impl RecordedRequest {
+    /// What this entry costs the request log's byte budget: its strings and its fixed size.
+    fn log_bytes(&self) -> usize {
+        std::mem::size_of::<Self>() + self.method.len() + self.path.len() + self.query.len()
+    }
+
     /// The decoded value of a query parameter.
     pub fn param(&self, name: &str) -> Option<String> {
         crate::request::parse_query(&self.query)
@@ -74,6 +83,8 @@ struct State {
     path_faults: Vec<PathFault>,
     latency: Duration,
     log: VecDeque<RecordedRequest>,
+    /// The sum of [`RecordedRequest::log_bytes`] over `log`.
+    log_bytes: usize,
 }
 
 /// Handle to inject faults into a running server and read its request log. Cheap to clone.
@@ -82,14 +93,16 @@ pub struct Faults {
     state: Arc<Mutex<State>>,
     storage: Arc<Storage>,
     log_capacity: usize,
+    log_byte_budget: usize,
 }
 
 impl Faults {
-    pub(crate) fn new(storage: Arc<Storage>, log_capacity: usize) -> Self {
+    pub(crate) fn new(storage: Arc<Storage>, log_capacity: usize, log_byte_budget: usize) -> Self {
         Faults {
             state: Arc::default(),
             storage,
             log_capacity,
+            log_byte_budget,
         }
     }
 
@@ -183,7 +196,9 @@ impl Faults {
 
     /// Empties the request log.
     pub fn clear_requests(&self) {
-        self.state().log.clear();
+        let mut s = self.state();
+        s.log.clear();
+        s.log_bytes = 0;
     }
 
     /// Records a request and decides whether a fault answers it. Returns the latency to apply
@@ -206,10 +221,13 @@ impl Faults {
             fault = Some(ApiError::injected(f.code, f.retry_after));
         }
         s.path_faults.retain(|f| f.remaining > 0);
-        if self.log_capacity > 0 {
-            while s.log.len() >= self.log_capacity {
-                s.log.pop_front();
+        let bytes = req.log_bytes();
+        if self.log_capacity > 0 && bytes <= self.log_byte_budget {
+            while s.log.len() >= self.log_capacity || s.log_bytes + bytes > self.log_byte_budget {
+                let Some(oldest) = s.log.pop_front() else { break };
+                s.log_bytes -= oldest.log_bytes();
             }
+            s.log_bytes += bytes;
             s.log.push_back(req);
         }
         (latency, fault)

@@ -141,4 +141,5 @@ pub use resources::{Registry, ResourceInfo, ScalePaths, builtin as builtin_resou
 pub use selectors::{FieldSelector, Filter, LabelSelector};
 pub use server::Server;
 pub use status::ApiError;
+pub use http_serving::ServingConfig;
 pub use tls::HANDSHAKE_TIMEOUT;

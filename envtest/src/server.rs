@@ -18,7 +18,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt;
 use bytes::Bytes;
 use http::{Method, StatusCode, header};
 use serde_json::{Value, json};
@@ -93,17 +92,17 @@ impl Server {
                 .map_err(|e| Error::Url(e.to_string()))?;
             }
         }
-        let certificates = if config.tls {
-            Some(crate::tls::Certificates::generate()?)
-        } else {
-            None
-        };
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
+        let certificates = match (&config.cert_dir, config.tls) {
+            (Some(dir), _) => Some(crate::tls::Certificates::load_or_create(dir, addr.ip())?),
+            (None, true) => Some(crate::tls::Certificates::generate()?),
+            (None, false) => None,
+        };
         let scheme = if certificates.is_some() { "https" } else { "http" };
         let base_url = format!("{scheme}://{addr}");
         let cancel = CancellationToken::new();
-        let faults = Faults::new(storage.clone(), config.request_log_capacity);
+        let faults = Faults::new(storage.clone(), config.request_log_capacity, config.request_log_bytes);
         let app = Arc::new(App {
             rest: rest.clone(),
             faults,
@@ -111,34 +110,16 @@ impl Server {
             cancel: cancel.clone(),
         });
         let router = Router::new().fallback(handle).with_state(app.clone());
-        let serve_cancel = cancel.clone();
         let ca = certificates.as_ref().map(|c| (c.ca_pem.clone(), c.ca_der.clone()));
-        let task = match certificates {
-            Some(certificates) => {
-                let listener = crate::tls::listen(listener, certificates.server_config, cancel.clone())?;
-                tokio::spawn(async move {
-                    let serve = axum::serve(listener, router).with_graceful_shutdown(serve_cancel.cancelled_owned());
-                    if let Err(e) = serve.await {
-                        tracing::warn!(error = %e, "envtest server stopped with an error");
-                    }
-                })
-            }
-            None => tokio::spawn(async move {
-                // TCP_NODELAY on every connection, as Go's net/http (and so kube-apiserver) sets
-                // it: without it, Nagle's algorithm holds a small watch event until the previous
-                // one is acknowledged, and the client's delayed ACK turns that into milliseconds
-                // of latency. (The TLS listener sets it too.)
-                let listener = listener.tap_io(|tcp| {
-                    if let Err(e) = tcp.set_nodelay(true) {
-                        tracing::debug!(error = %e, "could not set TCP_NODELAY");
-                    }
-                });
-                let serve = axum::serve(listener, router).with_graceful_shutdown(serve_cancel.cancelled_owned());
-                if let Err(e) = serve.await {
-                    tracing::warn!(error = %e, "envtest server stopped with an error");
-                }
-            }),
-        };
+        // Header-read, idle and handshake timeouts, the connection cap, TCP_NODELAY: see the
+        // http-serving crate.
+        let task = tokio::spawn(http_serving::serve(
+            listener,
+            router,
+            certificates.map(|c| c.server_config),
+            config.serving.clone(),
+            cancel.clone(),
+        ));
         tokio::spawn(crate::gc::run(storage.clone(), rest.gc.clone(), cancel.clone()));
         tokio::spawn(sweep_watchers(storage, config.slow_watcher_grace, cancel.clone()));
         let client = kube::Client::try_from(kube_config(
@@ -293,6 +274,23 @@ fn kube_config(base_url: &str, token: Option<&str>, ca_der: Option<&[u8]>) -> Re
     Ok(config)
 }
 
+/// Whether an `Authorization` header value is `Bearer <token>`, in time that does not depend on
+/// where the two first differ (a timing side channel would let a client guess the token a byte
+/// at a time). The loop runs over the expected value's length whatever was sent, every byte is
+/// compared with `subtle`'s branch-free operations, and the lengths are compared the same way.
+fn bearer_token_matches(given: Option<&[u8]>, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let given = given.unwrap_or_default();
+    let expected = [b"Bearer ".as_slice(), token.as_bytes()];
+    let expected = expected.iter().flat_map(|part| part.iter());
+    let mut same = (given.len() as u64).ct_eq(&(("Bearer ".len() + token.len()) as u64));
+    for (i, e) in expected.enumerate() {
+        // Past the end of what was sent, compare with 0 (the lengths already differ).
+        same &= given.get(i).copied().unwrap_or(0).ct_eq(e);
+    }
+    same.into()
+}
+
 /// Terminates watchers that stayed full past the grace period even when no writes arrive.
 async fn sweep_watchers(storage: Arc<Storage>, grace: Duration, cancel: CancellationToken) {
     let every = (grace / 2).max(Duration::from_millis(10));
@@ -317,9 +315,11 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     if let Some(token) = &app.config.token
         && !health
     {
-        let expected = format!("Bearer {token}");
-        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        if given != Some(expected.as_str()) {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(http::HeaderValue::as_bytes);
+        if !bearer_token_matches(given, token) {
             return ApiError::unauthorized().into_response();
         }
     }
@@ -614,4 +614,34 @@ fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query, representation: Representa
     };
     tokio::spawn(watcher.run());
     Ok(stream_response(rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token_matches;
+
+    #[test]
+    fn bearer_tokens_match_only_exactly() {
+        let token = "s3cret-token";
+        assert!(bearer_token_matches(Some(b"Bearer s3cret-token"), token));
+        for wrong in [
+            &b""[..],
+            b"Bearer ",
+            b"Bearer s3cret-toke",
+            b"Bearer s3cret-tokenX",
+            b"Bearer S3cret-token",
+            b"bearer s3cret-token",
+            b"Basic s3cret-token",
+            b"Bearer s3cret-token\0",
+        ] {
+            assert!(
+                !bearer_token_matches(Some(wrong), token),
+                "{:?}",
+                String::from_utf8_lossy(wrong)
+            );
+        }
+        assert!(!bearer_token_matches(None, token));
+        // A prefix of the token padded with NULs to its length is still wrong.
+        assert!(!bearer_token_matches(Some(b"Bearer s3cret\0\0\0\0\0\0\0"), token));
+    }
 }

@@ -1,35 +1,57 @@
 //! TLS serving ([`Config::tls`](crate::Config::tls)): a certificate authority and a serving
-//! certificate made fresh at every start, and a listener that hands axum only connections whose
-//! handshake finished.
+//! certificate, made fresh at every start or kept in a directory
+//! ([`Config::cert_dir`](crate::Config::cert_dir)).
 //!
 //! Like kube-apiserver started without certificates (it writes a self-signed pair under
 //! `--cert-dir`), the server makes its own: a CA ("envtest CA") and a serving certificate it
-//! signs for `127.0.0.1`, `::1` and `localhost`. Clients trust the CA alone, which
-//! [`Server::kube_config`](crate::Server::kube_config) and the written kubeconfig
+//! signs for `127.0.0.1`, `::1`, `localhost` and the listen address. Clients trust the CA alone,
+//! which [`Server::kube_config`](crate::Server::kube_config) and the written kubeconfig
 //! (`certificate-authority-data`) carry, so a client verifies the server as it would a real
-//! cluster, with no `insecure-skip-tls-verify`. Keys are ECDSA P-256 and live only in memory.
+//! cluster, with no `insecure-skip-tls-verify`. Keys are ECDSA P-256.
 //!
-//! Handshakes run on a task per connection with a deadline ([`HANDSHAKE_TIMEOUT`]), so a client
-//! that connects and says nothing holds only its own connection, never the accept loop. ALPN
-//! offers `http/1.1` only: the server speaks HTTP/1.1 (kubectl and kube's client both use it
-//! when it is all that is offered).
+//! Without a cert dir the keys live only in memory, so every start has a new CA and a client
+//! holding an old kubeconfig fails after a restart. With one, the files are kubeadm's names:
+//!
+//! | file | content | mode |
+//! |---|---|---|
+//! | `ca.crt`, `ca.key` | the CA, made on first start, then reused as they are | 0644, 0600 |
+//! | `apiserver.crt`, `apiserver.key` | the serving pair, signed by the CA | 0644, 0600 |
+//!
+//! The directory is created mode 0700. A serving certificate is reused only if a client
+//! trusting `ca.crt` would accept it for the listen address a day from now (so not expired, not
+//! about to be, signed by this CA, naming the address) and its key matches; otherwise a new pair
+//! is signed by the same CA. A CA with one of its two files missing or unreadable is an error,
+//! never silently replaced (that would break every client holding the old one). Files are
+//! written to a fresh temporary file and renamed into place.
+//!
+//! The handshake itself runs in the `http-serving` crate, per connection, under
+//! [`HANDSHAKE_TIMEOUT`] (`Config::serving`'s `tls_handshake_timeout`). ALPN offers `http/1.1`
+//! only: the server speaks HTTP/1.1 (kubectl and kube's client both use it when it is all that
+//! is offered).
 
 use crate::error::Error;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use std::net::SocketAddr;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+use rustls::client::danger::ServerCertVerifier;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use std::net::IpAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
-use tokio_util::sync::CancellationToken;
 
-/// How long a client may take to finish its TLS handshake before the connection is dropped.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time a client may take to finish its TLS handshake before the connection is
+/// closed ([`http_serving::DEFAULT_TLS_HANDSHAKE_TIMEOUT`]; set with `Config::serving`).
+pub const HANDSHAKE_TIMEOUT: Duration = http_serving::DEFAULT_TLS_HANDSHAKE_TIMEOUT;
 
-/// Handshakes finished but not yet taken by the HTTP server.
-const ACCEPTED_BACKLOG: usize = 128;
+/// A reused serving certificate must stay valid at least this long.
+const VALIDITY_MARGIN: Duration = Duration::from_secs(24 * 3600);
+
+const CA_CERT: &str = "ca.crt";
+const CA_KEY: &str = "ca.key";
+const SERVING_CERT: &str = "apiserver.crt";
+const SERVING_KEY: &str = "apiserver.key";
 
 /// The certificates of one server start.
 pub(crate) struct Certificates {
@@ -41,115 +63,202 @@ pub(crate) struct Certificates {
     pub(crate) server_config: Arc<rustls::ServerConfig>,
 }
 
+fn tls(e: impl std::fmt::Display) -> Error {
+    Error::Tls(e.to_string())
+}
+
+/// The CA's parameters: the same at every start, so a CA key read back from a cert dir signs
+/// certificates whose issuer is the stored CA certificate's subject.
+fn ca_params() -> Result<CertificateParams, Error> {
+    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(tls)?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.distinguished_name.push(DnType::CommonName, "envtest CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    Ok(ca)
+}
+
+/// A serving certificate for the loopback names and `ip`, signed by `issuer`: (DER, PEM, key).
+fn sign_serving(issuer: &Issuer<'_, KeyPair>, ip: IpAddr) -> Result<(CertificateDer<'static>, String, KeyPair), Error> {
+    let mut names = vec!["127.0.0.1".to_owned(), "::1".to_owned(), "localhost".to_owned()];
+    if !names.contains(&ip.to_string()) {
+        names.push(ip.to_string());
+    }
+    let mut serving = CertificateParams::new(names).map_err(tls)?;
+    serving.distinguished_name.push(DnType::CommonName, "envtest");
+    serving.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate().map_err(tls)?;
+    let cert = serving.signed_by(&key, issuer).map_err(tls)?;
+    Ok((cert.der().clone(), cert.pem(), key))
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn server_config(
+    serving: CertificateDer<'static>,
+    ca: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ServerConfig>, Error> {
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(tls)?
+        .with_no_client_auth()
+        .with_single_cert(vec![serving, ca], key)
+        .map_err(tls)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
 impl Certificates {
-    /// Makes a CA and a serving certificate for the loopback names, signed by it.
+    /// Makes a CA and a serving certificate for the loopback names, signed by it, in memory.
     pub(crate) fn generate() -> Result<Certificates, Error> {
-        use rcgen::{
-            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-            KeyUsagePurpose,
-        };
-        let tls = |e: rcgen::Error| Error::Tls(e.to_string());
-        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(tls)?;
-        ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        ca.distinguished_name.push(DnType::CommonName, "envtest CA");
-        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().map_err(tls)?).map_err(tls)?;
-
-        let mut serving =
-            CertificateParams::new(vec!["127.0.0.1".to_owned(), "::1".to_owned(), "localhost".to_owned()])
-                .map_err(tls)?;
-        serving.distinguished_name.push(DnType::CommonName, "envtest");
-        serving.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        let serving_key = KeyPair::generate().map_err(tls)?;
-        let serving_cert = serving.signed_by(&serving_key, &ca).map_err(tls)?;
-
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut server_config = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| Error::Tls(e.to_string()))?
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![serving_cert.der().clone(), ca.der().clone()],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(serving_key.serialize_der())),
-            )
-            .map_err(|e| Error::Tls(e.to_string()))?;
-        server_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let ca_key = KeyPair::generate().map_err(tls)?;
+        let ca = ca_params()?.self_signed(&ca_key).map_err(tls)?;
+        let issuer = Issuer::new(ca_params()?, ca_key);
+        let (serving, _, key) = sign_serving(&issuer, IpAddr::from([127, 0, 0, 1]))?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         Ok(Certificates {
             ca_pem: ca.pem(),
-            ca_der: CertificateDer::as_ref(ca.der()).to_vec(),
-            server_config: Arc::new(server_config),
+            ca_der: ca.der().to_vec(),
+            server_config: server_config(serving, ca.der().clone(), key)?,
+        })
+    }
+
+    /// The certificates kept in `dir` (see the module docs), created there if absent; the
+    /// serving certificate must name `ip`.
+    pub(crate) fn load_or_create(dir: &Path, ip: IpAddr) -> Result<Certificates, Error> {
+        create_private_dir(dir)?;
+        let (ca_path, ca_key_path) = (dir.join(CA_CERT), dir.join(CA_KEY));
+        let (ca_pem, ca_key, ca_is_new) = match (ca_path.exists(), ca_key_path.exists()) {
+            (true, true) => {
+                let pem = std::fs::read_to_string(&ca_path)?;
+                let key = KeyPair::from_pem(&std::fs::read_to_string(&ca_key_path)?)
+                    .map_err(|e| tls(format!("{}: {e}", ca_key_path.display())))?;
+                (pem, key, false)
+            }
+            (false, false) => {
+                let key = KeyPair::generate().map_err(tls)?;
+                let ca = ca_params()?.self_signed(&key).map_err(tls)?;
+                write_file(&ca_key_path, key.serialize_pem().as_bytes(), 0o600)?;
+                write_file(&ca_path, ca.pem().as_bytes(), 0o644)?;
+                tracing::info!(dir = %dir.display(), "created the envtest CA");
+                (ca.pem(), key, true)
+            }
+            _ => {
+                return Err(tls(format!(
+                    "{}: {CA_CERT} and {CA_KEY} must both exist or both be absent",
+                    dir.display()
+                )));
+            }
+        };
+        let ca_der = CertificateDer::from_pem_slice(ca_pem.as_bytes())
+            .map_err(|e| tls(format!("{}: {e}", ca_path.display())))?;
+        if !ca_is_new {
+            match reuse_serving(dir, &ca_der, ip) {
+                Ok(server_config) => {
+                    return Ok(Certificates {
+                        ca_pem,
+                        ca_der: ca_der.to_vec(),
+                        server_config,
+                    });
+                }
+                Err(why) => {
+                    tracing::info!(dir = %dir.display(), reason = %why, "signing a new serving certificate");
+                }
+            }
+        }
+        let issuer = Issuer::new(ca_params()?, ca_key);
+        let (serving, serving_pem, key) = sign_serving(&issuer, ip)?;
+        write_file(&dir.join(SERVING_KEY), key.serialize_pem().as_bytes(), 0o600)?;
+        write_file(&dir.join(SERVING_CERT), serving_pem.as_bytes(), 0o644)?;
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        Ok(Certificates {
+            ca_pem,
+            ca_der: ca_der.to_vec(),
+            server_config: server_config(serving, ca_der, key)?,
         })
     }
 }
 
-/// An [`axum::serve::Listener`] of finished TLS handshakes, fed by [`accept_loop`].
-pub(crate) struct TlsListener {
-    local: SocketAddr,
-    accepted: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+/// The stored serving pair, if a client trusting `ca` accepts it for `ip` a day from now and
+/// its key matches; else why not.
+fn reuse_serving(dir: &Path, ca: &CertificateDer<'static>, ip: IpAddr) -> Result<Arc<rustls::ServerConfig>, Error> {
+    let cert_path = dir.join(SERVING_CERT);
+    let serving =
+        CertificateDer::from_pem_file(&cert_path).map_err(|e| tls(format!("{}: {e}", cert_path.display())))?;
+    let key_path = dir.join(SERVING_KEY);
+    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| tls(format!("{}: {e}", key_path.display())))?;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone()).map_err(tls)?;
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(tls)?;
+    let later = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_add(VALIDITY_MARGIN);
+    verifier
+        .verify_server_cert(
+            &serving,
+            &[],
+            &ServerName::IpAddress(ip.into()),
+            &[],
+            UnixTime::since_unix_epoch(later),
+        )
+        .map_err(|e| tls(format!("{}: {e}", cert_path.display())))?;
+    // Also checks that the key is the certificate's.
+    server_config(serving, ca.clone(), key)
 }
 
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.accepted.recv().await {
-            Some(accepted) => accepted,
-            // The accept loop ended (shutdown): no more connections; graceful shutdown ends serving.
-            None => std::future::pending().await,
-        }
+fn create_private_dir(dir: &Path) -> Result<(), Error> {
+    if dir.is_dir() {
+        return Ok(());
     }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
     }
+    builder.create(dir)?;
+    Ok(())
 }
 
-/// Starts accepting TCP connections on `listener` and handshaking them; returns the listener
-/// axum serves. The accept loop ends with `cancel`.
-pub(crate) fn listen(
-    listener: TcpListener,
-    config: Arc<rustls::ServerConfig>,
-    cancel: CancellationToken,
-) -> std::io::Result<TlsListener> {
-    let local = listener.local_addr()?;
-    let (tx, accepted) = mpsc::channel(ACCEPTED_BACKLOG);
-    tokio::spawn(accept_loop(listener, TlsAcceptor::from(config), tx, cancel));
-    Ok(TlsListener { local, accepted })
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    accepted: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-    cancel: CancellationToken,
-) {
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = cancel.cancelled() => return,
-            result = listener.accept() => match result {
-                Ok(connection) => connection,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off a little, as hyper does.
-                    tracing::debug!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            },
-        };
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-        let (acceptor, accepted) = (acceptor.clone(), accepted.clone());
-        tokio::spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => {
-                    let _ = accepted.send((stream, peer)).await;
-                }
-                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-            }
-        });
+/// Writes `contents` to a new file beside `path` (created exclusively with `mode`) and renames
+/// it over `path`: a reader never sees half a key, and a planted symlink is replaced, not
+/// followed.
+fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), Error> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = dir.join(format!(
+        ".{name}.{}.{:016x}.tmp",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(mode);
     }
+    #[cfg(not(unix))]
+    let _ = mode;
+    let written = (|| -> std::io::Result<()> {
+        let mut file = options.open(&temp)?;
+        file.write_all(contents)?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    Ok(written?)
 }

@@ -1,5 +1,5 @@
 //! `kinformer-apiserver --listen 127.0.0.1:0 --kubeconfig PATH [--token-file FILE | --token T]
-//! [--insecure-http]`
+//! [--cert-dir DIR] [--insecure-http]`
 //!
 //! Runs envtest's API server as a process (for kubectl and for examples run by hand): prints the
 //! URL on stdout, writes a kubeconfig that kubectl and `kube::Client::try_default()` accept, and
@@ -11,6 +11,11 @@
 //! sees), else 32 random bytes made at start and written only into the kubeconfig, which
 //! `--kubeconfig` then requires. The kubeconfig (server, CA, token) is written mode 0600,
 //! created fresh and renamed into place.
+//!
+//! `--cert-dir DIR` keeps the CA and serving key pair in DIR (`ca.crt`, `ca.key`,
+//! `apiserver.crt`, `apiserver.key`, as kube-apiserver's `--cert-dir` and kubeadm name them),
+//! created on first start and reused after, and the generated token in `DIR/token` (mode 0600):
+//! a kubeconfig written by one run still works against the next, so clients survive a restart.
 //!
 //! `--insecure-http` serves plain HTTP instead, with no token unless one is given: kubectl sends
 //! bearer tokens only over HTTPS (observed with kubectl 1.32: no `Authorization` header on an
@@ -45,6 +50,13 @@ struct Args {
     /// (kubectl sends tokens only over HTTPS). For benchmarks and debugging with curl.
     #[arg(long)]
     insecure_http: bool,
+    /// Keep the CA, serving key pair and generated token here (created on first start, reused
+    /// after), so kubeconfigs stay valid across restarts. Implies HTTPS.
+    #[arg(long, conflicts_with = "insecure_http")]
+    cert_dir: Option<PathBuf>,
+    /// Connections served at once; more wait until one closes.
+    #[arg(long)]
+    max_connections: Option<usize>,
     /// Events kept per resource for watches that resume from a resourceVersion.
     #[arg(long)]
     watch_cache_size: Option<usize>,
@@ -59,6 +71,38 @@ fn random_token() -> String {
             let _ = write!(s, "{b:02x}");
             s
         })
+}
+
+/// The token kept in `dir/token`, made (32 random bytes, mode 0600) on first use.
+fn stored_token(dir: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Write;
+    let path = dir.join("token");
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_owned()),
+        Ok(_) => return Err(std::io::Error::other("the file is empty")),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)?;
+    let token = random_token();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(&path)?;
+    file.write_all(token.as_bytes())?;
+    file.sync_all()?;
+    Ok(token)
 }
 
 async fn shutdown_signal() {
@@ -117,7 +161,16 @@ async fn main() -> ExitCode {
                 );
                 return ExitCode::from(2);
             }
-            Some(random_token())
+            match &args.cert_dir {
+                Some(dir) => match stored_token(dir) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        eprintln!("kinformer-apiserver: the token in {}: {e}", dir.display());
+                        return ExitCode::FAILURE;
+                    }
+                },
+                None => Some(random_token()),
+            }
         }
     };
     if let Some(t) = token {
@@ -125,6 +178,12 @@ async fn main() -> ExitCode {
     }
     if !args.insecure_http {
         config = config.tls();
+    }
+    if let Some(dir) = args.cert_dir {
+        config = config.cert_dir(dir);
+    }
+    if let Some(n) = args.max_connections {
+        config = config.serving(envtest::ServingConfig::default().max_connections(n));
     }
     if let Some(n) = args.watch_cache_size {
         config = config.watch_cache_size(n);

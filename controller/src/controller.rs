@@ -810,7 +810,7 @@ where
         context: &Context<K>,
     ) -> Result<(), ControllerError> {
         let halt = context.leadership().token().clone();
-        let mut run = std::pin::pin!(self.run_workers_until_halted(shutdown, &halt, context));
+        let mut run = std::pin::pin!(self.run_workers_until_halted(shutdown, stop_now, &halt, context));
         tokio::select! {
             result = &mut run => return result,
             () = stop_now.cancelled() => halt.cancel(),
@@ -818,9 +818,12 @@ where
         run.await
     }
 
+    /// `stop_now` here is the halt token; the workers also watch `external_stop_now` itself, so
+    /// one finishing a reconcile as it fires takes no other key, forwarded or not.
     async fn run_workers_until_halted(
         &self,
         shutdown: &CancellationToken,
+        external_stop_now: &CancellationToken,
         stop_now: &CancellationToken,
         context: &Context<K>,
     ) -> Result<(), ControllerError> {
@@ -837,7 +840,7 @@ where
         if synced {
             self.metrics.max_concurrent_reconciles.set(self.workers as i64);
             for _ in 0..self.workers {
-                workers.spawn(self.worker(stop_now, context).run());
+                workers.spawn(self.worker(external_stop_now, context).run());
             }
             info!(controller = %self.name, workers = self.workers, "workers started");
             loop {
@@ -851,7 +854,7 @@ where
                         // keep the controller at full strength rather than idle.
                         error!(controller = %self.name, error = ?ended.err(), "a worker ended unexpectedly: restarting it");
                         self.metrics.active_workers.set(0);
-                        workers.spawn(self.worker(stop_now, context).run());
+                        workers.spawn(self.worker(external_stop_now, context).run());
                     }
                 }
             }
@@ -954,7 +957,8 @@ enum Ending {
     StoppedNow,
 }
 
-/// One worker: takes keys until the queue is shut down and empty, or until `stop_now` fires.
+/// One worker: takes keys until the queue is shut down and empty, or until `stop_now` fires or
+/// the leadership ends (its context's leadership token, which `stop_now` is forwarded to).
 struct Worker<K, R> {
     name: String,
     stop_now: CancellationToken,
@@ -976,6 +980,7 @@ where
             let key = tokio::select! {
                 biased;
                 () = self.stop_now.cancelled() => return,
+                () = self.context.leadership().token().cancelled() => return,
                 key = self.queue.get() => key,
             };
             let Some(key) = key else { return };

@@ -74,6 +74,19 @@
 //!   update, every patch type, apply, status, scale), kube-apiserver's request body limit rather
 //!   than etcd's 1.5 MiB value limit (`413 RequestEntityTooLarge`).
 //!
+//! What a client may hold ([`Config::serving`], a [`ServingConfig`]; the `http-serving` crate,
+//! shared with the controller Manager):
+//! - a request's line and headers must arrive within 32 s (kube-apiserver's
+//!   `ReadHeaderTimeout`), else the connection is closed;
+//! - a keep-alive connection with no request in flight is closed after 90 s (`IdleTimeout`); a
+//!   watch has its response in flight, so no idle timeout ever cuts it;
+//! - headers: 1 MiB (`MaxHeaderBytes`, `431`); TLS handshake: 10 s ([`HANDSHAKE_TIMEOUT`]);
+//! - 900 connections at once: more wait in the listen backlog until one closes;
+//! - the request log: 100,000 entries and 64 MiB ([`Config::request_log_bytes`]), oldest first.
+//!
+//! Bearer tokens are compared in constant time. With [`Config::cert_dir`] the TLS CA and serving
+//! key pair are kept across restarts, so a kubeconfig written before a restart works after it.
+//!
 //! A patch or an apply is computed off the store's lock and written only if the object has not
 //! changed meanwhile (else computed again on the new object), as kube-apiserver's
 //! GuaranteedUpdate: the lock is never held while a patch is computed.

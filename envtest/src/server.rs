@@ -2,7 +2,9 @@
 //!
 //! One `axum` fallback handler decodes every request itself (paths are dynamic: CRDs add
 //! resources at run time). Order of checks per request: bearer token (all routes but the health probes), admin endpoint, request log
-//! and injected faults, then discovery or the resource verbs.
+//! and injected faults, then discovery or the resource verbs. Connections are served by the
+//! `http-serving` crate ([`Config::serving`](crate::Config)): header-read, idle and handshake
+//! timeouts, a connection cap, TCP_NODELAY.
 
 use crate::config::Config;
 use crate::error::Error;

@@ -209,7 +209,10 @@ mod tests {
                 .into_iter()
                 .find(|r| r.kind == "CustomResourceDefinition")
                 .unwrap();
-            let cm_info = crate::resources::builtin().into_iter().find(|r| r.kind == "ConfigMap").unwrap();
+            let cm_info = crate::resources::builtin()
+                .into_iter()
+                .find(|r| r.kind == "ConfigMap")
+                .unwrap();
             let (crd, mut obj) = deepest_crd_and_object();
             // Decoding a CRD into k8s-openapi's recursive JSONSchemaProps: the heaviest walk.
             let decoded = crate::typed::decode(&crd_info, &crd, crate::typed::FieldValidation::Strict).unwrap();

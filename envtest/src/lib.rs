@@ -147,6 +147,7 @@ mod watch_cache;
 pub use config::Config;
 pub use error::Error;
 pub use faults::{Faults, MAX_FAULT_COUNT, MAX_LATENCY, MAX_RETRY_AFTER_SECS, RecordedRequest};
+pub use http_serving::ServingConfig;
 pub use kubeconfig::kubeconfig;
 pub use limits::{MAX_DEPTH, MAX_JSON_PATCH_COPY_BYTES, MAX_JSON_PATCH_OPERATIONS, MAX_OBJECT_BYTES};
 pub use patch::PatchKind;
@@ -154,5 +155,4 @@ pub use resources::{Registry, ResourceInfo, ScalePaths, builtin as builtin_resou
 pub use selectors::{FieldSelector, Filter, LabelSelector};
 pub use server::Server;
 pub use status::ApiError;
-pub use http_serving::ServingConfig;
 pub use tls::HANDSHAKE_TIMEOUT;

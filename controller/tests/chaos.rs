@@ -70,7 +70,11 @@ async fn writer(client: kube::Client, seed: u64, stop: CancellationToken) -> Has
 async fn run_seed(seed: u64, chaos: Duration) {
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    // A server restored from a backup (one of the schedule's faults) is found within 250 ms,
+    // well before the writer carries it envtest::chaos::RESTORE_MIN_BEHIND revisions on.
+    let factory = SharedInformerFactory::builder(client.clone())
+        .server_behind_check(Duration::from_millis(250))
+        .build();
     let witness = Arc::new(Witness::default());
     let reconciler = {
         let witness = witness.clone();

@@ -13,6 +13,9 @@
 //! | `compact` | drop the watch cache: older revisions expire |
 //! | `restart` | drop all watchers and the cache; keep objects and the revision counter |
 //!
+//! [`Faults::snapshot`] and [`Faults::restore`] (Rust API only) go further: a restart on an
+//! older backup of the store, with objects *and* the revision counter put back.
+//!
 //! Counts and delays are bounded ([`MAX_FAULT_COUNT`], [`MAX_LATENCY`],
 //! [`MAX_RETRY_AFTER_SECS`]) and added with saturating arithmetic, so no value a client sends
 //! can overflow or stall the server for good. With a token set, these routes require it.
@@ -25,7 +28,7 @@
 //! is not recorded.
 
 use crate::status::ApiError;
-use crate::storage::Storage;
+use crate::storage::{Snapshot, Storage};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -80,6 +83,7 @@ struct State {
     expire_watches: usize,
     malformed_watches: usize,
     malformed_sent: u64,
+    restores: u64,
     path_faults: Vec<PathFault>,
     latency: Duration,
     log: VecDeque<RecordedRequest>,
@@ -178,6 +182,30 @@ impl Faults {
         inner.cache.close_all();
         let rv = inner.current_rv();
         inner.cache.compact(rv);
+    }
+
+    /// The store's objects and revision now, for a later [`restore`](Self::restore).
+    pub fn snapshot(&self) -> Snapshot {
+        self.storage.lock().snapshot()
+    }
+
+    /// Simulates an API server restarted on an older backup of its store (an etcd restore
+    /// without `--bump-revision`): every object and the revision counter go back to
+    /// `snapshot`, so the resourceVersion *decreases*; every watch closes and the watch cache
+    /// starts empty at the snapshot's revision. A client resuming from a newer resourceVersion
+    /// gets "too large resource version" until the counter passes it again; once it has, the
+    /// writes in between are invisible to a watch from that resourceVersion (no client can
+    /// tell, which is why etcd restores bump the revision and mark it compacted). The served
+    /// resources are not rolled back: a CRD established after the snapshot is still served.
+    pub fn restore(&self, snapshot: &Snapshot) {
+        // Counted first: whoever sees the restored state sees the new count.
+        self.state().restores += 1;
+        self.storage.lock().restore(snapshot);
+    }
+
+    /// How many times [`restore`](Self::restore) was called.
+    pub fn restores(&self) -> u64 {
+        self.state().restores
     }
 
     /// Clears all pending injected faults and latency.

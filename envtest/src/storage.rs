@@ -19,6 +19,24 @@ pub(crate) type ObjectKey = (String, String);
 /// The objects of one resource, ordered by key (list order).
 pub(crate) type Objects = BTreeMap<ObjectKey, Arc<Value>>;
 
+/// The store's objects and revision at one moment, taken by [`Faults::snapshot`]; what
+/// [`Faults::restore`] puts back, as an API server restarted on an older etcd backup.
+///
+/// [`Faults::snapshot`]: crate::Faults::snapshot
+/// [`Faults::restore`]: crate::Faults::restore
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    revision: u64,
+    objects: HashMap<String, Objects>,
+}
+
+impl Snapshot {
+    /// The revision (resourceVersion) the snapshot was taken at.
+    pub fn resource_version(&self) -> u64 {
+        self.revision
+    }
+}
+
 /// The store. All state sits behind one mutex, reached only through [`Storage::lock`], and is
 /// never held across an `.await`.
 #[derive(Debug)]
@@ -78,6 +96,25 @@ impl Inner {
     /// The revision of the last write.
     pub(crate) fn current_rv(&self) -> u64 {
         self.rv
+    }
+
+    /// The objects and the revision as they are now (the objects are shared, not copied).
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            revision: self.rv,
+            objects: self.objects.clone(),
+        }
+    }
+
+    /// Puts `snapshot` back as the current state, revision counter included (it may go
+    /// *back*, as after an etcd restore without `--bump-revision`), and closes every watch and
+    /// empties the watch cache, as a restarted API server starts with none.
+    pub(crate) fn restore(&mut self, snapshot: &Snapshot) {
+        self.cache.close_all();
+        self.objects = snapshot.objects.clone();
+        self.rv = snapshot.revision;
+        self.revision.send_replace(self.rv);
+        self.cache.compact(self.rv);
     }
 
     /// One object.

@@ -171,6 +171,7 @@ struct Inner {
     transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     strip_managed_fields: bool,
     page_size: u32,
+    server_behind_check: Duration,
     /// Parent of every informer's shutdown token.
     stop: CancellationToken,
     state: Mutex<State>,
@@ -194,6 +195,7 @@ pub struct SharedInformerFactoryBuilder {
     transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     strip_managed_fields: bool,
     page_size: u32,
+    server_behind_check: Duration,
 }
 
 impl SharedInformerFactoryBuilder {
@@ -243,6 +245,16 @@ impl SharedInformerFactoryBuilder {
         self
     }
 
+    /// How long every informer's list or watch at a resourceVersion may go unanswered before
+    /// its reflector checks whether the server went back in time (restored from an older
+    /// backup): [`ReflectorConfig::server_behind_check`], default
+    /// [`DEFAULT_SERVER_BEHIND_CHECK`](informer_core::reflector::DEFAULT_SERVER_BEHIND_CHECK);
+    /// zero turns the check off.
+    pub fn server_behind_check(mut self, after: Duration) -> Self {
+        self.server_behind_check = after;
+        self
+    }
+
     /// The factory.
     pub fn build(self) -> SharedInformerFactory {
         SharedInformerFactory {
@@ -255,6 +267,7 @@ impl SharedInformerFactoryBuilder {
                 transforms: self.transforms,
                 strip_managed_fields: self.strip_managed_fields,
                 page_size: self.page_size,
+                server_behind_check: self.server_behind_check,
                 stop: CancellationToken::new(),
                 state: Mutex::new(State {
                     informers: HashMap::new(),
@@ -287,6 +300,7 @@ impl SharedInformerFactory {
             transforms: HashMap::new(),
             strip_managed_fields: false,
             page_size: 500,
+            server_behind_check: informer_core::reflector::DEFAULT_SERVER_BEHIND_CHECK,
         }
     }
 
@@ -308,7 +322,9 @@ impl SharedInformerFactory {
         if let Some(tweak) = &self.inner.tweak {
             tweak(&mut options);
         }
-        let mut config = ReflectorConfig::default().name(name);
+        let mut config = ReflectorConfig::default()
+            .name(name)
+            .server_behind_check(self.inner.server_behind_check);
         // 500 is the pager's default: leave it to the reflector, whose relists at a
         // resourceVersion then go unpaginated to the watch cache, as client-go's factory
         // informers (which never set a page size) do. Any other size applies to every list.

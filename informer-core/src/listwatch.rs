@@ -184,6 +184,20 @@ pub enum ListWatchError {
         /// The bound in bytes.
         limit: usize,
     },
+    /// The server's current resourceVersion is behind the one a request asked for: it went
+    /// back in time (restarted on an older backup of its store, or a failover to a server
+    /// behind). Found by the reflector itself when the request went unanswered, since a client
+    /// that retries a `504` on its own (kube's default) hides the server's "too large resource
+    /// version" answer, and kube-apiserver answers a watch from a future resourceVersion with
+    /// silence rather than an error. Handled as that answer
+    /// ([`is_too_large_resource_version`](Self::is_too_large_resource_version)).
+    #[error("the server is at resourceVersion {current}, behind the {requested} asked for")]
+    ServerBehind {
+        /// The resourceVersion the request asked for.
+        requested: String,
+        /// The server's current resourceVersion.
+        current: String,
+    },
     /// The request could not be built from the parameters (e.g. a `resourceVersionMatch`
     /// without a `resourceVersion`); it was not sent.
     #[error("invalid request: {0}")]
@@ -236,8 +250,11 @@ impl ListWatchError {
     ///
     /// Recognised by code and message, which every server version sends; client-go also looks
     /// for the `ResourceVersionTooLarge` cause, which the same servers send with that message.
+    /// Also true of [`ServerBehind`](ListWatchError::ServerBehind), the same condition found by
+    /// asking the server for its resourceVersion.
     pub fn is_too_large_resource_version(&self) -> bool {
-        matches!(self, ListWatchError::Api { code: 504, message, .. } if message.contains("Too large resource version"))
+        matches!(self, ListWatchError::ServerBehind { .. })
+            || matches!(self, ListWatchError::Api { code: 504, message, .. } if message.contains("Too large resource version"))
     }
 
     /// Whether the server asked us to slow down (HTTP 429).
@@ -287,6 +304,17 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
         params: &WatchParams,
         resource_version: &str,
     ) -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>>;
+
+    /// The server's current resourceVersion: the one a consistent read is served at. The
+    /// reflector asks for it when a request at a resourceVersion goes unanswered, to tell a
+    /// server that went back in time (restarted on an older backup) from a slow one. The
+    /// default lists one object as a consistent read, without selectors.
+    fn current_resource_version(&self) -> BoxFuture<'_, Result<String, ListWatchError>> {
+        Box::pin(async move {
+            let page = self.list(&ListParams::default().limit(1)).await?;
+            Ok(page.resource_version)
+        })
+    }
 }
 
 /// A [`ListerWatcher`] over a `kube::Api<K>`; its namespace (or none) is the scope.
@@ -913,6 +941,13 @@ where
             }
             Ok(page)
         })
+    }
+
+    fn current_resource_version(&self) -> BoxFuture<'_, Result<String, ListWatchError>> {
+        // Not through `list`: this one-object page must neither fetch the next page ahead nor
+        // drop the pages a list in progress fetched ahead.
+        let page = fetch_page::<K>(self.fetcher.clone(), ListParams::default().limit(1), Weak::new());
+        Box::pin(async move { Ok(page.await?.resource_version) })
     }
 
     fn watch(

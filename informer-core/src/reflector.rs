@@ -16,7 +16,7 @@
 //! | `List` | other error (or that consistent read failed) | `List` after backoff; a consistent read until a list succeeds if the rv was unavailable |
 //! | `Watch(rv)` | stream ended normally | `Watch(last rv)`, at once |
 //! | `Watch(rv)` | HTTP 410 on the request, or an ERROR event with a 410 `Status` | `List` at the last rv (served from the watch cache), after backoff |
-//! | `Watch(rv)` | "too large resource version" (504) | `List` as a consistent read (rv `""`), after backoff |
+//! | `Watch(rv)` | "too large resource version" (504), or the server found behind `rv` | `List` as a consistent read (rv `""`), after backoff |
 //! | `Watch(rv)` | other error, or a stream that closed within a second with no events | `Watch(last rv)`, after backoff |
 //!
 //! "After backoff" is the next backoff delay, or, when the error was a 429 or 5xx carrying
@@ -30,6 +30,27 @@
 //! client-go does: the resourceVersion is still valid, and a relist of a large resource after
 //! every transient error is what overloads servers during incidents. An object without a name,
 //! or a list or bookmark without a resourceVersion, is rejected rather than trusted.
+//!
+//! # A server that went back in time
+//!
+//! A server restarted on an older backup of its store (an etcd restore without
+//! `--bump-revision`, envtest restarted) is *behind* the resourceVersion the reflector resumes
+//! from. kube-apiserver answers a list there with `504` "Too large resource version" after
+//! waiting 3 s, and a watch with an open stream that stays silent until its counter passes
+//! the old value; by then the writes in between are behind the watch's starting point and
+//! never seen. kube's client retries a `504` on its own (15 times, with backoff), so even the
+//! list's answer may never reach the reflector. So a list or watch at a specific
+//! resourceVersion that has not answered (a watch: not delivered its first event) within
+//! [`ReflectorConfig::server_behind_check`] (default 5 s) makes the reflector ask the server
+//! for its current resourceVersion ([`ListerWatcher::current_resource_version`], a consistent
+//! list of one object) while the request goes on. A server behind the one asked for ends the
+//! request with [`ListWatchError::ServerBehind`], handled as "too large resource version":
+//! the reflector relists as a consistent read. A server that is not behind is only slow, or
+//! the resource quiet: the request goes on, unchecked until the next one. Nothing guards the
+//! writes that land between the restore and the check if they carry the counter past the old
+//! resourceVersion first: no client can tell those apart from a live server's, which is why an
+//! etcd restore should bump the revision and mark it compacted (every watch then gets `410`
+//! and relists).
 //!
 //! # Which resourceVersion, which pages
 //!
@@ -150,6 +171,25 @@ pub const MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// cut to this, so a bogus header cannot park an informer for hours.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(5 * 60);
 
+/// The default of [`ReflectorConfig::server_behind_check`]: longer than kube-apiserver's 3 s
+/// wait before it answers "too large resource version", so a client that does not retry sees
+/// that answer first; short enough that a restored server is found before its writes catch up
+/// with the old resourceVersion on most clusters.
+pub const DEFAULT_SERVER_BEHIND_CHECK: Duration = Duration::from_secs(5);
+
+/// The longest wait between two checks of one unanswered request
+/// ([`ReflectorConfig::server_behind_check`] doubles up to this).
+const MAX_SERVER_BEHIND_CHECK_WAIT: Duration = Duration::from_secs(60);
+
+/// How often [`Reflector::unless_server_behind`] checks an unanswered request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Checks {
+    /// Until the server is found not behind (or it answers).
+    Once,
+    /// As long as it is unanswered.
+    UntilAnswered,
+}
+
 /// The page size of lists the user did not set one for (client-go's pager `defaultPageSize`).
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
 
@@ -188,6 +228,12 @@ pub struct ReflectorConfig {
     pub use_watch_list: bool,
     /// Retry backoff.
     pub backoff: BackoffConfig,
+    /// How long a list or watch at a specific resourceVersion may go unanswered (for a watch:
+    /// without its first event) before the reflector asks the server for its current
+    /// resourceVersion, to find a server that went back in time; see the
+    /// [module docs](self#a-server-that-went-back-in-time). Zero turns the check off.
+    /// Default [`DEFAULT_SERVER_BEHIND_CHECK`].
+    pub server_behind_check: Duration,
 }
 
 impl Default for ReflectorConfig {
@@ -201,6 +247,7 @@ impl Default for ReflectorConfig {
             min_watch_timeout: MIN_WATCH_TIMEOUT,
             use_watch_list: false,
             backoff: BackoffConfig::default(),
+            server_behind_check: DEFAULT_SERVER_BEHIND_CHECK,
         }
     }
 }
@@ -263,6 +310,13 @@ impl ReflectorConfig {
         self.backoff = backoff;
         self
     }
+
+    /// Sets [`server_behind_check`](Self::server_behind_check) (zero: off).
+    #[must_use]
+    pub fn server_behind_check(mut self, after: Duration) -> Self {
+        self.server_behind_check = after;
+        self
+    }
 }
 
 /// Counters a reflector keeps, readable while it runs (for metrics and tests). Made with
@@ -284,6 +338,9 @@ pub struct ReflectorMetrics {
     pub malformed_objects: AtomicU64,
     /// Bookmarks received.
     pub bookmarks: AtomicU64,
+    /// Requests at a resourceVersion that went unanswered long enough for the reflector to ask
+    /// the server for its current resourceVersion ([`ReflectorConfig::server_behind_check`]).
+    pub server_behind_checks: AtomicU64,
 }
 
 impl ReflectorMetrics {
@@ -605,7 +662,13 @@ where
             resource_version.as_deref(),
         );
         let mut rv_unavailable = rv_unavailable;
-        let mut listed = self.list(resource_version.as_deref(), page_size).await;
+        let mut listed = self
+            .unless_server_behind(
+                resource_version.as_deref().unwrap_or(""),
+                Checks::UntilAnswered,
+                self.list(resource_version.as_deref(), page_size),
+            )
+            .await;
         if let Err(e) = &listed
             && (e.is_gone() || e.is_too_large_resource_version())
         {
@@ -804,13 +867,90 @@ where
         // client-go's propagateRVFromStart: a watch from "" or "0" begins with synthetic ADDED
         // events in no resourceVersion order.
         let propagate_rv_from_start = !(resource_version.is_empty() || resource_version == "0");
-        match self.lister_watcher.watch(&params, &resource_version).await {
+        // The first event is awaited here, with the request, so that a watch the server
+        // accepts but never feeds (kube-apiserver's answer to a future resourceVersion) is
+        // checked as one that never answers.
+        let opened = async {
+            // Until the server accepts the watch, it may go behind at any moment (a client
+            // retrying its answers keeps the request open across a restart): checked until
+            // answered. Once accepted, a restart would close the watch: checked once.
+            let watch = self.lister_watcher.watch(&params, &resource_version);
+            let mut stream = self
+                .unless_server_behind(&resource_version, Checks::UntilAnswered, watch)
+                .await?
+                .fuse();
+            let first = self
+                .unless_server_behind(&resource_version, Checks::Once, async { Ok(stream.next().await) })
+                .await?;
+            Ok::<_, ListWatchError>(match first {
+                Some(first) => futures::stream::iter([first]).chain(stream).boxed(),
+                None => futures::stream::empty().boxed(),
+            })
+        };
+        match opened.await {
             Ok(stream) => {
                 self.consume_watch(stream, resource_version, started, propagate_rv_from_start)
                     .await
             }
             Err(e) => self.after_watch_error(e, resource_version),
         }
+    }
+
+    /// Runs `request`, a list or watch at `resource_version`. If it has not answered within
+    /// [`ReflectorConfig::server_behind_check`], asks the server for its current
+    /// resourceVersion meanwhile, and gives `request` up with
+    /// [`ListWatchError::ServerBehind`] if the server is behind the one asked for; `checks`
+    /// says whether to check again, after twice the wait each time, while it stays
+    /// unanswered. A check that could not read the server's resourceVersion is always made
+    /// again. Requests at `""` or `"0"`, and resourceVersions that are not numbers, are never
+    /// checked: only etcd's revisions can be compared, and kube-apiserver compares them the
+    /// same way.
+    async fn unless_server_behind<T>(
+        &self,
+        resource_version: &str,
+        checks: Checks,
+        request: impl Future<Output = Result<T, ListWatchError>>,
+    ) -> Result<T, ListWatchError> {
+        let check_after = self.config.server_behind_check;
+        let requested = match resource_version.parse::<u64>() {
+            Ok(rv) if rv > 0 && !check_after.is_zero() => rv,
+            _ => return request.await,
+        };
+        let mut request = std::pin::pin!(request);
+        let mut wait = check_after;
+        loop {
+            tokio::select! {
+                biased;
+                answer = &mut request => return answer,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            ReflectorMetrics::inc(&self.metrics.server_behind_checks);
+            tokio::select! {
+                biased;
+                answer = &mut request => return answer,
+                current = self.lister_watcher.current_resource_version() => match current {
+                    Ok(current) if current.parse::<u64>().is_ok_and(|c| c < requested) => {
+                        return Err(ListWatchError::ServerBehind {
+                            requested: resource_version.to_string(),
+                            current,
+                        });
+                    }
+                    Ok(current) => {
+                        debug!(reflector = %self.config.name, %resource_version, %current,
+                            "request unanswered, and the server is not behind it: waiting on");
+                        if checks == Checks::Once {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        debug!(reflector = %self.config.name, %resource_version, error = %e,
+                            "request unanswered, and the server's resourceVersion could not be read");
+                    }
+                }
+            }
+            wait = (wait * 2).min(MAX_SERVER_BEHIND_CHECK_WAIT.max(check_after));
+        }
+        request.await
     }
 
     fn after_watch_error(&self, error: ListWatchError, resource_version: String) -> Transition {
@@ -1044,6 +1184,146 @@ mod tests {
         fn watch(&self, _: &WatchParams, _: &str) -> BoxFuture<'_, Result<WatchStream<ConfigMap>, ListWatchError>> {
             Box::pin(futures::future::pending())
         }
+    }
+
+    /// A server restored from an older backup, as a client that retries its `504`s sees it:
+    /// lists and watches at a resourceVersion never answer; a consistent read answers at
+    /// `current`. With `first_event_after`, a watch does answer, with one event after that long.
+    struct RestoredServer {
+        current: &'static str,
+        first_event_after: Option<Duration>,
+        /// The resourceVersion and limit of every list, in order.
+        lists: Mutex<Vec<(Option<String>, Option<u32>)>>,
+        /// Consistent reads to fail (with a 500) before one answers.
+        failing_reads: Mutex<usize>,
+    }
+
+    impl RestoredServer {
+        fn new(current: &'static str) -> Self {
+            RestoredServer {
+                current,
+                first_event_after: None,
+                lists: Mutex::new(Vec::new()),
+                failing_reads: Mutex::new(0),
+            }
+        }
+    }
+
+    impl ListerWatcher<ConfigMap> for RestoredServer {
+        fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<ListPage<ConfigMap>, ListWatchError>> {
+            self.lists
+                .lock()
+                .unwrap()
+                .push((params.resource_version.clone(), params.limit));
+            if params.resource_version.is_some() {
+                return Box::pin(futures::future::pending());
+            }
+            let mut failing = self.failing_reads.lock().unwrap();
+            if *failing > 0 {
+                *failing -= 1;
+                return Box::pin(async { Err(ListWatchError::api(500, "InternalError", "injected")) });
+            }
+            let mut page = ListPage::default();
+            page.items = vec![cm("a", self.current)];
+            page.resource_version = self.current.to_string();
+            Box::pin(async move { Ok(page) })
+        }
+
+        fn watch(&self, _: &WatchParams, _: &str) -> BoxFuture<'_, Result<WatchStream<ConfigMap>, ListWatchError>> {
+            match self.first_event_after {
+                None => Box::pin(futures::future::pending()),
+                Some(after) => {
+                    let event = futures::stream::once(async move {
+                        tokio::time::sleep(after).await;
+                        Ok(WatchEvent::Modified(cm("a", "160")))
+                    });
+                    Box::pin(async move { Ok(event.boxed()) })
+                }
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_unanswered_from_a_server_behind_it_relists_as_a_consistent_read() {
+        let server = Arc::new(RestoredServer::new("40"));
+        let reflector = Reflector::new(server.clone(), Arc::new(Calls::default()), ReflectorConfig::default());
+        let start = Instant::now();
+        let transition = reflector.step_watch("100".into()).await;
+        assert_eq!(transition, Transition::AfterBackoff(State::List { rv_unavailable: true }));
+        // Checked once, after the configured wait, with a consistent read of one object.
+        assert_eq!(start.elapsed(), DEFAULT_SERVER_BEHIND_CHECK);
+        assert_eq!(*server.lists.lock().unwrap(), [(None, Some(1))]);
+        assert_eq!(ReflectorMetrics::get(&reflector.metrics().server_behind_checks), 1);
+        assert_eq!(ReflectorMetrics::get(&reflector.metrics().errors), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_check_that_fails_is_made_again_after_twice_the_wait() {
+        let server = Arc::new(RestoredServer::new("40"));
+        *server.failing_reads.lock().unwrap() = 2;
+        let reflector = Reflector::new(server.clone(), Arc::new(Calls::default()), ReflectorConfig::default());
+        let start = Instant::now();
+        let transition = reflector.step_watch("100".into()).await;
+        assert_eq!(transition, Transition::AfterBackoff(State::List { rv_unavailable: true }));
+        assert_eq!(start.elapsed(), DEFAULT_SERVER_BEHIND_CHECK * (1 + 2 + 4));
+        assert_eq!(server.lists.lock().unwrap().len(), 3);
+        assert_eq!(ReflectorMetrics::get(&reflector.metrics().server_behind_checks), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_watch_on_a_server_not_behind_it_goes_on() {
+        let server = Arc::new(RestoredServer {
+            first_event_after: Some(Duration::from_secs(30)),
+            ..RestoredServer::new("150")
+        });
+        let store = Arc::new(Calls::default());
+        let reflector = Reflector::new(server.clone(), store.clone(), ReflectorConfig::default());
+        let transition = reflector.step_watch("100".into()).await;
+        assert_eq!(store.take(), ["batch 1", "update 160"]);
+        assert_eq!(
+            transition,
+            Transition::Now(State::Watch {
+                resource_version: "160".into()
+            })
+        );
+        assert_eq!(*server.lists.lock().unwrap(), [(None, Some(1))]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_relist_unanswered_from_a_server_behind_it_is_done_as_a_consistent_read() {
+        let server = Arc::new(RestoredServer::new("40"));
+        let store = Arc::new(Calls::default());
+        let reflector = Reflector::new(server.clone(), store.clone(), ReflectorConfig::default());
+        reflector.last_sync_resource_version.set("100");
+        let transition = reflector.step_list(false, &mut Memory::default()).await;
+        assert_eq!(store.take(), ["replace 40"]);
+        assert_eq!(
+            transition,
+            Transition::Now(State::Watch {
+                resource_version: "40".into()
+            })
+        );
+        assert_eq!(
+            *server.lists.lock().unwrap(),
+            // The consistent read keeps the page size chosen for the rv first asked for (none).
+            [(Some("100".into()), None), (None, Some(1)), (None, None)]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_at_0_and_with_the_check_off_are_never_checked() {
+        let server = Arc::new(RestoredServer::new("40"));
+        let reflector = Reflector::new(
+            server.clone(),
+            Arc::new(Calls::default()),
+            ReflectorConfig::default().server_behind_check(Duration::ZERO),
+        );
+        let unanswered = tokio::time::timeout(Duration::from_secs(600), reflector.step_watch("100".into())).await;
+        assert!(unanswered.is_err());
+        let reflector = Reflector::new(server.clone(), Arc::new(Calls::default()), ReflectorConfig::default());
+        let unanswered = tokio::time::timeout(Duration::from_secs(600), reflector.step_watch("0".into())).await;
+        assert!(unanswered.is_err());
+        assert!(server.lists.lock().unwrap().is_empty());
     }
 
     /// Records the calls a reflector makes on its store.

@@ -372,3 +372,57 @@ async fn the_servers_malformed_watch_fault_is_skipped_counted_and_nothing_is_los
     env.shutdown().await;
 }
 
+
+#[tokio::test]
+async fn a_server_restored_from_an_older_backup_is_relisted_whatever_the_clients_retries() {
+    // kube's client retries a 504 ("too large resource version") on its own (`default_retry`),
+    // so the reflector may never see that answer: it must find the server behind by itself.
+    for (default_retry, from_empty) in [(true, false), (true, true), (false, false)] {
+        let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+        let api: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+        let empty = env.faults().snapshot();
+        for name in ["a", "b"] {
+            api.create(&PostParams::default(), &configmap(name, "1")).await.unwrap();
+        }
+        let older = env.faults().snapshot();
+        // The server moves well past the backup before the informer starts.
+        for i in 0..40 {
+            api.create(&PostParams::default(), &configmap(&format!("later-{i}"), "1"))
+                .await
+                .unwrap();
+        }
+        let mut config = env.kube_config();
+        config.default_retry = default_retry;
+        let informer = configmap_informer(
+            kube::Client::try_from(config).unwrap(),
+            ReflectorConfig::default().server_behind_check(Duration::from_secs(1)),
+        );
+        let running = Running::start(informer.clone());
+        running.synced().await;
+        assert_eq!(cache_state(&informer), server_state(&env, CONFIGMAPS));
+
+        env.faults().restore(if from_empty { &empty } else { &older });
+        env.faults().clear_requests();
+        // The restored server goes on, its counter still far behind the informer's.
+        api.create(&PostParams::default(), &configmap("after-restore", "1"))
+            .await
+            .unwrap();
+        if !from_empty {
+            let mut a = api.get("a").await.unwrap();
+            a.data = Some(BTreeMap::from([("v".to_string(), "2".to_string())]));
+            api.replace("a", &PostParams::default(), &a).await.unwrap();
+        }
+        eventually("the cache holds what the restored server holds", || {
+            cache_state(&informer) == server_state(&env, CONFIGMAPS)
+        })
+        .await;
+        assert!(
+            env.requests()
+                .iter()
+                .any(|r| !r.is_watch && r.path == CONFIGMAPS && r.param("resourceVersion").is_none()),
+            "relisted as a consistent read (default_retry {default_retry}, from empty {from_empty})"
+        );
+        running.stop().await;
+        env.shutdown().await;
+    }
+}

@@ -14,7 +14,7 @@
 //! seconds of chaos each); the long run is
 //! `cargo test -p informer-core --test chaos -- --ignored` (20 seeds per queue, or one seed
 //! with `KINFORMER_CHAOS_SEED=<n>`, and `KINFORMER_CHAOS_SECS` of chaos each). A failure
-//! prints its seed.
+//! prints its seed; `RUST_LOG=informer_core::reflector=debug` replays it with the reflector's log.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -208,7 +208,10 @@ async fn writer(client: kube::Client, seed: u64, stop: CancellationToken) -> u64
 }
 
 async fn run_seed(seed: u64, queue: QueueKind, chaos: Duration) {
-    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_test_writer().try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
     let namespaces: Api<Namespace> = Api::all(client.clone());

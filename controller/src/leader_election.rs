@@ -1069,6 +1069,33 @@ mod tests {
         assert_eq!(observation.holder().as_deref(), Some("a"));
     }
 
+    /// A leadership is judged by the clock at every check, not by its token: right after a
+    /// process resumes from a stop, no timer has run yet.
+    #[tokio::test(start_paused = true)]
+    async fn validity_lapses_by_the_clock_before_any_timer_runs() {
+        let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let config = LeaderElectionConfig::new("ns", "name", "me");
+        let elector = LeaderElector::new(client, config).unwrap();
+        let before = elector.leadership();
+        assert!(!before.is_valid() && before.token().is_cancelled(), "not leading yet");
+        elector.begin_term(Instant::now());
+        let leadership = elector.leadership();
+        assert!(elector.is_leader() && leadership.is_valid());
+        assert!(!before.is_valid(), "an earlier term never becomes valid");
+        tokio::time::advance(Duration::from_millis(9_999)).await;
+        assert!(leadership.check().is_ok(), "valid until renew_deadline after the write was sent");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        // Nothing runs `renew`, so nothing cancelled the token: the clock alone says no.
+        assert!(!leadership.token().is_cancelled());
+        assert!(!elector.is_leader());
+        assert!(matches!(
+            leadership.check(),
+            Err(crate::NotLeader::LeaseLapsed { lease, identity }) if lease == "ns/name" && identity == "me"
+        ));
+        elector.stop_leading();
+        assert!(leadership.token().is_cancelled(), "stopping ends the term's token");
+    }
+
     #[test]
     fn jitter_stays_within_client_go_bounds() {
         let period = Duration::from_millis(100);

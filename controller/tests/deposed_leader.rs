@@ -20,7 +20,8 @@ use controller::{
     ManagerError, NotLeader, ObjectKey, Reporter, Request, reconciler_fn,
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, ObjectMeta, PostParams};
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, ObjectMeta, PostParams, WatchEvent, WatchParams};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -314,8 +315,8 @@ const ELECTION: (Duration, Duration, Duration) =
 
 /// A replica: leader election on the shared lease as `identity`; a controller that copies every
 /// ConfigMap of `default` into `out-<identity>` (creating it) with an Event about the copy, so
-/// the path of every write names the replica that sent it. `default/hold` waits until
-/// `default/gate` is in the cache before it writes. Every write is guarded by
+/// the path of every write names the replica that sent it. `default/hold` waits for
+/// `default/gate` to be created (on a watch of its own) before it writes. Every write is guarded by
 /// `ctx.ensure_leading()`.
 fn replica(client: kube::Client, identity: &str, metrics: Option<std::net::SocketAddr>) -> Manager {
     let config = LeaderElectionConfig::new("default", LEASE_NAME, identity)
@@ -336,10 +337,17 @@ fn replica(client: kube::Client, identity: &str, metrics: Option<std::net::Socke
                 return Ok::<_, BoxError>(Action::Done);
             }
             if req.name == "hold" {
+                // Waits on I/O, not on a timer: when the process resumes, the gate's watch event
+                // is already in the socket and wakes this reconcile in the same driver turn as
+                // the expired timers of the lease.
+                let api: Api<ConfigMap> = Api::namespaced(ctx.client().clone(), "default");
+                let params = WatchParams::default().fields("metadata.name=gate").timeout(290);
+                let mut gate = api.watch(&params, "0").await?.boxed();
                 println!("{LINE} HOLDING {req}");
-                let gate = ObjectKey::namespaced("default", "gate");
-                while ctx.get(&gate).is_none() {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                while let Some(event) = gate.try_next().await? {
+                    if let WatchEvent::Added(_) = event {
+                        break;
+                    }
                 }
             }
             ctx.ensure_leading()?;

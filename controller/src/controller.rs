@@ -38,6 +38,14 @@
 //!   initial list to this controller's handlers, so the first reconciles see a full cache.
 //! - A panicking reconcile is caught: the worker survives, the panic is logged and counted as
 //!   an error, and the key is retried rate-limited.
+//! - Under a [`Manager`](crate::Manager) with leader election, a deposed leader writes nothing
+//!   for the controller: before every reconcile a worker checks the lease's term by the local
+//!   clock ([`Leadership`], see [`run_leading`](BuiltController::run_leading)) and puts a key
+//!   taken after it lapsed back, unreconciled; the event recorder refuses every write once it
+//!   lapsed; reconcilers guard their own writes with [`Context::ensure_leading`] and stop
+//!   waiting on [`Context::cancelled`], which fires at the validity deadline itself. A refusal
+//!   ([`NotLeader`] anywhere in a reconcile error's chain) is logged at INFO: a deposed leader
+//!   skipping work is an expected race, not a failure.
 //!
 //! # Shutdown
 //! When the shutdown token fires: the handlers are removed (no new keys) and the queue is shut

@@ -64,24 +64,50 @@
 //! | setting (default) | meaning |
 //! |---|---|
 //! | `lease_duration` (15 s) | how long a standby waits, without seeing the record change, before taking over |
-//! | `renew_deadline` (10 s) | how long the leader keeps retrying a failing renewal before giving up |
+//! | `renew_deadline` (10 s) | how long after its last successful renewal was *sent* the leader may still act, retrying a failing renewal meanwhile |
 //! | `retry_period` (2 s) | the pause between attempts (acquire: `retry_period..2.2 × retry_period`) |
 //!
 //! After a release a standby takes over at its next attempt; after a crash, `lease_duration`
 //! after it last saw the record change.
 //!
+//! # Guarantees
+//!
+//! - A term of leadership is *valid* while the last successful write of the Lease (acquire or
+//!   renewal) was sent less than `renew_deadline` ago by the local clock.
+//!   [`LeaderElector::is_leader`] and [`Leadership::is_valid`] compute it at every call, so
+//!   they are false at once when a stopped process resumes, before any timer has run.
+//! - Another replica takes over no earlier than `lease_duration` after it *saw* that write,
+//!   which is later than it was sent: a term's writes checked valid have `lease_duration -
+//!   renew_deadline` (5 s by default) to reach the server before anyone else may lead, which
+//!   also absorbs clock *rate* differences up to that ratio (client-go's reasoning for the two
+//!   settings).
+//! - While `renew` runs, a timer armed for the validity deadline (re-armed by each renewal)
+//!   cancels the term's token ([`Leadership::token`]) at that instant, whatever the renewal in
+//!   flight is doing; `renew` itself gives up at the same instant, and no attempt starts after
+//!   it. A term that ended never becomes valid again (a new `acquire` starts a new term).
+//! - The [`Manager`](crate::Manager) hands the term to its controllers: no reconcile starts
+//!   and no event is written once it is invalid, and reconcilers can guard their own writes
+//!   (`ctx.ensure_leading()?`). What no client-side check closes: a process stopped between
+//!   the check and the moment its request reaches the kernel sends that one request when it
+//!   resumes; only a server-side precondition fences that.
+//! - A candidate counts as in touch with the API server ([`LeaderElector::is_observing`], what
+//!   makes a standby ready) while an attempt read or wrote the Lease within
+//!   [`LeaderElector::observation_bound`].
+//!
 //! # Differences from client-go
 //!
-//! - A leader never believes it leads for longer than `lease_duration` after it *sent* its
-//!   last successful renewal: a renewal round gives up at the earlier of its start plus
-//!   `renew_deadline` (client-go) and that point, and [`LeaderElector::is_leader`] turns false
-//!   there even if the task running `renew` is not polled. Other replicas cannot take over
-//!   before then (they measure from when they saw that renewal, which is later), so this holds
-//!   for every valid configuration, not only when `retry_period + renew_deadline <
-//!   lease_duration` as client-go needs. With client-go's defaults nothing changes.
-//! - [`LeaderElector::is_leader`] means "leads now" (acquired, and neither lost, released nor
-//!   expired), not client-go's `IsLeader` ("the last observed record names us"), which stays
-//!   true after a failed renewal; [`LeaderElector::leader`] is client-go's `GetLeader`.
+//! - The leader acts for at most `renew_deadline` after it *sent* its last successful
+//!   renewal, and a failing renewal is retried until then; client-go's renew round starts
+//!   `retry_period` after the last success and gives up `renew_deadline` after its start, so
+//!   its leader may act up to `retry_period + renew_deadline` after it. Other replicas cannot
+//!   take over before `lease_duration` after the renewal, so this holds for every valid
+//!   configuration, not only when `retry_period + renew_deadline < lease_duration` as
+//!   client-go needs.
+//! - [`LeaderElector::is_leader`] means "leads now" (a valid term: acquired, renewed within
+//!   `renew_deadline`, and neither lost, released nor given up), not client-go's `IsLeader`
+//!   ("the last observed record names us"), which stays true after a failed renewal;
+//!   [`LeaderElector::leader`] is client-go's `GetLeader`. [`LeaderElector::leadership`] and its
+//!   token have no client-go equivalent.
 //! - `renew` returns [`LeaderElectionError::LeadershipLost`] as soon as it sees another holder
 //!   whose lease is valid, instead of retrying until `renew_deadline`.
 //! - The first renewal comes `retry_period` after acquiring, not at once.
@@ -1083,7 +1109,10 @@ mod tests {
         assert!(elector.is_leader() && leadership.is_valid());
         assert!(!before.is_valid(), "an earlier term never becomes valid");
         tokio::time::advance(Duration::from_millis(9_999)).await;
-        assert!(leadership.check().is_ok(), "valid until renew_deadline after the write was sent");
+        assert!(
+            leadership.check().is_ok(),
+            "valid until renew_deadline after the write was sent"
+        );
         tokio::time::advance(Duration::from_millis(1)).await;
         // Nothing runs `renew`, so nothing cancelled the token: the clock alone says no.
         assert!(!leadership.token().is_cancelled());

@@ -24,6 +24,9 @@
 //!   `leader_election.rs`) and serves `/metrics` ([`Metrics`], `metrics.rs`), `/healthz`,
 //!   `/readyz`.
 //! - [`EventRecorder`] (`event_recorder.rs`): Kubernetes Events with client-go's aggregation.
+//! - [`Leadership`] (`leadership.rs`): whether this replica may still write as leader, by its
+//!   local clock; reconcilers reach it through [`Context::ensure_leading`] and
+//!   [`Context::token`], so a leader stopped past its lease and resumed writes nothing.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]

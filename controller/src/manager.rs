@@ -22,7 +22,9 @@
 //! # What `run` does
 //! 1. Serves `/metrics` (Prometheus text: the controllers', work queues' and manager's
 //!    series), `/healthz` (200 while running) and `/readyz` (503 until every cache synced;
-//!    then 200, saying `leading` or `standby` under leader election).
+//!    then 200, saying `leading` or `standby` under leader election; a standby whose last
+//!    successful read of the Lease is older than
+//!    [`LeaderElector::observation_bound`] cannot reach the API server and answers 503).
 //! 2. Starts the factory's informers and the runnables that need no leadership.
 //! 3. Waits for the caches (failing after `cache_sync_timeout` with the informers that did
 //!    not sync), then starts the controllers: at once without leader election, or once the
@@ -33,7 +35,10 @@
 //!    are stopped at once, without the graceful shutdown: they take no more keys, not even
 //!    queued ones, and the reconciles in flight are aborted; `run` returns
 //!    [`ManagerError::LeadershipLost`], as controller-runtime exits, so no two leaders ever
-//!    act at once).
+//!    act at once). The controllers do not wait for that: they get the lease's term
+//!    ([`Runnable::start_leading`]) and check it by the clock before every reconcile and event
+//!    write, and their reconcilers' token fires at its validity deadline (see
+//!    [`Leadership`]).
 //! 5. Stops the runnables (each within the graceful shutdown timeout: a controller reconciles
 //!    the keys already queued first), then releases the Lease, then stops the informers and
 //!    the HTTP server. Returns `Err` if any component failed, so a binary exits non-zero.

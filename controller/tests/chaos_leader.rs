@@ -60,15 +60,16 @@ struct Replica {
 impl Replica {
     fn start(url: String, identity: &'static str, instances: Arc<AtomicUsize>) -> Self {
         let current: Arc<Mutex<Option<(usize, ManagerStatus)>>> = Arc::default();
-        let (stops, mut stop_rx) = tokio::sync::mpsc::unbounded_channel::<(
-            std::sync::mpsc::Receiver<()>,
-            tokio::sync::oneshot::Sender<()>,
-        )>();
+        let (stops, mut stop_rx) =
+            tokio::sync::mpsc::unbounded_channel::<(std::sync::mpsc::Receiver<()>, tokio::sync::oneshot::Sender<()>)>();
         let shutdown = CancellationToken::new();
         let thread = std::thread::spawn({
             let (current, shutdown) = (current.clone(), shutdown.clone());
             move || {
-                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 runtime.block_on(async move {
                     // The stopper: blocks this runtime's only thread until resumed.
                     tokio::spawn(async move {
@@ -122,7 +123,9 @@ impl Replica {
     async fn join(mut self) {
         self.shutdown.cancel();
         if let Some(thread) = self.thread.take() {
-            tokio::task::spawn_blocking(move || thread.join().unwrap()).await.unwrap();
+            tokio::task::spawn_blocking(move || thread.join().unwrap())
+                .await
+                .unwrap();
         }
     }
 }

@@ -19,8 +19,8 @@ use controller::{
     Action, BoxError, Context, EventRecorder, EventRecorderConfig, EventType, LeaderElectionConfig, Manager,
     ManagerError, NotLeader, ObjectKey, Reporter, Request, reconciler_fn,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ObjectMeta, PostParams, WatchEvent, WatchParams};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::time::Instant;
@@ -146,7 +146,10 @@ async fn a_lapsed_lease_fires_the_token_at_the_deadline_and_refuses_every_write(
     let elector = ctx.leadership().elector().expect("under leader election").clone();
     assert!(ctx.is_leading() && ctx.ensure_leading().is_ok());
     eventually(WAIT, "the event's first write failed", || {
-        let failed = env.requests().iter().any(|r| r.path == EVENTS_PATH && r.method == "POST");
+        let failed = env
+            .requests()
+            .iter()
+            .any(|r| r.path == EVENTS_PATH && r.method == "POST");
         async move { failed }
     })
     .await;
@@ -169,10 +172,9 @@ async fn a_lapsed_lease_fires_the_token_at_the_deadline_and_refuses_every_write(
     assert!(
         fired >= deadline && fired <= deadline + Duration::from_millis(1),
         "the token fired {:?} from the deadline",
-        fired.checked_duration_since(deadline).map_or_else(
-            || format!("-{:?}", deadline - fired),
-            |late| format!("{late:?}")
-        )
+        fired
+            .checked_duration_since(deadline)
+            .map_or_else(|| format!("-{:?}", deadline - fired), |late| format!("{late:?}"))
     );
     assert!(!ctx.is_leading());
     assert!(matches!(ctx.ensure_leading(), Err(NotLeader::LeaseLapsed { .. })));
@@ -189,7 +191,10 @@ async fn a_lapsed_lease_fires_the_token_at_the_deadline_and_refuses_every_write(
     );
     assert_eq!(recorder.stats().refused, refused + 1);
 
-    let result = tokio::time::timeout(WAIT, run).await.expect("the manager stopped").unwrap();
+    let result = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("the manager stopped")
+        .unwrap();
     assert!(matches!(result, Err(ManagerError::LeadershipLost(_))), "{result:?}");
     let starts = probe.starts.lock().unwrap().clone();
     assert!(
@@ -244,7 +249,10 @@ async fn a_key_taken_after_the_clock_jumped_past_the_deadline_is_not_reconciled(
     queue.add(ObjectKey::namespaced("default", "jumped"));
     tokio::time::advance(Duration::from_secs(15)).await;
 
-    let result = tokio::time::timeout(WAIT, run).await.expect("the manager stopped").unwrap();
+    let result = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("the manager stopped")
+        .unwrap();
     assert!(matches!(result, Err(ManagerError::LeadershipLost(_))), "{result:?}");
     assert!(!probe.started("jumped"), "a key was reconciled after the deadline");
     env.shutdown().await;
@@ -280,9 +288,11 @@ async fn a_standby_that_cannot_reach_the_api_server_is_not_ready() {
     // Its last successful read was before `failing`: 503 at most one bound later.
     let bound = ELECTION.0.max(ELECTION.2.mul_f64(2.2) + ELECTION.1);
     let slack = Duration::from_millis(700);
-    eventually(bound + slack + Duration::from_secs(5), "the standby reports 503", || async move {
-        http_get(addr, "/readyz").await.0 == 503
-    })
+    eventually(
+        bound + slack + Duration::from_secs(5),
+        "the standby reports 503",
+        || async move { http_get(addr, "/readyz").await.0 == 503 },
+    )
     .await;
     let took = failing.elapsed();
     let (code, body) = http_get(addr, "/readyz").await;
@@ -310,8 +320,11 @@ const CHILD_URL_ENV: &str = "KINFORMER_DEPOSED_CHILD_URL";
 /// Prefix of the lines the child prints for the parent.
 const LINE: &str = "deposed-child:";
 /// The replicas' timing: lease 2 s, renew deadline 1.5 s, retry 0.5 s.
-const ELECTION: (Duration, Duration, Duration) =
-    (Duration::from_secs(2), Duration::from_millis(1500), Duration::from_millis(500));
+const ELECTION: (Duration, Duration, Duration) = (
+    Duration::from_secs(2),
+    Duration::from_millis(1500),
+    Duration::from_millis(500),
+);
 
 /// A replica: leader election on the shared lease as `identity`; a controller that copies every
 /// ConfigMap of `default` into `out-<identity>` (creating it) with an Event about the copy, so
@@ -352,10 +365,18 @@ fn replica(client: kube::Client, identity: &str, metrics: Option<std::net::Socke
             }
             ctx.ensure_leading()?;
             let api: Api<ConfigMap> = Api::namespaced(ctx.client().clone(), &out);
-            match api.create(&PostParams::default(), &configmap(&out, &req.name, "1")).await {
+            match api
+                .create(&PostParams::default(), &configmap(&out, &req.name, "1"))
+                .await
+            {
                 Ok(copy) => {
-                    ctx.recorder()
-                        .publish(&copy, EventType::Normal, "Copied", "Reconcile", &format!("copied {req}"));
+                    ctx.recorder().publish(
+                        &copy,
+                        EventType::Normal,
+                        "Copied",
+                        "Reconcile",
+                        &format!("copied {req}"),
+                    );
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 => {}
                 Err(e) => return Err(e.into()),
@@ -456,11 +477,20 @@ async fn a_stopped_and_resumed_leader_sends_no_write_after_another_took_over() {
     }
     let inputs: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     for name in ["a", "b"] {
-        inputs.create(&PostParams::default(), &configmap("default", name, "1")).await.unwrap();
+        inputs
+            .create(&PostParams::default(), &configmap("default", name, "1"))
+            .await
+            .unwrap();
     }
 
     let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["deposed_replica_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "deposed_replica_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_URL_ENV, env.base_url())
         .stdout(Stdio::piped())
         .kill_on_drop(true)
@@ -488,7 +518,10 @@ async fn a_stopped_and_resumed_leader_sends_no_write_after_another_took_over() {
     })
     .await;
     // A reconcile in flight at the stop: it waits for the gate, then would write.
-    inputs.create(&PostParams::default(), &configmap("default", "hold", "1")).await.unwrap();
+    inputs
+        .create(&PostParams::default(), &configmap("default", "hold", "1"))
+        .await
+        .unwrap();
     lines.wait_for("HOLDING default/hold").await;
 
     let main = replica(client.clone(), "main", None);
@@ -503,8 +536,14 @@ async fn a_stopped_and_resumed_leader_sends_no_write_after_another_took_over() {
     signal(pid, "-STOP");
     // While the child is stopped: the gate opens and a new input arrives (its watch will
     // deliver both when it resumes).
-    inputs.create(&PostParams::default(), &configmap("default", "gate", "1")).await.unwrap();
-    inputs.create(&PostParams::default(), &configmap("default", "c", "1")).await.unwrap();
+    inputs
+        .create(&PostParams::default(), &configmap("default", "gate", "1"))
+        .await
+        .unwrap();
+    inputs
+        .create(&PostParams::default(), &configmap("default", "c", "1"))
+        .await
+        .unwrap();
     eventually(WAIT, "main takes over", || {
         let ok = main_status.is_leader();
         async move { ok }

@@ -447,6 +447,8 @@ impl Rest {
             let Some(cur) = self.storage.lock().get(&info.key(), ns_of(path), &name) else {
                 return Err(ApiError::not_found(&info.qualified(), &name));
             };
+            #[cfg(test)]
+            tests::computing();
             let mut patched = (*cur).clone();
             patch::apply(kind, &mut patched, body)?;
             self.check_body(path, &mut patched)?;
@@ -756,6 +758,8 @@ impl Rest {
                 let inner = self.storage.lock();
                 (inner.get(&info.key(), ns_of(path), name), self.crd_of(&inner, info))
             };
+            #[cfg(test)]
+            tests::computing();
             let next = field_manager::apply(
                 cur.as_deref(),
                 &config,
@@ -867,6 +871,204 @@ fn check_subresource(path: &ResourcePath) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::watch_cache::{WatchCache, WatchCacheConfig};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    thread_local! {
+        /// What [`computing`] runs on this thread, if a test set it (see [`with_hook`]).
+        static COMPUTING: RefCell<Option<Box<dyn FnMut()>>> = const { RefCell::new(None) };
+    }
+
+    /// Called by `patch` and `server_side_apply` (in tests only) just before they compute the
+    /// new object. The hook is taken out while it runs, so a write it makes through `Rest`
+    /// computes without it.
+    pub(super) fn computing() {
+        if let Some(mut hook) = COMPUTING.with_borrow_mut(Option::take) {
+            hook();
+            COMPUTING.with_borrow_mut(|h| *h = Some(hook));
+        }
+    }
+
+    /// Runs `f` with `hook` called wherever a patch or an apply is computed.
+    fn with_hook<R>(hook: impl FnMut() + 'static, f: impl FnOnce() -> R) -> R {
+        COMPUTING.with_borrow_mut(|h| *h = Some(Box::new(hook)));
+        let out = f();
+        COMPUTING.with_borrow_mut(|h| *h = None);
+        out
+    }
+
+    /// A hook that records, each time a patch is computed, whether the store's lock was free,
+    /// and the first time (lock free) lets another writer win: it labels `w: won` the ConfigMap
+    /// `cm`, creating it if absent. The patch computed then is stale and must be computed again
+    /// onto that write. With the lock held the hook writes nothing: it would deadlock.
+    fn record_and_win(rest: &Rest) -> (Rc<RefCell<Vec<bool>>>, impl FnMut() + 'static) {
+        let lock_free = Rc::new(RefCell::new(Vec::new()));
+        let hook = {
+            let (rest, lock_free) = (rest.clone(), lock_free.clone());
+            move || {
+                let free = !rest.storage.is_locked();
+                lock_free.borrow_mut().push(free);
+                if free && lock_free.borrow().len() == 1 {
+                    let label = json!({"metadata": {"labels": {"w": "won"}}});
+                    match rest.get(&configmap("cm")) {
+                        Ok(_) => rest
+                            .patch(
+                                &configmap("cm"),
+                                PatchKind::Merge,
+                                label.to_string().as_bytes(),
+                                &by("winner"),
+                            )
+                            .unwrap(),
+                        Err(_) => {
+                            let mut cm = json!({"metadata": {"name": "cm"}});
+                            cm["metadata"]["labels"] = label["metadata"]["labels"].clone();
+                            rest.create(&configmap(""), cm, &by("winner")).unwrap()
+                        }
+                    };
+                }
+            }
+        };
+        (lock_free, hook)
+    }
+
+    /// A store with the namespace `default` and its verbs.
+    fn rest() -> Rest {
+        let cache = WatchCache::new(
+            WatchCacheConfig {
+                capacity: 100,
+                watcher_buffer: 100,
+                grace: Duration::from_secs(1),
+            },
+            0,
+        );
+        let rest = Rest {
+            storage: Arc::new(Storage::new(cache)),
+            registry: Registry::new(),
+            gc: Arc::new(tokio::sync::Notify::new()),
+        };
+        let namespaces = ResourcePath {
+            info: rest.registry.get("", "v1", "namespaces").unwrap(),
+            namespace: None,
+            name: None,
+            subresource: None,
+        };
+        rest.create(&namespaces, json!({"metadata": {"name": "default"}}), &by("test"))
+            .unwrap();
+        rest
+    }
+
+    /// The path of the ConfigMap `name` in `default` (of the collection if `name` is empty).
+    fn configmap(name: &str) -> ResourcePath {
+        ResourcePath {
+            info: Registry::new().get("", "v1", "configmaps").unwrap(),
+            namespace: Some("default".into()),
+            name: (!name.is_empty()).then(|| name.into()),
+            subresource: None,
+        }
+    }
+
+    fn by(manager: &str) -> WriteOptions {
+        WriteOptions {
+            manager: manager.into(),
+            field_manager: Some(manager.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_patch_is_computed_off_the_lock_and_again_onto_a_write_that_won() {
+        let patches = [
+            (
+                PatchKind::Json,
+                json!([{"op": "add", "path": "/data/p", "value": "patched"}]),
+            ),
+            (PatchKind::Merge, json!({"data": {"p": "patched"}})),
+            (PatchKind::Strategic, json!({"data": {"p": "patched"}})),
+        ];
+        for (kind, body) in patches {
+            let rest = rest();
+            rest.create(
+                &configmap(""),
+                json!({"metadata": {"name": "cm"}, "data": {"k": "v"}}),
+                &by("test"),
+            )
+            .unwrap();
+            let (lock_free, hook) = record_and_win(&rest);
+            let (code, obj) = with_hook(hook, || {
+                rest.patch(&configmap("cm"), kind, body.to_string().as_bytes(), &by("patcher"))
+            })
+            .unwrap();
+            assert_eq!(
+                *lock_free.borrow(),
+                [true, true],
+                "{kind:?}: computed twice (again after the other write), with the lock free each time"
+            );
+            assert_eq!(code, 200, "{kind:?}: {obj}");
+            assert_eq!(obj["data"], json!({"k": "v", "p": "patched"}), "{kind:?}");
+            assert_eq!(
+                obj["metadata"]["labels"]["w"], "won",
+                "{kind:?}: applied onto the winner's write"
+            );
+            assert_eq!(*rest.get(&configmap("cm")).unwrap(), obj, "{kind:?}: what was stored");
+        }
+    }
+
+    #[test]
+    fn an_apply_is_computed_off_the_lock_and_again_onto_a_write_that_won() {
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"},
+            "data": {"p": "applied"}});
+        // Onto an object updated meanwhile, and onto one created meanwhile (the apply was
+        // computed as a create).
+        for exists in [true, false] {
+            let rest = rest();
+            if exists {
+                rest.create(
+                    &configmap(""),
+                    json!({"metadata": {"name": "cm"}, "data": {"k": "v"}}),
+                    &by("test"),
+                )
+                .unwrap();
+            }
+            let (lock_free, hook) = record_and_win(&rest);
+            let (code, obj) = with_hook(hook, || {
+                rest.patch(
+                    &configmap("cm"),
+                    PatchKind::Apply,
+                    config.to_string().as_bytes(),
+                    &by("applier"),
+                )
+            })
+            .unwrap();
+            assert_eq!(
+                *lock_free.borrow(),
+                [true, true],
+                "exists: {exists}: computed twice (again after the other write), with the lock free each time"
+            );
+            assert_eq!(code, 200, "exists: {exists}: {obj}");
+            assert_eq!(obj["data"]["p"], "applied", "exists: {exists}");
+            assert_eq!(
+                obj["metadata"]["labels"]["w"], "won",
+                "exists: {exists}: applied onto the winner's write"
+            );
+            let managers: Vec<&str> = obj["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|m| m["manager"].as_str())
+                .collect();
+            assert!(
+                managers.contains(&"winner") && managers.contains(&"applier"),
+                "{managers:?}"
+            );
+            assert_eq!(
+                *rest.get(&configmap("cm")).unwrap(),
+                obj,
+                "exists: {exists}: what was stored"
+            );
+        }
+    }
 
     #[test]
     fn continue_tokens_round_trip_and_reject_garbage() {

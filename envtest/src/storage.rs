@@ -78,6 +78,12 @@ impl Storage {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Whether a thread holds the lock now: for tests that check what runs off it.
+    #[cfg(test)]
+    pub(crate) fn is_locked(&self) -> bool {
+        matches!(self.inner.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+    }
+
     /// The revision of the last write, as it moves: for a request that waits until the store
     /// reaches a revision.
     pub(crate) fn revisions(&self) -> watch::Receiver<u64> {

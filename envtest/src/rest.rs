@@ -1,8 +1,11 @@
 //! The REST verbs' semantics (kube-apiserver's generic registry store): get, list, create,
 //! update, patch, delete, deletecollection, and the `/status` subresource.
 //!
-//! Each verb runs as one read-modify-write under the store lock, so concurrent writers are
-//! serialized exactly as optimistic concurrency on etcd would order them. Semantics follow
+//! Each verb's write is one read-modify-write under the store lock, so concurrent writers are
+//! serialized exactly as optimistic concurrency on etcd would order them. A patch and a
+//! server-side apply are computed off the lock, from the object read under it, and written
+//! only if that object is still the stored one, else computed again (kube-apiserver's
+//! `GuaranteedUpdate`): a costly patch never holds up other requests. Semantics follow
 //! <https://kubernetes.io/docs/reference/using-api/api-concepts/>: `409 AlreadyExists` on create,
 //! `409 Conflict` on a stale `metadata.resourceVersion`, `generation` bumped only when the desired
 //! state changes, no new revision for a no-op write, finalizers keep a deleted object (with

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::delta_fifo::DeletedObject;
+use crate::delta::DeletedObject;
 
 /// Receives notifications about changes to objects of type `K`.
 ///
@@ -167,7 +167,7 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
-    use crate::delta_fifo::DeletedFinalStateUnknown;
+    use crate::delta::DeletedFinalStateUnknown;
 
     fn cm(name: &str, team: &str) -> Arc<ConfigMap> {
         Arc::new(ConfigMap {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::delta_fifo::Deltas;
+use crate::delta::Deltas;
 use crate::store::Store;
 
 /// One unit a [`Queue`] hands to the informer's processing function.

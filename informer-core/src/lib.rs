@@ -46,6 +46,7 @@
 
 pub mod backoff;
 mod compact;
+pub mod delta;
 pub mod delta_fifo;
 pub mod event_handler;
 pub mod fifo;
@@ -68,9 +69,8 @@ mod testing;
 pub mod thread_safe_store;
 
 pub use backoff::{Backoff, BackoffConfig};
-pub use delta_fifo::{
-    DeletedFinalStateUnknown, DeletedObject, Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType, Deltas,
-};
+pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaObject, DeltaType, Deltas};
+pub use delta_fifo::{DeltaFifo, DeltaFifoOptions};
 pub use event_handler::{FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs};
 pub use fifo::{PopError, ProcessError, ProcessFn, Queue, QueueItem, ReplacedAll};
 pub use index::{IndexFunc, Indexers, NAMESPACE_INDEX, meta_namespace_index_func};

@@ -39,7 +39,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{error, warn};
 
-use crate::delta_fifo::DeletedObject;
+use crate::delta::DeletedObject;
 use crate::event_handler::ResourceEventHandler;
 use crate::store::meta_namespace_key;
 

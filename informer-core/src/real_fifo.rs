@@ -58,7 +58,7 @@ use futures::future::BoxFuture;
 use kube::Resource;
 use tokio::sync::Notify;
 
-use crate::delta_fifo::{Delta, DeltaObject, DeltaType, Deltas};
+use crate::delta::{Delta, DeltaObject, DeltaType, Deltas};
 use crate::fifo::{PopError, ProcessError, ProcessFn, Queue, QueueItem, ReplacedAll};
 use crate::store::{KeyError, Store, StoreError, meta_namespace_key};
 

@@ -134,7 +134,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::backoff::{Backoff, BackoffConfig};
-use crate::delta_fifo::DeltaType;
+use crate::delta::DeltaType;
 use crate::listwatch::{ListWatchError, ListerWatcher, MalformedObject, WatchStream};
 use crate::store::{Store, StoreError, meta_namespace_key};
 

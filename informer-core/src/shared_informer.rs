@@ -24,7 +24,8 @@ use kube::Resource;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::delta_fifo::{DeletedFinalStateUnknown, Delta, DeltaFifo, DeltaFifoOptions, DeltaObject, DeltaType};
+use crate::delta::{DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType};
+use crate::delta_fifo::{DeltaFifo, DeltaFifoOptions};
 use crate::event_handler::ResourceEventHandler;
 use crate::fifo::{PopError, ProcessError, Queue, QueueItem, ReplacedAll};
 use crate::index::Indexers;
@@ -851,7 +852,7 @@ mod model_tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::delta_fifo::DeletedObject;
+    use crate::delta::DeletedObject;
     use crate::event_handler::ResourceEventHandlerFuncs;
     use crate::listwatch::{ListPage, ListWatchError, WatchStream};
 

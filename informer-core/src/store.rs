@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use kube::Resource;
 
-use crate::delta_fifo::DeltaType;
+use crate::delta::DeltaType;
 
 /// Why an object has no key: the server sent an object without `metadata.name`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,10 +12,12 @@
 //! instance `n` writes only under namespace `out-n`, so the request log says which instance
 //! sent a write.
 //!
-//! Checked: after the other replica acquired the lease, the stopped instance sends no write
-//! (none under its namespace in envtest's request log from that moment, through its resume and
-//! exit); and at the end (faults cleared, no more stops) the last leader's namespace mirrors the
-//! inputs. A short run is part of `cargo test`; `controller_leader_chaos_long` runs 20 seeds
+//! Checked: once stopped, an instance passes no `ctx.ensure_leading()` check again (after it
+//! resumes, the other replica holds the lease and its term has lapsed by its clock), so it
+//! starts no write after the other replica acquired; the writes the request log shows from it
+//! after the takeover are only those already past their check when it stopped (at most one per
+//! worker: the gap no client-side check closes, see `controller::leadership`); and at the end
+//! (faults cleared, no more stops) the last leader's namespace mirrors the inputs. A short run is part of `cargo test`; `controller_leader_chaos_long` runs 20 seeds
 //! (`KINFORMER_CHAOS_SEED=<n>` replays one, `KINFORMER_CHAOS_SECS` sets the chaos time).
 
 use std::collections::BTreeMap;
@@ -42,6 +44,10 @@ const LEASE: (Duration, Duration, Duration) = (
 );
 const WAIT: Duration = Duration::from_secs(30);
 const INPUTS: &str = "/api/v1/namespaces/default/configmaps";
+const WORKERS: usize = 2;
+
+/// Per instance, how many `ensure_leading` checks passed (each is followed by one write).
+type Checks = Arc<Vec<AtomicUsize>>;
 
 fn value(cm: &ConfigMap) -> Option<String> {
     cm.data.as_ref().and_then(|d| d.get("v")).cloned()
@@ -58,7 +64,7 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(url: String, identity: &'static str, instances: Arc<AtomicUsize>) -> Self {
+    fn start(url: String, identity: &'static str, instances: Arc<AtomicUsize>, checks: Checks) -> Self {
         let current: Arc<Mutex<Option<(usize, ManagerStatus)>>> = Arc::default();
         let (stops, mut stop_rx) =
             tokio::sync::mpsc::unbounded_channel::<(std::sync::mpsc::Receiver<()>, tokio::sync::oneshot::Sender<()>)>();
@@ -82,7 +88,7 @@ impl Replica {
                     while !shutdown.is_cancelled() {
                         let instance = instances.fetch_add(1, Ordering::SeqCst);
                         assert!(instance < INSTANCES, "more instances than namespaces");
-                        let manager = instance_manager(client.clone(), identity, instance);
+                        let manager = instance_manager(client.clone(), identity, instance, checks.clone());
                         *current.lock().unwrap() = Some((instance, manager.status()));
                         let result = manager.run(shutdown.clone()).await;
                         eprintln!("replica {identity} instance {instance} ended: {result:?}");
@@ -132,7 +138,7 @@ impl Replica {
 
 /// Instance `n` of a replica: copies every ConfigMap of `default` into `out-n` (deletes the copy
 /// of one that is gone), every write behind `ctx.ensure_leading()`.
-fn instance_manager(client: kube::Client, identity: &str, instance: usize) -> Manager {
+fn instance_manager(client: kube::Client, identity: &str, instance: usize, checks: Checks) -> Manager {
     let config = LeaderElectionConfig::new("default", "chaos-leader", identity)
         .lease_duration(LEASE.0)
         .renew_deadline(LEASE.1)
@@ -147,13 +153,19 @@ fn instance_manager(client: kube::Client, identity: &str, instance: usize) -> Ma
     let out = format!("out-{instance}");
     let reconciler = reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
         let out = out.clone();
+        let checks = checks.clone();
+        let ensure_leading = move |ctx: &Context<ConfigMap>| {
+            ctx.ensure_leading()?;
+            checks[instance].fetch_add(1, Ordering::SeqCst);
+            Ok::<_, BoxError>(())
+        };
         async move {
             if req.namespace.as_deref() != Some("default") {
                 return Ok::<_, BoxError>(Action::Done);
             }
             let api: Api<ConfigMap> = Api::namespaced(ctx.client().clone(), &out);
             let Some(input) = ctx.get(&req) else {
-                ctx.ensure_leading()?;
+                ensure_leading(&ctx)?;
                 match api.delete(&req.name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -170,16 +182,15 @@ fn instance_manager(client: kube::Client, identity: &str, instance: usize) -> Ma
                 data: input.data.clone(),
                 ..ConfigMap::default()
             };
-            ctx.ensure_leading()?;
             match api.get_opt(&req.name).await? {
                 Some(existing) if existing.data == copy.data => {}
                 Some(existing) => {
                     copy.metadata.resource_version = existing.metadata.resource_version;
-                    ctx.ensure_leading()?;
+                    ensure_leading(&ctx)?;
                     api.replace(&req.name, &PostParams::default(), &copy).await?;
                 }
                 None => {
-                    ctx.ensure_leading()?;
+                    ensure_leading(&ctx)?;
                     api.create(&PostParams::default(), &copy).await?;
                 }
             }
@@ -189,7 +200,7 @@ fn instance_manager(client: kube::Client, identity: &str, instance: usize) -> Ma
     let built = manager
         .controller("copier")
         .for_resource::<ConfigMap>()
-        .workers(2)
+        .workers(WORKERS)
         .build(reconciler)
         .unwrap();
     manager.add(built);
@@ -261,9 +272,10 @@ async fn run_seed(seed: u64, chaos: Duration) {
         namespaces.create(&PostParams::default(), &ns).await.unwrap();
     }
     let instances = Arc::new(AtomicUsize::new(0));
+    let checks: Checks = Arc::new((0..INSTANCES).map(|_| AtomicUsize::new(0)).collect());
     let replicas = [
-        Replica::start(env.base_url().to_owned(), "a", instances.clone()),
-        Replica::start(env.base_url().to_owned(), "b", instances.clone()),
+        Replica::start(env.base_url().to_owned(), "a", instances.clone(), checks.clone()),
+        Replica::start(env.base_url().to_owned(), "b", instances.clone(), checks.clone()),
     ];
     let stop = CancellationToken::new();
     let writes = tokio::spawn(writer(client.clone(), seed, stop.clone()));
@@ -276,6 +288,7 @@ async fn run_seed(seed: u64, chaos: Duration) {
     let started = Instant::now();
     let mut cycles = 0;
     let mut violations = Vec::new();
+    let mut in_flight_at_stop = 0;
     while started.elapsed() < chaos {
         let (stopped, instance) = until(WAIT, "a leader", || {
             replicas
@@ -285,6 +298,7 @@ async fn run_seed(seed: u64, chaos: Duration) {
         })
         .await;
         let resume = replicas[stopped].stop().await;
+        let checked_at_stop = checks[instance].load(Ordering::SeqCst);
         let other = &replicas[1 - stopped];
         until(WAIT, "the other replica to take over", || other.leading_instance()).await;
         // From now on, a write of the stopped instance is a deposed leader's.
@@ -303,9 +317,17 @@ async fn run_seed(seed: u64, chaos: Duration) {
             .filter(|r| matches!(r.method.as_str(), "POST" | "PUT" | "PATCH" | "DELETE") && r.path.contains(&prefix))
             .map(|r| format!("{} {}", r.method, r.path))
             .collect();
-        if !late.is_empty() {
+        let checked_after = checks[instance].load(Ordering::SeqCst) - checked_at_stop;
+        if checked_after > 0 {
+            violations.push(format!(
+                "instance {instance} passed {checked_after} checks after it was stopped"
+            ));
+        }
+        // Writes already past their check when the instance stopped: one per worker at most.
+        if late.len() > WORKERS {
             violations.push(format!("instance {instance} wrote after the takeover: {late:?}"));
         }
+        in_flight_at_stop += late.len();
         cycles += 1;
     }
     stop.cancel();
@@ -332,7 +354,8 @@ async fn run_seed(seed: u64, chaos: Duration) {
     assert!(violations.is_empty(), "seed {seed}: {violations:?}");
     assert!(cycles >= 1, "seed {seed}: no stop/resume cycle ran");
     eprintln!(
-        "leader chaos seed {seed}: {cycles} stop/resume cycles, {} instances, {injected} faults, {} inputs",
+        "leader chaos seed {seed}: {cycles} stop/resume cycles, {} instances, {injected} faults, {} inputs, \
+         {in_flight_at_stop} writes already past their check when stopped",
         instances.load(Ordering::SeqCst),
         inputs.len()
     );

@@ -87,9 +87,9 @@
 //!   it. A term that ended never becomes valid again (a new `acquire` starts a new term).
 //! - The [`Manager`](crate::Manager) hands the term to its controllers: no reconcile starts
 //!   and no event is written once it is invalid, and reconcilers can guard their own writes
-//!   (`ctx.ensure_leading()?`). What no client-side check closes: a process stopped between
-//!   the check and the moment its request reaches the kernel sends that one request when it
-//!   resumes; only a server-side precondition fences that.
+//!   (`ctx.ensure_leading()?`). What no client-side check closes: a request past its check
+//!   and still queued in the client when the process stops goes out when it resumes; only a
+//!   server-side precondition fences that.
 //! - A candidate counts as in touch with the API server ([`LeaderElector::is_observing`], what
 //!   makes a standby ready) while an attempt read or wrote the Lease within
 //!   [`LeaderElector::observation_bound`].

@@ -16,9 +16,11 @@
 //! reaches it through its [`Context`](crate::Context): `ctx.ensure_leading()?` before each of
 //! its own writes, `ctx.cancelled()` to stop waiting when the term ends.
 //!
-//! What no client-side check can close: a process stopped *between* the check and the moment
-//! its request reaches the kernel sends that one request when it resumes. Only a fencing
-//! precondition on the server (a `resourceVersion` the new leader changes) closes that gap.
+//! What no client-side check can close: a request that passed its check and is still inside
+//! the client (kube's request buffer, the connection task) when the process stops goes out when
+//! it resumes, at most one per reconcile in flight (the leader chaos test sees a few in 20
+//! seeds). Only a precondition the server checks (a `resourceVersion` the new leader's writes
+//! change) fences those.
 //!
 //! ```
 //! use controller::Leadership;

@@ -32,7 +32,9 @@
 #![warn(missing_docs)]
 
 pub mod controller;
+pub mod controllerutil;
 pub mod event_recorder;
+pub mod finalizer;
 mod handler;
 pub mod leader_election;
 pub mod leadership;
@@ -43,7 +45,9 @@ pub mod predicate;
 mod reconciler;
 
 pub use controller::{BuiltController, Controller, ControllerBuilder, ControllerError};
+pub use controllerutil::{OwnerReferenceError, PatchError, apply, patch_status_if_changed, set_controller_reference, set_owner_reference};
 pub use event_recorder::{EventRecorder, EventRecorderConfig, EventRecorderStats, EventType, Reporter};
+pub use finalizer::{Event as FinalizerEvent, FinalizerError, finalizer, has_finalizer};
 pub use handler::{Enqueuer, MapFunc};
 pub use leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
 pub use leadership::{Leadership, NotLeader};

@@ -267,19 +267,26 @@ where
 {
     let name = obj.meta().name.as_deref().ok_or(PatchError::UnnamedObject)?;
     let key = object_key(obj);
-    let mut body = serde_json::to_value(obj).map_err(|source| PatchError::Encode {
+    let body = apply_body(obj).map_err(|source| PatchError::Encode {
         object: key.clone(),
         source,
     })?;
-    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
     let applied = api
         .patch(name, &PatchParams::apply(field_manager).force(), &Patch::Apply(&body))
         .await
         .map_err(|source| PatchError::Api { object: key.clone(), source })?;
     debug!(object = %key, field_manager, resource_version = ?applied.meta().resource_version, "applied");
     Ok(applied)
+}
+
+/// The body of [`apply`]: `obj` without `metadata.managedFields` (kube-apiserver answers an
+/// apply that carries them with `400 metadata.managedFields must be nil`).
+fn apply_body<K: Serialize>(obj: &K) -> Result<Value, serde_json::Error> {
+    let mut body = serde_json::to_value(obj)?;
+    if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    Ok(body)
 }
 
 /// Writes `desired_status` to the status subresource of `cached`'s object with a merge patch,
@@ -444,6 +451,17 @@ mod tests {
         assert!(!same_object(&r("apps/v1", "Deployment", "x"), &r("extensions/v1", "Deployment", "x")));
         assert!(same_object(&r("v1", "Pod", "x"), &r("v2", "Pod", "x")));
         assert!(!same_object(&r("v1", "Pod", "x"), &r("v1", "Pod", "y")));
+    }
+
+    #[test]
+    fn an_apply_body_carries_no_managed_fields() {
+        let mut read_back = cm(Some("d"), "x", "uid-x");
+        read_back.metadata.managed_fields = Some(vec![Default::default()]);
+        read_back.metadata.resource_version = Some("5".into());
+        let body = apply_body(&read_back).unwrap();
+        assert_eq!(body["metadata"].get("managedFields"), None);
+        assert_eq!(body["metadata"]["resourceVersion"], "5", "kept: a precondition the caller chose");
+        assert_eq!((body["apiVersion"].as_str(), body["kind"].as_str()), (Some("v1"), Some("ConfigMap")));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! controller-runtime's `controllerutil` for reconcilers: owner references
 //! ([`set_controller_reference`], [`set_owner_reference`]), create-or-update by server-side
 //! apply ([`apply`]), and a status write that is skipped when nothing changed
-//! ([`patch_status_if_changed`]). The finalizer helpers are in [`finalizer`](crate::finalizer).
+//! ([`patch_status_if_changed`]). The finalizer helpers are in [`finalizer`](mod@crate::finalizer).
 //!
 //! Where it sits in the data path: in a reconcile, on the write side. The reconcile reads the
 //! primary from the cache ([`Context::get`](crate::Context::get)), builds the children it wants
@@ -37,8 +37,8 @@
 use std::fmt::Debug;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::{Resource, ResourceExt};
 use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -274,7 +274,10 @@ where
     let applied = api
         .patch(name, &PatchParams::apply(field_manager).force(), &Patch::Apply(&body))
         .await
-        .map_err(|source| PatchError::Api { object: key.clone(), source })?;
+        .map_err(|source| PatchError::Api {
+            object: key.clone(),
+            source,
+        })?;
     debug!(object = %key, field_manager, resource_version = ?applied.meta().resource_version, "applied");
     Ok(applied)
 }
@@ -299,7 +302,11 @@ fn apply_body<K: Serialize>(obj: &K) -> Result<Value, serde_json::Error> {
 /// normally the object from the informer cache; if the cache lags behind a status this
 /// controller wrote, the write is repeated, harmlessly. The kind must have a status
 /// subresource.
-pub async fn patch_status_if_changed<K, S>(api: &Api<K>, cached: &K, desired_status: &S) -> Result<Option<K>, PatchError>
+pub async fn patch_status_if_changed<K, S>(
+    api: &Api<K>,
+    cached: &K,
+    desired_status: &S,
+) -> Result<Option<K>, PatchError>
 where
     K: Resource + Clone + Serialize + DeserializeOwned + Debug,
     S: Serialize,
@@ -324,7 +331,10 @@ where
     let stored = api
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|source| PatchError::Api { object: key.clone(), source })?;
+        .map_err(|source| PatchError::Api {
+            object: key.clone(),
+            source,
+        })?;
     debug!(object = %key, resource_version = ?stored.meta().resource_version, "status written");
     Ok(Some(stored))
 }
@@ -370,7 +380,10 @@ mod tests {
         assert_eq!(first.len(), 1);
         assert_eq!(first[0].controller, Some(true));
         assert_eq!(first[0].block_owner_deletion, Some(true));
-        assert_eq!((first[0].api_version.as_str(), first[0].kind.as_str()), ("v1", "ConfigMap"));
+        assert_eq!(
+            (first[0].api_version.as_str(), first[0].kind.as_str()),
+            ("v1", "ConfigMap")
+        );
         assert_eq!(first[0].uid, "uid-a");
 
         let err = set_controller_reference(&b, &mut child).unwrap_err();
@@ -381,8 +394,15 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(err.to_string(), "d/child is already owned by another ConfigMap controller a");
-        assert_eq!(child.metadata.owner_references.as_ref(), Some(&first), "unchanged on refusal");
+        assert_eq!(
+            err.to_string(),
+            "d/child is already owned by another ConfigMap controller a"
+        );
+        assert_eq!(
+            child.metadata.owner_references.as_ref(),
+            Some(&first),
+            "unchanged on refusal"
+        );
 
         // The same owner, recreated (new uid): updated in place, not appended.
         let a2 = cm(Some("d"), "a", "uid-a2");
@@ -447,8 +467,14 @@ mod tests {
             name: name.into(),
             ..OwnerReference::default()
         };
-        assert!(same_object(&r("apps/v1", "Deployment", "x"), &r("apps/v1beta1", "Deployment", "x")));
-        assert!(!same_object(&r("apps/v1", "Deployment", "x"), &r("extensions/v1", "Deployment", "x")));
+        assert!(same_object(
+            &r("apps/v1", "Deployment", "x"),
+            &r("apps/v1beta1", "Deployment", "x")
+        ));
+        assert!(!same_object(
+            &r("apps/v1", "Deployment", "x"),
+            &r("extensions/v1", "Deployment", "x")
+        ));
         assert!(same_object(&r("v1", "Pod", "x"), &r("v2", "Pod", "x")));
         assert!(!same_object(&r("v1", "Pod", "x"), &r("v1", "Pod", "y")));
     }
@@ -460,15 +486,24 @@ mod tests {
         read_back.metadata.resource_version = Some("5".into());
         let body = apply_body(&read_back).unwrap();
         assert_eq!(body["metadata"].get("managedFields"), None);
-        assert_eq!(body["metadata"]["resourceVersion"], "5", "kept: a precondition the caller chose");
-        assert_eq!((body["apiVersion"].as_str(), body["kind"].as_str()), (Some("v1"), Some("ConfigMap")));
+        assert_eq!(
+            body["metadata"]["resourceVersion"], "5",
+            "kept: a precondition the caller chose"
+        );
+        assert_eq!(
+            (body["apiVersion"].as_str(), body["kind"].as_str()),
+            (Some("v1"), Some("ConfigMap"))
+        );
     }
 
     #[test]
     fn status_changes_by_merge_patch_semantics() {
         let current = json!({"ready": true, "count": 2});
         assert!(!status_patch_changes(&current, &json!({"ready": true, "count": 2})));
-        assert!(!status_patch_changes(&current, &json!({"ready": true})), "absent fields are left alone");
+        assert!(
+            !status_patch_changes(&current, &json!({"ready": true})),
+            "absent fields are left alone"
+        );
         assert!(status_patch_changes(&current, &json!({"count": 3})));
         assert!(status_patch_changes(&current, &json!({"count": null})), "null deletes");
         assert!(!status_patch_changes(&current, &json!({"gone": null})));

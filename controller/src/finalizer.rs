@@ -75,7 +75,6 @@ use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::debug;
 
@@ -208,7 +207,8 @@ pub fn validate_finalizer_name(name: &str) -> Result<(), InvalidFinalizerName> {
     };
     let Some((prefix, local)) = name.split_once('/') else {
         return Err(invalid(
-            "must be domain-prefixed (e.g. 'example.com/cleanup'): names without '/' are reserved for Kubernetes".into(),
+            "must be domain-prefixed (e.g. 'example.com/cleanup'): names without '/' are reserved for Kubernetes"
+                .into(),
         ));
     };
     if local.contains('/') {
@@ -226,7 +226,10 @@ pub fn validate_finalizer_name(name: &str) -> Result<(), InvalidFinalizerName> {
     let bytes = local.as_bytes();
     let edge_ok = |b: u8| b.is_ascii_alphanumeric();
     let inner_ok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
-    if !(bytes.iter().all(|&b| inner_ok(b)) && bytes.first().is_some_and(|&b| edge_ok(b)) && bytes.last().is_some_and(|&b| edge_ok(b))) {
+    if !(bytes.iter().all(|&b| inner_ok(b))
+        && bytes.first().is_some_and(|&b| edge_ok(b))
+        && bytes.last().is_some_and(|&b| edge_ok(b)))
+    {
         return Err(invalid(
             "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".into(),
         ));
@@ -245,7 +248,8 @@ fn dns1123_subdomain(s: &str) -> Option<String> {
     let label_ok = |label: &str| {
         let b = label.as_bytes();
         !b.is_empty()
-            && b.iter().all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+            && b.iter()
+                .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
             && b.first().is_some_and(|&c| c != b'-')
             && b.last().is_some_and(|&c| c != b'-')
     };
@@ -300,7 +304,7 @@ pub async fn finalizer<K, F, Fut, E>(
     reconcile: F,
 ) -> Result<Action, FinalizerError>
 where
-    K: Resource + Clone + Serialize + DeserializeOwned + Debug,
+    K: Resource + Clone + DeserializeOwned + Debug,
     F: FnOnce(Event<K>) -> Fut,
     Fut: Future<Output = Result<Action, E>>,
     E: Into<BoxError>,
@@ -336,17 +340,22 @@ where
                         return Ok(Action::Done);
                     };
                     debug!(finalizer = finalizer_name, object = %key, "finalizer: cleanup");
-                    let action = reconcile(Event::Cleanup(obj.clone()))
-                        .await
-                        .map_err(|e| FinalizerError::CleanupFailed {
-                            object: key.clone(),
-                            finalizer: finalizer_name.to_owned(),
-                            source: e.into(),
-                        })?;
+                    let action =
+                        reconcile(Event::Cleanup(obj.clone()))
+                            .await
+                            .map_err(|e| FinalizerError::CleanupFailed {
+                                object: key.clone(),
+                                finalizer: finalizer_name.to_owned(),
+                                source: e.into(),
+                            })?;
                     cleaned = Some(action);
                 }
                 match api
-                    .patch(&name, &PatchParams::default(), &Patch::Json::<()>(remove_patch(finalizer_name, index)))
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Json::<()>(remove_patch(finalizer_name, index)),
+                    )
                     .await
                 {
                     // Removed: the object is gone (ours was the last) or waits for the others.
@@ -371,7 +380,11 @@ where
                     return Ok(cleaned.unwrap_or(Action::Done));
                 }
                 match api
-                    .patch(&name, &PatchParams::default(), &Patch::Json::<()>(add_patch(&*obj, finalizer_name)))
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Json::<()>(add_patch(&*obj, finalizer_name)),
+                    )
                     .await
                 {
                     Ok(patched) => {
@@ -417,7 +430,11 @@ fn add_patch<K: Resource>(obj: &K, finalizer: &str) -> json_patch::Patch {
         vec![
             PatchOperation::Test(TestOperation {
                 path: PointerBuf::from_tokens(["metadata", "resourceVersion"]),
-                value: obj.meta().resource_version.clone().map_or(serde_json::Value::Null, Into::into),
+                value: obj
+                    .meta()
+                    .resource_version
+                    .clone()
+                    .map_or(serde_json::Value::Null, Into::into),
             }),
             PatchOperation::Add(AddOperation {
                 path: finalizers,
@@ -492,7 +509,12 @@ mod tests {
 
     #[test]
     fn names_follow_kube_apiserver() {
-        for ok in ["example.com/cleanup", "a/b", "x.y.z/A_b-c.d", &format!("e.com/{}", "a".repeat(63))] {
+        for ok in [
+            "example.com/cleanup",
+            "a/b",
+            "x.y.z/A_b-c.d",
+            &format!("e.com/{}", "a".repeat(63)),
+        ] {
             assert_eq!(validate_finalizer_name(ok), Ok(()), "{ok}");
         }
         for bad in [
@@ -562,7 +584,10 @@ mod tests {
         let mut server = serde_json::json!({"metadata": {"resourceVersion": "9", "finalizers": ["b/other", "a/ours"]}});
         let stale = remove_patch("a/ours", 0);
         assert!(json_patch::patch(&mut server, &stale).is_err());
-        assert_eq!(server["metadata"]["finalizers"], serde_json::json!(["b/other", "a/ours"]));
+        assert_eq!(
+            server["metadata"]["finalizers"],
+            serde_json::json!(["b/other", "a/ours"])
+        );
         // Cache: none, rv 8. Server: [other] at rv 9.
         let stale = add_patch(&cm(&[], Some("8")), "a/ours");
         assert!(json_patch::patch(&mut server, &stale).is_err());

@@ -24,6 +24,8 @@
 //!   `leader_election.rs`) and serves `/metrics` ([`Metrics`], `metrics.rs`), `/healthz`,
 //!   `/readyz`.
 //! - [`EventRecorder`] (`event_recorder.rs`): Kubernetes Events with client-go's aggregation.
+//! - [`finalizer`](mod@finalizer) and [`controllerutil`]: reconcile helpers (kube-runtime's finalizer,
+//!   controller-runtime's owner references, forced server-side apply, a status write only on change).
 //! - [`Leadership`] (`leadership.rs`): whether this replica may still write as leader, by its
 //!   local clock; reconcilers reach it through [`Context::ensure_leading`] and
 //!   [`Context::token`], so a leader stopped past its lease and resumed writes nothing.
@@ -45,7 +47,9 @@ pub mod predicate;
 mod reconciler;
 
 pub use controller::{BuiltController, Controller, ControllerBuilder, ControllerError};
-pub use controllerutil::{OwnerReferenceError, PatchError, apply, patch_status_if_changed, set_controller_reference, set_owner_reference};
+pub use controllerutil::{
+    OwnerReferenceError, PatchError, apply, patch_status_if_changed, set_controller_reference, set_owner_reference,
+};
 pub use event_recorder::{EventRecorder, EventRecorderConfig, EventRecorderStats, EventType, Reporter};
 pub use finalizer::{Event as FinalizerEvent, FinalizerError, finalizer, has_finalizer};
 pub use handler::{Enqueuer, MapFunc};

@@ -61,7 +61,12 @@ impl Probe {
 
 /// The user side of `finalizer`: apply records whether the server's object carries the
 /// finalizer; cleanup fails until allowed.
-async fn on_event(api: Api<Widget>, name: &'static str, probe: Arc<Probe>, event: Event<Widget>) -> Result<Action, BoxError> {
+async fn on_event(
+    api: Api<Widget>,
+    name: &'static str,
+    probe: Arc<Probe>,
+    event: Event<Widget>,
+) -> Result<Action, BoxError> {
     match event {
         Event::Apply(obj) => {
             let server = api.get(&obj.name_any()).await?;
@@ -161,8 +166,15 @@ async fn the_finalizer_is_on_the_server_before_the_first_apply() {
     })
     .await;
     let applies = probe.applies();
-    assert!(applies.iter().all(|on_server| *on_server), "an apply ran before the finalizer was stored: {applies:?}");
-    assert_eq!(finalizers_on_server(&api, "w").await, Some(vec![OURS.to_owned()]), "added exactly once");
+    assert!(
+        applies.iter().all(|on_server| *on_server),
+        "an apply ran before the finalizer was stored: {applies:?}"
+    );
+    assert_eq!(
+        finalizers_on_server(&api, "w").await,
+        Some(vec![OURS.to_owned()]),
+        "added exactly once"
+    );
     assert_eq!(probe.cleanup_attempts.load(Ordering::SeqCst), 0);
 
     shutdown.cancel();
@@ -191,13 +203,20 @@ async fn a_failed_cleanup_keeps_the_finalizer_and_is_retried() {
         async move { n >= 3 }
     })
     .await;
-    let held = api.get_opt("w").await.unwrap().expect("a failed cleanup keeps the object");
+    let held = api
+        .get_opt("w")
+        .await
+        .unwrap()
+        .expect("a failed cleanup keeps the object");
     assert!(held.metadata.deletion_timestamp.is_some());
     assert_eq!(held.finalizers(), [OURS], "the finalizer stays after a failed cleanup");
     assert_eq!(probe.cleanups.load(Ordering::SeqCst), 0);
     {
         let errors = probe.errors.lock().unwrap();
-        assert!(errors.len() >= 3 && errors.iter().all(|e| *e == "CleanupFailed"), "{errors:?}");
+        assert!(
+            errors.len() >= 3 && errors.iter().all(|e| *e == "CleanupFailed"),
+            "{errors:?}"
+        );
     }
 
     probe.allow_cleanup.store(true, Ordering::SeqCst);
@@ -242,7 +261,9 @@ async fn a_deleted_object_without_our_finalizer_is_left_alone() {
 
     // The holder lets go: the object goes, and it is not re-added on the way.
     let release = serde_json::json!({"metadata": {"finalizers": null}});
-    api.patch("w", &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
     eventually(WAIT, "object gone", || {
         let api = api.clone();
         async move { api.get_opt("w").await.unwrap().is_none() }
@@ -358,9 +379,11 @@ async fn a_stale_cache_never_leaves_our_finalizer_on_a_deleting_object() {
     api.delete("w", &DeleteParams::default()).await.unwrap();
 
     let probe = Probe::new(true);
-    let action = finalizer(&api, OURS, stale, |event| on_event(api.clone(), OURS, probe.clone(), event))
-        .await
-        .unwrap();
+    let action = finalizer(&api, OURS, stale, |event| {
+        on_event(api.clone(), OURS, probe.clone(), event)
+    })
+    .await
+    .unwrap();
     assert_eq!(action, Action::Done);
     assert_eq!(finalizers_on_server(&api, "w").await, Some(vec![HOLD.to_owned()]));
     assert!(probe.applies().is_empty(), "no apply on a deleting object");
@@ -377,7 +400,9 @@ async fn a_racing_writers_finalizer_is_never_dropped() {
     let api: Api<Widget> = Api::namespaced(env.client(), "default");
     let stale = Arc::new(api.create(&PostParams::default(), &widget("w", &[])).await.unwrap());
     let add_other = serde_json::json!({"metadata": {"finalizers": [OTHER]}});
-    api.patch("w", &PatchParams::default(), &Patch::Merge(&add_other)).await.unwrap();
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&add_other))
+        .await
+        .unwrap();
 
     let probe = Probe::new(true);
     let on = |probe: &Arc<Probe>| {
@@ -394,7 +419,9 @@ async fn a_racing_writers_finalizer_is_never_dropped() {
 
     // A third writer's finalizer in front of ours: [FIRST, OURS, OTHER] after this.
     let add_first = serde_json::json!({"metadata": {"finalizers": [FIRST, OURS, OTHER]}});
-    api.patch("w", &PatchParams::default(), &Patch::Merge(&add_first)).await.unwrap();
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&add_first))
+        .await
+        .unwrap();
     // Deleting: we read [FIRST, OURS, OTHER] (ours at 1), then FIRST goes (ours moves to 0):
     // a remove by the stale index 1 would drop OTHER. Our cleanup succeeds, and the removal
     // must find ours again without running the cleanup twice.
@@ -402,18 +429,26 @@ async fn a_racing_writers_finalizer_is_never_dropped() {
     let stale = Arc::new(api.get("w").await.unwrap());
     assert_eq!(stale.finalizers(), [FIRST, OURS, OTHER]);
     let remove_first = serde_json::json!({"metadata": {"finalizers": [OURS, OTHER]}});
-    api.patch("w", &PatchParams::default(), &Patch::Merge(&remove_first)).await.unwrap();
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&remove_first))
+        .await
+        .unwrap();
     finalizer(&api, OURS, stale, on(&probe)).await.unwrap();
     assert_eq!(
         finalizers_on_server(&api, "w").await,
         Some(vec![OTHER.to_owned()]),
         "ours removed at its new index, the other writer's kept"
     );
-    assert_eq!(probe.cleanup_attempts.load(Ordering::SeqCst), 1, "the removal was retried, not the cleanup");
+    assert_eq!(
+        probe.cleanup_attempts.load(Ordering::SeqCst),
+        1,
+        "the removal was retried, not the cleanup"
+    );
 
     // The other writer lets go: nothing of ours holds the object.
     let release = serde_json::json!({"metadata": {"finalizers": null}});
-    api.patch("w", &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
+    api.patch("w", &PatchParams::default(), &Patch::Merge(&release))
+        .await
+        .unwrap();
     assert!(api.get_opt("w").await.unwrap().is_none());
 
     // An invalid name is a typed error, before any write.
@@ -447,7 +482,10 @@ async fn set_controller_reference_refuses_a_second_controller_owner() {
     let refs = stored.owner_references();
     assert_eq!(refs.len(), 2);
     assert_eq!(refs[0].uid, first.uid().unwrap());
-    assert_eq!((refs[0].controller, refs[0].block_owner_deletion), (Some(true), Some(true)));
+    assert_eq!(
+        (refs[0].controller, refs[0].block_owner_deletion),
+        (Some(true), Some(true))
+    );
     assert_eq!((refs[1].name.as_str(), refs[1].controller), ("second", None));
 
     // Garbage collection follows the controller reference: deleting both owners deletes it.
@@ -468,13 +506,21 @@ async fn apply_creates_then_updates_and_a_no_op_apply_keeps_the_resource_version
     let env = envtest_with_widgets().await;
     let cms: Api<ConfigMap> = Api::namespaced(env.client(), "default");
 
-    let created = apply(&cms, MANAGER, &configmap("default", "applied", "1")).await.unwrap();
+    let created = apply(&cms, MANAGER, &configmap("default", "applied", "1"))
+        .await
+        .unwrap();
     let rv1 = created.resource_version().unwrap();
     assert_eq!(cms.get("applied").await.unwrap().data.unwrap()["v"], "1");
-    assert!(created.managed_fields().iter().any(|m| m.manager.as_deref() == Some(MANAGER)
-        && m.operation.as_deref() == Some("Apply")));
+    assert!(
+        created
+            .managed_fields()
+            .iter()
+            .any(|m| m.manager.as_deref() == Some(MANAGER) && m.operation.as_deref() == Some("Apply"))
+    );
 
-    let updated = apply(&cms, MANAGER, &configmap("default", "applied", "2")).await.unwrap();
+    let updated = apply(&cms, MANAGER, &configmap("default", "applied", "2"))
+        .await
+        .unwrap();
     let rv2 = updated.resource_version().unwrap();
     assert_ne!(rv1, rv2);
     assert_eq!(updated.data.as_ref().unwrap()["v"], "2");
@@ -487,14 +533,27 @@ async fn apply_creates_then_updates_and_a_no_op_apply_keeps_the_resource_version
     // Another manager takes the field; an unforced apply would now conflict, ours (forced)
     // takes it back.
     let other = configmap("default", "applied", "3");
-    cms.patch("applied", &PatchParams::apply("intruder").force(), &Patch::Apply(&other))
+    cms.patch(
+        "applied",
+        &PatchParams::apply("intruder").force(),
+        &Patch::Apply(&other),
+    )
+    .await
+    .unwrap();
+    let unforced = cms
+        .patch(
+            "applied",
+            &PatchParams::apply(MANAGER),
+            &Patch::Apply(&configmap("default", "applied", "2")),
+        )
+        .await;
+    assert!(
+        matches!(unforced, Err(kube::Error::Api(ref e)) if e.code == 409),
+        "{unforced:?}"
+    );
+    let taken_back = apply(&cms, MANAGER, &configmap("default", "applied", "2"))
         .await
         .unwrap();
-    let unforced = cms
-        .patch("applied", &PatchParams::apply(MANAGER), &Patch::Apply(&configmap("default", "applied", "2")))
-        .await;
-    assert!(matches!(unforced, Err(kube::Error::Api(ref e)) if e.code == 409), "{unforced:?}");
-    let taken_back = apply(&cms, MANAGER, &configmap("default", "applied", "2")).await.unwrap();
     assert_eq!(taken_back.data.unwrap()["v"], "2");
     env.shutdown().await;
 }
@@ -559,18 +618,31 @@ async fn the_status_is_written_only_when_it_changed() {
 
     // Unchanged: no request, no new resourceVersion.
     let rv = written.resource_version();
-    assert!(patch_status_if_changed(&gadgets, &written, &ready).await.unwrap().is_none());
+    assert!(
+        patch_status_if_changed(&gadgets, &written, &ready)
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(status_patches(), 1, "no PATCH for an unchanged status");
     assert_eq!(gadgets.get("g").await.unwrap().resource_version(), rv);
     // An empty desired status on an object without one is no change either.
-    assert!(patch_status_if_changed(&gadgets, &created, &GadgetStatus::default()).await.unwrap().is_none());
+    assert!(
+        patch_status_if_changed(&gadgets, &created, &GadgetStatus::default())
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(status_patches(), 1);
 
     // Changed again: written.
     let failed = GadgetStatus {
         phase: Some("Failed".into()),
     };
-    let written = patch_status_if_changed(&gadgets, &written, &failed).await.unwrap().unwrap();
+    let written = patch_status_if_changed(&gadgets, &written, &failed)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(written.status, Some(failed));
     assert_ne!(written.resource_version(), rv);
     assert_eq!(status_patches(), 2);

@@ -92,6 +92,9 @@ pub mod prelude {
         Action, Context, Controller, EventType, LeaderElectionConfig, Manager, ObjectKey, Reconciler, Request,
         reconciler_fn,
     };
+    pub use crate::controller::{
+        FinalizerEvent, apply, finalizer, has_finalizer, patch_status_if_changed, set_controller_reference,
+    };
     pub use crate::factory::SharedInformerFactory;
     pub use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
     pub use kube::{Client, CustomResource, CustomResourceExt, Resource, ResourceExt};

@@ -298,12 +298,18 @@ async fn run_seed(seed: u64, chaos: Duration) {
         })
         .await;
         let resume = replicas[stopped].stop().await;
+        let stopped_at = Instant::now();
         let checked_at_stop = checks[instance].load(Ordering::SeqCst);
         let other = &replicas[1 - stopped];
         until(WAIT, "the other replica to take over", || other.leading_instance()).await;
         // From now on, a write of the stopped instance is a deposed leader's.
         env.faults().clear_requests();
         tokio::time::sleep(Duration::from_millis(rng.random_range(50..400))).await;
+        // Stopped for at least renew_deadline: its term has lapsed by its own clock whatever
+        // the other replica did (a restore of the store to a backup without the Lease, or with
+        // it free, lets the other acquire at once: the store going back in time is outside
+        // what leader election can guard).
+        tokio::time::sleep_until(stopped_at + LEASE.1).await;
         resume.send(()).unwrap();
         // The resumed instance finds its term over and ends; a new instance replaces it.
         until(WAIT, "the stopped instance to end", || {

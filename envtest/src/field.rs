@@ -26,6 +26,8 @@ pub(crate) enum ErrorType {
     TooLong,
     /// A list with more items than allowed.
     TooMany,
+    /// A change the rules forbid (no new finalizers on an object being deleted, …).
+    Forbidden,
 }
 
 impl ErrorType {
@@ -37,6 +39,7 @@ impl ErrorType {
             ErrorType::NotSupported => "Unsupported value",
             ErrorType::TooLong => "Too long",
             ErrorType::TooMany => "Too many",
+            ErrorType::Forbidden => "Forbidden",
         }
     }
 
@@ -49,13 +52,14 @@ impl ErrorType {
             ErrorType::NotSupported => "FieldValueNotSupported",
             ErrorType::TooLong => "FieldValueTooLong",
             ErrorType::TooMany => "FieldValueTooMany",
+            ErrorType::Forbidden => "FieldValueForbidden",
         }
     }
 
     /// Whether the body shows the bad value (Go leaves it out for Required, Forbidden, TooLong
     /// and Internal).
     fn shows_value(self) -> bool {
-        !matches!(self, ErrorType::Required | ErrorType::TooLong)
+        !matches!(self, ErrorType::Required | ErrorType::TooLong | ErrorType::Forbidden)
     }
 }
 
@@ -116,6 +120,11 @@ impl FieldError {
             Value::Null,
             format!("may not be more than {max} bytes"),
         )
+    }
+
+    /// `field.Forbidden`.
+    pub(crate) fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self::new(ErrorType::Forbidden, field, Value::Null, detail)
     }
 
     /// `field.TooMany`: "must have at most `max` items".

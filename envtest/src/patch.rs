@@ -9,7 +9,7 @@
 
 use crate::limits::{self, MAX_DEPTH, MAX_JSON_PATCH_COPY_BYTES, MAX_JSON_PATCH_OPERATIONS};
 use crate::status::ApiError;
-use json_patch::{AddOperation, CopyOperation, MoveOperation, PatchOperation, ReplaceOperation};
+use json_patch::{AddOperation, CopyOperation, MoveOperation, PatchOperation, ReplaceOperation, TestOperation};
 use serde_json::Value;
 
 /// The kind of patch, from the request's `Content-Type`.
@@ -127,6 +127,20 @@ fn apply_json_patch(target: &mut Value, patch: Value) -> Result<(), ApiError> {
                 return Err(limits::too_deep_patch(total));
             }
         }
+        // evanphx/json-patch (kube-apiserver's) passes a `test` of `null` on a member its parent
+        // lacks: "absent" and "null" are one answer there.
+        if let PatchOperation::Test(TestOperation {
+            path,
+            value: Value::Null,
+        }) = op
+            && target.pointer(path.as_str()).is_none()
+            && path
+                .as_str()
+                .rsplit_once('/')
+                .is_some_and(|(parent, _)| target.pointer(parent).is_some_and(Value::is_object))
+        {
+            continue;
+        }
         json_patch::patch_unsafe(target, std::slice::from_ref(op))
             .map_err(|e| unprocessable(format!("the JSON patch could not be applied: {e}")))?;
     }
@@ -137,6 +151,20 @@ fn apply_json_patch(target: &mut Value, patch: Value) -> Result<(), ApiError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_test_of_null_passes_on_an_absent_member_as_in_evanphx_json_patch() {
+        let mut v = json!({"metadata": {"name": "a"}});
+        let absent = br#"[{"op":"test","path":"/metadata/finalizers","value":null},
+            {"op":"add","path":"/metadata/finalizers","value":["x"]}]"#;
+        apply(PatchKind::Json, &mut v, absent).unwrap();
+        assert_eq!(v["metadata"]["finalizers"], json!(["x"]));
+        // Present and not null: the test fails; a missing parent fails too.
+        let present = br#"[{"op":"test","path":"/metadata/finalizers","value":null}]"#;
+        assert_eq!(apply(PatchKind::Json, &mut v, present).unwrap_err().code, 422);
+        let no_parent = br#"[{"op":"test","path":"/spec/x","value":null}]"#;
+        assert_eq!(apply(PatchKind::Json, &mut v, no_parent).unwrap_err().code, 422);
+    }
 
     #[test]
     fn merge_and_json_patch() {

@@ -549,6 +549,7 @@ impl Rest {
             None => object::remove_meta(&mut new, "generation"),
         }
         validate(info, crd.as_deref(), &new)?;
+        no_new_finalizers_while_deleting(info, cur, &new)?;
         if !opts.applied {
             let writer = writer(info, opts, path.subresource.as_deref());
             field_manager::record_update(Some(cur), &mut new, &writer, fm_schema(info, crd.as_deref()));
@@ -727,6 +728,14 @@ impl Rest {
         if !config.is_object() {
             return Err(ApiError::bad_request("an apply configuration must be an object"));
         }
+        // kube-apiserver's field manager: ownership is the server's to record.
+        if config
+            .get("metadata")
+            .and_then(|m| m.get("managedFields"))
+            .is_some_and(|f| !f.is_null())
+        {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
         self.check_body(path, &mut config)?;
         object::set_meta(&mut config, "name", Value::String(name.to_owned()));
         let subresource = path.subresource.as_deref();
@@ -860,6 +869,38 @@ fn validate(info: &ResourceInfo, crd: Option<&Value>, obj: &Value) -> Result<(),
         return Err(field::invalid(&info.group, &info.kind, object::name(obj), &errs));
     }
     crate::crd::validate(info, obj)
+}
+
+/// kube-apiserver's `ValidateObjectMetaUpdate`: an object being deleted gains no finalizer
+/// (only its remaining ones may be removed), so its deletion can only move forward.
+fn no_new_finalizers_while_deleting(info: &ResourceInfo, cur: &Value, new: &Value) -> Result<(), ApiError> {
+    let meta_of = |o: &Value| o.get("metadata").cloned().unwrap_or(Value::Null);
+    let (cur_meta, new_meta) = (meta_of(cur), meta_of(new));
+    if cur_meta.get("deletionTimestamp").is_none_or(Value::is_null) {
+        return Ok(());
+    }
+    let finalizers = |m: &Value| -> Vec<String> {
+        m.get("finalizers")
+            .and_then(Value::as_array)
+            .map(|l| l.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default()
+    };
+    let old = finalizers(&cur_meta);
+    let mut added: Vec<String> = finalizers(&new_meta).into_iter().filter(|f| !old.contains(f)).collect();
+    if added.is_empty() {
+        return Ok(());
+    }
+    added.sort();
+    added.dedup();
+    let list: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+    let err = field::FieldError::forbidden(
+        "metadata.finalizers",
+        format!(
+            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+            list.join(", ")
+        ),
+    );
+    Err(field::invalid(&info.group, &info.kind, object::name(new), &[err]))
 }
 
 fn check_subresource(path: &ResourcePath) -> Result<(), ApiError> {

@@ -556,3 +556,67 @@ async fn the_scale_subresource_reads_and_writes_replicas() {
     assert_eq!(f.data["spec"]["replicas"], 4);
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_object_being_deleted_gains_no_finalizer_and_an_apply_sets_no_managed_fields() {
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let path = "/api/v1/namespaces/default/configmaps";
+    send(
+        &client,
+        "POST",
+        path,
+        &json!({"metadata": {"name": "held", "finalizers": ["a.example.com/x"]}}),
+    )
+    .await
+    .unwrap();
+    cms.delete("held", &Default::default()).await.unwrap();
+    // Removing a finalizer is allowed; adding one is not (kube-apiserver's ObjectMeta rule).
+    let added = send(
+        &client,
+        "PATCH",
+        &format!("{path}/held"),
+        &json!({"metadata": {"finalizers": ["a.example.com/x", "b.example.com/y"]}}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!((added.code, added.reason.as_str()), (422, "Invalid"));
+    assert_eq!(cause_fields(&added), ["metadata.finalizers"]);
+    assert!(
+        added.message.contains(
+            r#"Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{"b.example.com/y"}"#
+        ),
+        "{}",
+        added.message
+    );
+    send(
+        &client,
+        "PATCH",
+        &format!("{path}/held"),
+        &json!({"metadata": {"finalizers": []}}),
+    )
+    .await
+    .unwrap();
+    assert!(cms.get_opt("held").await.unwrap().is_none());
+
+    // An apply configuration carrying managedFields: 400, as kube-apiserver's field manager.
+    let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "applied", "managedFields": [{"manager": "me", "operation": "Apply"}]}});
+    let err = cms
+        .patch("applied", &PatchParams::apply("me"), &Patch::Apply(&cm))
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => assert_eq!(
+            (s.code, s.message.as_str()),
+            (400, "metadata.managedFields must be nil")
+        ),
+        other => panic!("{other:?}"),
+    }
+    cm["metadata"].as_object_mut().unwrap().remove("managedFields");
+    cms.patch("applied", &PatchParams::apply("me"), &Patch::Apply(&cm))
+        .await
+        .unwrap();
+    env.shutdown().await;
+}

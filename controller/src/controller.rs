@@ -90,11 +90,11 @@ use workqueue::{QueueConfig, RateLimiter, RateLimitingQueue, default_controller_
 use crate::event_recorder::{EventRecorder, Reporter};
 use crate::handler::{EnqueueHandler, Enqueuer, MapFunc, Mapping, OwnerType};
 use crate::leadership::{Leadership, NotLeader};
-use crate::manager::{Runnable, hostname};
 use crate::metrics::{ControllerMetrics, Metrics};
 use crate::object_key::ObjectKey;
 use crate::predicate::{All, Predicate};
 use crate::reconciler::{Action, BoxError, Context, ContextInner, Gvk, Reconciler, RunScope, gvk};
+use crate::runnable::{Runnable, hostname};
 
 /// How long in-flight reconciles may take to finish after shutdown (controller-runtime's
 /// default graceful shutdown timeout).

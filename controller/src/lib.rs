@@ -45,6 +45,7 @@ pub mod metrics;
 mod object_key;
 pub mod predicate;
 mod reconciler;
+pub mod runnable;
 
 pub use controller::{BuiltController, Controller, ControllerBuilder, ControllerError};
 pub use controllerutil::{
@@ -55,7 +56,8 @@ pub use finalizer::{Event as FinalizerEvent, FinalizerError, finalizer, has_fina
 pub use handler::{Enqueuer, MapFunc};
 pub use leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
 pub use leadership::{Leadership, NotLeader};
-pub use manager::{Manager, ManagerBuilder, ManagerError, ManagerStatus, Runnable, RunnableFn, runnable_fn};
+pub use manager::{Manager, ManagerBuilder, ManagerError, ManagerStatus};
 pub use metrics::{InformerCollector, InformerStatsSource, Metrics};
 pub use object_key::{ObjectKey, Request};
 pub use reconciler::{Action, BoxError, Context, FnReconciler, Reconciler, reconciler_fn};
+pub use runnable::{Runnable, RunnableFn, hostname, runnable_fn};

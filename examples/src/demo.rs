@@ -258,7 +258,7 @@ pub fn cluster_manager(
     args: &CommonArgs,
     lease_name: &str,
 ) -> Result<kinformer::controller::Manager, DemoError> {
-    use kinformer::controller::{LeaderElectionConfig, Manager, manager::hostname};
+    use kinformer::controller::{LeaderElectionConfig, Manager, hostname};
     let identity = format!("{}-{}", hostname(), std::process::id());
     let addr = args
         .metrics_addr

@@ -1,6 +1,8 @@
-//! The [`Controller`]: handlers on the factory's shared informers feed a rate-limited work
-//! queue of [`ObjectKey`]s; workers hand each key to a [`Reconciler`] (controller-runtime's
-//! builder and `pkg/internal/controller`, on client-go's informers).
+//! The built controller's runtime, [`BuiltController`] (controller-runtime's
+//! `pkg/internal/controller`, on client-go's informers): handlers on the factory's shared
+//! informers feed a rate-limited work queue of [`ObjectKey`]s; workers hand each key to a
+//! [`Reconciler`]. The [`Controller`](crate::Controller) builder that makes one is in
+//! `builder.rs`, the sources' plumbing in `source.rs`.
 //!
 //! ```no_run
 //! use controller::{Action, Context, Controller, Request, reconciler_fn};
@@ -53,7 +55,7 @@
 //! reconciling the keys already queued and stop once the queue is empty; keys waiting for a
 //! retry are dropped, and so are retries a reconcile asks for from now on (the queue ignores
 //! them). The whole drain gets
-//! [`graceful_shutdown_timeout`](Controller::graceful_shutdown_timeout): reconciles still
+//! [`graceful_shutdown_timeout`](crate::Controller::graceful_shutdown_timeout): reconciles still
 //! running then are aborted, the keys still queued are left, and `run` returns
 //! [`ControllerError::ShutdownTimeout`]. Every key the queue accepted and no worker finished
 //! (still queued, waiting for a retry, its retry refused, or aborted) is logged and counted in
@@ -65,36 +67,30 @@
 //! may lead already): once it fires, no worker takes another key, queued or not, and the
 //! reconciles in flight are aborted at once; the keys left are reported dropped as above. The
 //! [`Manager`](crate::Manager) fires it when its lease is lost.
-
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::any::Any;
 use std::fmt::Write as _;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use factory::{FactoryError, FactoryResource, SharedInformerFactory};
+use factory::{FactoryError, SharedInformerFactory};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use informer_core::{
-    HandlerOptions, Indexer, InformerError, ResourceEventHandler, ResourceEventHandlerRegistration, SharedIndexInformer,
-};
+use informer_core::InformerError;
 use kube::Resource;
-use kube::api::{ApiResource, DynamicObject};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
-use workqueue::{QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter};
+use workqueue::RateLimitingQueue;
 
-use crate::event_recorder::{EventRecorder, Reporter};
-use crate::handler::{EnqueueHandler, Enqueuer, MapFunc, Mapping, OwnerType};
+use crate::event_recorder::EventRecorder;
 use crate::leadership::{Leadership, NotLeader};
-use crate::metrics::{ControllerMetrics, Metrics};
+use crate::metrics::ControllerMetrics;
 use crate::object_key::ObjectKey;
-use crate::predicate::{All, Predicate};
-use crate::reconciler::{Action, BoxError, Context, ContextInner, Gvk, Reconciler, RunScope, gvk};
-use crate::runnable::{Runnable, hostname};
+use crate::reconciler::{Action, BoxError, Context, Reconciler, RunScope};
+use crate::runnable::Runnable;
+use crate::source::ErasedRegistration;
 
 /// How long in-flight reconciles may take to finish after shutdown (controller-runtime's
 /// default graceful shutdown timeout).
@@ -143,552 +139,28 @@ pub enum ControllerError {
         in_flight: usize,
     },
 }
-
-/// Starts building a controller: `Controller::new(name, &factory).for_resource::<K>()`.
-pub struct Controller<K> {
-    common: Common,
-    primary: Source<K>,
-    primary_type: OwnerType,
-    sources: Vec<Box<dyn ErasedSource>>,
-    /// The first error met while requesting informers, reported by `build`.
-    error: Option<ControllerError>,
-}
-
-/// The settings of a controller that do not depend on its primary type.
-struct Common {
-    name: String,
-    factory: SharedInformerFactory,
-    metrics: Option<Metrics>,
-    recorder: Option<EventRecorder>,
-    predicates: Vec<Arc<dyn Predicate>>,
-    workers: usize,
-    rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
-    graceful_shutdown_timeout: Duration,
-    cache_sync_timeout: Duration,
-}
-
-/// The first step of [`Controller::new`]: choose the primary type.
-#[must_use]
-pub struct ControllerBuilder {
-    common: Common,
-}
-
-impl Controller<()> {
-    // `Controller::new(name, &factory).for_resource::<K>()` reads as controller-runtime's
-    // builder; the primary type is chosen in the second step, so `new` returns the builder.
-    #[allow(clippy::new_ret_no_self)]
-    /// A controller named `name` (its metrics' `controller` label, its work queue's name, its
-    /// log field) on `factory`'s shared informers. Names should be unique in a process.
-    pub fn new(name: impl Into<String>, factory: &SharedInformerFactory) -> ControllerBuilder {
-        ControllerBuilder {
-            common: Common {
-                name: name.into(),
-                factory: factory.clone(),
-                metrics: None,
-                recorder: None,
-                predicates: Vec::new(),
-                workers: 1,
-                rate_limiter: None,
-                graceful_shutdown_timeout: DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
-                cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
-            },
-        }
-    }
-}
-
-impl ControllerBuilder {
-    /// Registers the metrics in `metrics`' registry (the [`Manager`](crate::Manager) passes its
-    /// own). Without it, a controller registers them in a registry of its own.
-    pub fn metrics(mut self, metrics: Metrics) -> Self {
-        self.common.metrics = Some(metrics);
-        self
-    }
-
-    /// Records events through `recorder`, whose sink task the caller runs. Without it, the
-    /// controller makes one reporting as the controller's name and runs it itself.
-    pub fn recorder(mut self, recorder: EventRecorder) -> Self {
-        self.common.recorder = Some(recorder);
-        self
-    }
-
-    /// How long the workers may take after shutdown to finish the keys already queued and the
-    /// reconciles in flight (default 30 s; the [`Manager`](crate::Manager) sets it a little
-    /// below its own bound). Also settable later.
-    pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.common.graceful_shutdown_timeout = timeout;
-        self
-    }
-
-    /// The primary type: adds, updates and deletes of `K` enqueue the object's own key.
-    pub fn for_resource<K: FactoryResource>(self) -> Controller<K> {
-        let informer = self.common.factory.informer_for::<K>();
-        let primary_type = OwnerType {
-            group: K::group(&()).into_owned(),
-            kind: K::kind(&()).into_owned(),
-            namespaced: is_namespaced::<K>(),
-        };
-        Controller::with_primary(self.common, informer, typed_source::<K>(), primary_type)
-    }
-
-    /// A dynamic primary type (by group/version/kind), as `for_resource` for typed ones.
-    pub fn for_dynamic(self, resource: &ApiResource, namespaced: bool) -> Controller<DynamicObject> {
-        let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
-        let primary_type = OwnerType {
-            group: resource.group.clone(),
-            kind: resource.kind.clone(),
-            namespaced,
-        };
-        Controller::with_primary(self.common, informer, dynamic_source(resource), primary_type)
-    }
-}
-
-/// Where a typed source's cache goes, and its name (`apiVersion/Kind`, as the factory's).
-fn typed_source<K: FactoryResource>() -> (SourceKey, String) {
-    let name = format!("{}/{}", K::api_version(&()), K::kind(&()));
-    (SourceKey::Typed(TypeId::of::<K>()), name)
-}
-
-/// Where a dynamic source's cache goes, and its name (as the factory's).
-fn dynamic_source(resource: &ApiResource) -> (SourceKey, String) {
-    let name = format!("{}/{} (dynamic)", resource.api_version, resource.kind);
-    (SourceKey::Dynamic(gvk(resource)), name)
-}
-
-fn is_namespaced<K: FactoryResource>() -> bool {
-    TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>()
-}
-
-impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
-    fn with_primary(
-        common: Common,
-        informer: Result<SharedIndexInformer<K>, FactoryError>,
-        (key, name): (SourceKey, String),
-        primary_type: OwnerType,
-    ) -> Self {
-        let (informer, error) = match informer {
-            Ok(informer) => (Some(informer), None),
-            Err(e) => (None, Some(e.into())),
-        };
-        Controller {
-            common,
-            primary: Source {
-                informer,
-                name,
-                handling: Handling::Map(Mapping::Object),
-                key,
-            },
-            primary_type,
-            sources: Vec::new(),
-            error,
-        }
-    }
-
-    fn add_source<C: Resource + Send + Sync + 'static>(
-        mut self,
-        informer: Result<SharedIndexInformer<C>, FactoryError>,
-        handling: Handling<C>,
-        (key, name): (SourceKey, String),
-    ) -> Self {
-        match informer {
-            Ok(informer) => self.sources.push(Box::new(Source {
-                informer: Some(informer),
-                name,
-                handling,
-                key,
-            })),
-            Err(e) => {
-                self.error.get_or_insert(e.into());
-            }
-        }
-        self
-    }
-
-    /// Children of type `C`: a change to one enqueues the key of its controller owner (the
-    /// ownerReference with `controller: true`) when that owner is of the primary type.
-    #[must_use]
-    pub fn owns<C: FactoryResource>(self) -> Self {
-        let informer = self.common.factory.informer_for::<C>();
-        let mapping = Mapping::Owner(self.primary_type.clone());
-        self.add_source(informer, Handling::Map(mapping), typed_source::<C>())
-    }
-
-    /// Dynamic children (by group/version/kind), as [`owns`](Self::owns).
-    #[must_use]
-    pub fn owns_dynamic(self, resource: &ApiResource, namespaced: bool) -> Self {
-        let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
-        let mapping = Mapping::Owner(self.primary_type.clone());
-        self.add_source(informer, Handling::Map(mapping), dynamic_source(resource))
-    }
-
-    /// Objects of type `W`: a change to one enqueues the keys `mapper` returns for it (for
-    /// the old and the new state of an update).
-    #[must_use]
-    pub fn watches<W: FactoryResource>(self, mapper: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static) -> Self {
-        let informer = self.common.factory.informer_for::<W>();
-        let mapper: MapFunc<W> = Arc::new(mapper);
-        self.add_source(informer, Handling::Map(Mapping::Func(mapper)), typed_source::<W>())
-    }
-
-    /// Dynamic objects (by group/version/kind), as [`watches`](Self::watches).
-    #[must_use]
-    pub fn watches_dynamic(
-        self,
-        resource: &ApiResource,
-        namespaced: bool,
-        mapper: impl Fn(&DynamicObject) -> Vec<ObjectKey> + Send + Sync + 'static,
-    ) -> Self {
-        let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
-        let mapper: MapFunc<DynamicObject> = Arc::new(mapper);
-        self.add_source(informer, Handling::Map(Mapping::Func(mapper)), dynamic_source(resource))
-    }
-
-    /// Objects of type `W`, through a handler of your own that is given the controller's queue
-    /// (controller-runtime's `Watches(object, handler)`): for a handler that must act before it
-    /// enqueues, such as client-go's expectations, which must count an observed Pod before the
-    /// reconcile it wakes can run. The event filters do not apply to it. Its informer's cache is
-    /// in the context as for any other source.
-    ///
-    /// ```no_run
-    /// # use controller::{Controller, ObjectKey};
-    /// # use informer_core::ResourceEventHandlerFuncs;
-    /// # use k8s_openapi::api::apps::v1::ReplicaSet;
-    /// # use k8s_openapi::api::core::v1::Pod;
-    /// # fn demo(factory: &factory::SharedInformerFactory) {
-    /// let controller = Controller::new("replicaset", factory)
-    ///     .for_resource::<ReplicaSet>()
-    ///     .watches_with::<Pod, _>(|queue| {
-    ///         ResourceEventHandlerFuncs::new().on_add(move |pod: &std::sync::Arc<Pod>, _| {
-    ///             // ... note the Pod as observed, then wake its owner:
-    ///             let owner = pod.metadata.owner_references.as_ref().and_then(|r| r.first());
-    ///             if let (Some(owner), Some(ns)) = (owner, &pod.metadata.namespace) {
-    ///                 queue.add(ObjectKey::namespaced(ns, &owner.name));
-    ///             }
-    ///         })
-    ///     });
-    /// # let _ = controller; }
-    /// ```
-    #[must_use]
-    pub fn watches_with<W: FactoryResource, H: ResourceEventHandler<W>>(
-        self,
-        make: impl FnOnce(Enqueuer) -> H + Send + 'static,
-    ) -> Self {
-        let informer = self.common.factory.informer_for::<W>();
-        let make: MakeHandler<W> = Box::new(move |queue| Box::new(make(queue)));
-        let handling = Handling::Custom(std::sync::Mutex::new(Some(make)));
-        self.add_source(informer, handling, typed_source::<W>())
-    }
-
-    /// Adds a filter every notification (of every source) must pass to enqueue a key; see
-    /// [`predicate`](crate::predicate) for the ready-made ones. Filters combine with "and".
-    #[must_use]
-    pub fn with_event_filter(mut self, predicate: impl Predicate) -> Self {
-        self.common.predicates.push(Arc::new(predicate));
-        self
-    }
-
-    /// How many reconciles may run at once (controller-runtime's `MaxConcurrentReconciles`;
-    /// default 1). Never two of one key.
-    #[must_use]
-    pub fn workers(mut self, workers: usize) -> Self {
-        self.common.workers = workers;
-        self
-    }
-
-    /// The rate limiter of failed and requeued keys (default: client-go's
-    /// [`default_controller_rate_limiter`]: 5 ms doubling per failure up to 1000 s, and an
-    /// overall 10 qps / burst 100 bucket).
-    #[must_use]
-    pub fn rate_limiter(mut self, limiter: impl RateLimiter<ObjectKey> + 'static) -> Self {
-        self.common.rate_limiter = Some(Box::new(limiter));
-        self
-    }
-
-    /// How long the workers may take after shutdown to finish the keys already queued and the
-    /// reconciles in flight (default 30 s).
-    #[must_use]
-    pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.common.graceful_shutdown_timeout = timeout;
-        self
-    }
-
-    /// How long to wait for the caches before failing with
-    /// [`ControllerError::CacheSyncTimeout`] (default 2 min).
-    #[must_use]
-    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
-        self.common.cache_sync_timeout = timeout;
-        self
-    }
-
-    /// Registers the controller's handlers on the shared informers and binds `reconciler`;
-    /// run the result with [`BuiltController::run`] or add it to a [`Manager`](crate::Manager).
-    ///
-    /// From here on the handlers enqueue keys (also while a manager stands by for leadership),
-    /// but nothing is reconciled until the controller runs.
-    pub fn build<R: Reconciler<K>>(self, reconciler: R) -> Result<BuiltController<K, R>, ControllerError> {
-        let Controller {
-            common,
-            primary,
-            sources,
-            error,
-            ..
-        } = self;
-        if let Some(error) = error {
-            return Err(error);
-        }
-        if common.workers == 0 {
-            return Err(ControllerError::InvalidConfig("workers must be at least 1".into()));
-        }
-        let Some(primary_informer) = primary.informer.clone() else {
-            return Err(ControllerError::InvalidConfig("no primary informer".into()));
-        };
-        let metrics = match common.metrics {
-            Some(metrics) => metrics,
-            None => Metrics::new(&prometheus::Registry::new())?,
-        };
-        let rate_limiter = common
-            .rate_limiter
-            .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
-        let queue = RateLimitingQueue::with_config(
-            rate_limiter,
-            QueueConfig::default()
-                .name(common.name.clone())
-                .metrics_provider(metrics.workqueue_provider()),
-        );
-        let (recorder, owns_recorder) = match common.recorder {
-            Some(recorder) => (recorder, false),
-            None => {
-                let reporter = Reporter {
-                    controller: common.name.clone(),
-                    instance: hostname(),
-                };
-                (EventRecorder::new(common.factory.client().clone(), reporter), true)
-            }
-        };
-
-        let predicates = All(common.predicates);
-        let mut typed = HashMap::new();
-        let mut dynamic = HashMap::new();
-        let mut registrations: Vec<Box<dyn ErasedRegistration>> = Vec::new();
-        let all_sources = std::iter::once(&primary as &dyn ErasedSource).chain(sources.iter().map(|s| &**s));
-        for source in all_sources {
-            source.add_to_context(&mut typed, &mut dynamic);
-            match source.register(&common.name, &queue, &predicates) {
-                Ok(registration) => registrations.push(registration),
-                Err(e) => {
-                    registrations.iter().for_each(|r| r.remove());
-                    return Err(e);
-                }
-            }
-        }
-        let context = Context::new(ContextInner {
-            name: common.name.clone(),
-            client: common.factory.client().clone(),
-            primary: primary_informer.indexer().clone(),
-            typed,
-            dynamic,
-            recorder: recorder.clone(),
-        });
-        debug!(controller = %common.name, sources = registrations.len(), "controller built");
-        Ok(BuiltController {
-            name: common.name.clone(),
-            factory: common.factory,
-            queue,
-            reconciler: Arc::new(reconciler),
-            context,
-            registrations,
-            metrics: metrics.for_controller(&common.name),
-            workers: common.workers,
-            graceful_shutdown_timeout: common.graceful_shutdown_timeout,
-            cache_sync_timeout: common.cache_sync_timeout,
-            recorder,
-            owns_recorder,
-            refused_retries: RefusedRetries::default(),
-        })
-    }
-
-    /// Builds the controller, starts the factory's informers and runs until `shutdown` fires
-    /// (a controller on its own; a [`Manager`](crate::Manager) does this for its controllers).
-    pub async fn run<R: Reconciler<K>>(
-        self,
-        reconciler: R,
-        shutdown: CancellationToken,
-    ) -> Result<(), ControllerError> {
-        let controller = self.build(reconciler)?;
-        controller.factory.start(&shutdown);
-        controller.run(shutdown).await
-    }
-}
-
-/// Which context map a source's cache goes into.
-#[derive(Clone)]
-enum SourceKey {
-    Typed(TypeId),
-    Dynamic(Gvk),
-}
-
-/// One informer of a controller and how its notifications become keys.
-struct Source<C> {
-    /// `None` only when the factory refused it (then `build` fails first).
-    informer: Option<SharedIndexInformer<C>>,
-    /// `apiVersion/Kind`, for logs and errors.
-    name: String,
-    handling: Handling<C>,
-    key: SourceKey,
-}
-
-/// How a source's notifications reach the queue.
-enum Handling<C> {
-    /// Through an [`EnqueueHandler`] with the controller's event filters.
-    Map(Mapping<C>),
-    /// Through the user's own handler, made once at build time with the queue.
-    Custom(std::sync::Mutex<Option<MakeHandler<C>>>),
-}
-
-/// Makes a custom handler, given the controller's queue.
-type MakeHandler<C> = Box<dyn FnOnce(Enqueuer) -> Box<dyn ResourceEventHandler<C>> + Send>;
-
-/// A boxed custom handler, registered as a handler.
-struct BoxedHandler<C>(Box<dyn ResourceEventHandler<C>>);
-
-impl<C: Send + Sync + 'static> ResourceEventHandler<C> for BoxedHandler<C> {
-    fn on_add(&self, obj: &Arc<C>, is_in_initial_list: bool) {
-        self.0.on_add(obj, is_in_initial_list);
-    }
-    fn on_update(&self, old: &Arc<C>, new: &Arc<C>) {
-        self.0.on_update(old, new);
-    }
-    fn on_delete(&self, obj: informer_core::DeletedObject<C>) {
-        self.0.on_delete(obj);
-    }
-}
-
-/// A [`Source`] without its type.
-trait ErasedSource: Send + Sync {
-    /// Registers the source's handler, named after `controller` (the `handler` label of the
-    /// listener metrics).
-    fn register(
-        &self,
-        controller: &str,
-        queue: &RateLimitingQueue<ObjectKey>,
-        predicates: &All,
-    ) -> Result<Box<dyn ErasedRegistration>, ControllerError>;
-    fn add_to_context(
-        &self,
-        typed: &mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
-        dynamic: &mut HashMap<Gvk, Indexer<DynamicObject>>,
-    );
-}
-
-impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
-    fn register(
-        &self,
-        controller: &str,
-        queue: &RateLimitingQueue<ObjectKey>,
-        predicates: &All,
-    ) -> Result<Box<dyn ErasedRegistration>, ControllerError> {
-        let Some(informer) = &self.informer else {
-            return Err(ControllerError::InvalidConfig("an informer is missing".into()));
-        };
-        let registration = match &self.handling {
-            // Filtering and enqueueing never block: delivered by a task, with no thread.
-            Handling::Map(mapping) => informer.add_event_handler_with_options(
-                EnqueueHandler {
-                    queue: queue.clone(),
-                    predicates: predicates.clone(),
-                    mapping: mapping.clone(),
-                },
-                HandlerOptions::default().non_blocking().name(controller),
-            )?,
-            Handling::Custom(make) => {
-                let make = make.lock().unwrap_or_else(|p| p.into_inner()).take();
-                let Some(make) = make else {
-                    return Err(ControllerError::InvalidConfig(
-                        "a custom handler was already used".into(),
-                    ));
-                };
-                informer.add_event_handler_with_options(
-                    BoxedHandler(make(Enqueuer { queue: queue.clone() })),
-                    HandlerOptions::default().name(controller),
-                )?
-            }
-        };
-        Ok(Box::new(Registration {
-            informer: informer.clone(),
-            registration,
-            name: self.name.clone(),
-        }))
-    }
-
-    fn add_to_context(
-        &self,
-        typed: &mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
-        dynamic: &mut HashMap<Gvk, Indexer<DynamicObject>>,
-    ) {
-        let Some(informer) = &self.informer else { return };
-        match &self.key {
-            SourceKey::Typed(type_id) => {
-                typed.insert(*type_id, Box::new(informer.indexer().clone()));
-            }
-            SourceKey::Dynamic(gvk) => {
-                let indexer: &dyn Any = informer.indexer();
-                if let Some(indexer) = indexer.downcast_ref::<Indexer<DynamicObject>>() {
-                    dynamic.insert(gvk.clone(), indexer.clone());
-                }
-            }
-        }
-    }
-}
-
-/// A handler registered on an informer, without its type.
-trait ErasedRegistration: Send + Sync {
-    fn has_synced(&self) -> bool;
-    fn remove(&self);
-    fn informer_name(&self) -> String;
-}
-
-struct Registration<C> {
-    informer: SharedIndexInformer<C>,
-    registration: ResourceEventHandlerRegistration<C>,
-    name: String,
-}
-
-impl<C: Resource + Send + Sync + 'static> ErasedRegistration for Registration<C> {
-    fn has_synced(&self) -> bool {
-        self.registration.has_synced()
-    }
-
-    fn remove(&self) {
-        // Fails only if already removed or the informer stopped: nothing is left to stop then.
-        let _ = self.informer.remove_event_handler(&self.registration);
-    }
-
-    fn informer_name(&self) -> String {
-        self.name.clone()
-    }
-}
-
 /// A controller with its handlers registered and its reconciler bound: run it with
 /// [`run`](Self::run), or add it to a [`Manager`](crate::Manager).
 pub struct BuiltController<K, R> {
-    name: String,
-    factory: SharedInformerFactory,
-    queue: RateLimitingQueue<ObjectKey>,
-    reconciler: Arc<R>,
-    context: Context<K>,
-    registrations: Vec<Box<dyn ErasedRegistration>>,
-    metrics: ControllerMetrics,
-    workers: usize,
-    graceful_shutdown_timeout: Duration,
-    cache_sync_timeout: Duration,
-    recorder: EventRecorder,
-    owns_recorder: bool,
+    pub(crate) name: String,
+    pub(crate) factory: SharedInformerFactory,
+    pub(crate) queue: RateLimitingQueue<ObjectKey>,
+    pub(crate) reconciler: Arc<R>,
+    pub(crate) context: Context<K>,
+    pub(crate) registrations: Vec<Box<dyn ErasedRegistration>>,
+    pub(crate) metrics: ControllerMetrics,
+    pub(crate) workers: usize,
+    pub(crate) graceful_shutdown_timeout: Duration,
+    pub(crate) cache_sync_timeout: Duration,
+    pub(crate) recorder: EventRecorder,
+    pub(crate) owns_recorder: bool,
     /// Keys whose retry a reconcile asked for once the queue was shutting down (so the queue
     /// refused it): reported dropped with the queue's unfinished keys, each key once.
-    refused_retries: RefusedRetries,
+    pub(crate) refused_retries: RefusedRetries,
 }
 
 /// See [`BuiltController::refused_retries`].
-type RefusedRetries = Arc<std::sync::Mutex<Vec<ObjectKey>>>;
+pub(crate) type RefusedRetries = Arc<std::sync::Mutex<Vec<ObjectKey>>>;
 
 impl<K, R> BuiltController<K, R>
 where

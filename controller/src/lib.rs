@@ -16,8 +16,9 @@
 //! A [`Controller`] registers its handlers on the factory's *shared* informers, so two
 //! controllers of one type share one list/watch. See `ARCHITECTURE.md` for the design.
 //!
-//! - [`Controller`] (`controller.rs`): the builder (`for_resource`, `owns`, `watches`,
-//!   `with_event_filter`, `workers`, `rate_limiter`) and the worker loop.
+//! - [`Controller`] (`builder.rs`): the builder (`for_resource`, `owns`, `watches`,
+//!   `with_event_filter`, `workers`, `rate_limiter`); [`BuiltController`] (`controller.rs`): the
+//!   worker runtime; `source.rs`: the sources and handler registrations both use.
 //! - [`Reconciler`], [`Action`], [`Context`] (`reconciler.rs`): what a controller calls.
 //! - [`predicate`]: event filters; `handler.rs`: the handlers that enqueue keys.
 //! - [`Manager`] (`manager.rs`): runs controllers with leader election ([`LeaderElector`],
@@ -33,6 +34,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+mod builder;
 pub mod controller;
 pub mod controllerutil;
 pub mod event_recorder;
@@ -46,8 +48,10 @@ mod object_key;
 pub mod predicate;
 mod reconciler;
 pub mod runnable;
+mod source;
 
-pub use controller::{BuiltController, Controller, ControllerBuilder, ControllerError};
+pub use builder::{Controller, ControllerBuilder};
+pub use controller::{BuiltController, ControllerError};
 pub use controllerutil::{
     OwnerReferenceError, PatchError, apply, patch_status_if_changed, set_controller_reference, set_owner_reference,
 };

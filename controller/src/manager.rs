@@ -61,7 +61,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::controller::{Controller, ControllerBuilder};
+use crate::builder::{Controller, ControllerBuilder};
 use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
 use crate::leadership::Leadership;
 use crate::metrics::{InformerCollector, Metrics};

@@ -1,0 +1,404 @@
+//! The [`Controller`] builder (controller-runtime's `pkg/builder`): choose the primary type
+//! (`for_resource`), the other sources (`owns`, `watches`, `watches_with`), the event filters
+//! and the settings, then [`build`](Controller::build) a [`BuiltController`] (whose runtime is
+//! in `controller.rs`) or [`run`](Controller::run) it. The sources' plumbing is in `source.rs`.
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use factory::{FactoryError, FactoryResource, SharedInformerFactory};
+use informer_core::{ResourceEventHandler, SharedIndexInformer};
+use kube::Resource;
+use kube::api::{ApiResource, DynamicObject};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+use workqueue::{QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter};
+
+use crate::controller::{
+    BuiltController, ControllerError, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, RefusedRetries,
+};
+use crate::event_recorder::{EventRecorder, Reporter};
+use crate::handler::{Enqueuer, MapFunc, Mapping, OwnerType};
+use crate::metrics::Metrics;
+use crate::object_key::ObjectKey;
+use crate::predicate::{All, Predicate};
+use crate::reconciler::{Context, ContextInner, Reconciler};
+use crate::runnable::hostname;
+use crate::source::{
+    ErasedRegistration, ErasedSource, Handling, MakeHandler, Source, SourceError, SourceKey, dynamic_source,
+    typed_source,
+};
+
+/// Starts building a controller: `Controller::new(name, &factory).for_resource::<K>()`.
+pub struct Controller<K> {
+    common: Common,
+    primary: Source<K>,
+    primary_type: OwnerType,
+    sources: Vec<Box<dyn ErasedSource>>,
+    /// The first error met while requesting informers, reported by `build`.
+    error: Option<ControllerError>,
+}
+
+/// The settings of a controller that do not depend on its primary type.
+struct Common {
+    name: String,
+    factory: SharedInformerFactory,
+    metrics: Option<Metrics>,
+    recorder: Option<EventRecorder>,
+    predicates: Vec<Arc<dyn Predicate>>,
+    workers: usize,
+    rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
+    graceful_shutdown_timeout: Duration,
+    cache_sync_timeout: Duration,
+}
+
+/// The first step of [`Controller::new`]: choose the primary type.
+#[must_use]
+pub struct ControllerBuilder {
+    common: Common,
+}
+
+impl Controller<()> {
+    // `Controller::new(name, &factory).for_resource::<K>()` reads as controller-runtime's
+    // builder; the primary type is chosen in the second step, so `new` returns the builder.
+    #[allow(clippy::new_ret_no_self)]
+    /// A controller named `name` (its metrics' `controller` label, its work queue's name, its
+    /// log field) on `factory`'s shared informers. Names should be unique in a process.
+    pub fn new(name: impl Into<String>, factory: &SharedInformerFactory) -> ControllerBuilder {
+        ControllerBuilder {
+            common: Common {
+                name: name.into(),
+                factory: factory.clone(),
+                metrics: None,
+                recorder: None,
+                predicates: Vec::new(),
+                workers: 1,
+                rate_limiter: None,
+                graceful_shutdown_timeout: DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
+                cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
+            },
+        }
+    }
+}
+
+impl ControllerBuilder {
+    /// Registers the metrics in `metrics`' registry (the [`Manager`](crate::Manager) passes its
+    /// own). Without it, a controller registers them in a registry of its own.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.common.metrics = Some(metrics);
+        self
+    }
+
+    /// Records events through `recorder`, whose sink task the caller runs. Without it, the
+    /// controller makes one reporting as the controller's name and runs it itself.
+    pub fn recorder(mut self, recorder: EventRecorder) -> Self {
+        self.common.recorder = Some(recorder);
+        self
+    }
+
+    /// How long the workers may take after shutdown to finish the keys already queued and the
+    /// reconciles in flight (default 30 s; the [`Manager`](crate::Manager) sets it a little
+    /// below its own bound). Also settable later.
+    pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.common.graceful_shutdown_timeout = timeout;
+        self
+    }
+
+    /// The primary type: adds, updates and deletes of `K` enqueue the object's own key.
+    pub fn for_resource<K: FactoryResource>(self) -> Controller<K> {
+        let informer = self.common.factory.informer_for::<K>();
+        let primary_type = OwnerType {
+            group: K::group(&()).into_owned(),
+            kind: K::kind(&()).into_owned(),
+            namespaced: is_namespaced::<K>(),
+        };
+        Controller::with_primary(self.common, informer, typed_source::<K>(), primary_type)
+    }
+
+    /// A dynamic primary type (by group/version/kind), as `for_resource` for typed ones.
+    pub fn for_dynamic(self, resource: &ApiResource, namespaced: bool) -> Controller<DynamicObject> {
+        let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
+        let primary_type = OwnerType {
+            group: resource.group.clone(),
+            kind: resource.kind.clone(),
+            namespaced,
+        };
+        Controller::with_primary(self.common, informer, dynamic_source(resource), primary_type)
+    }
+}
+
+fn is_namespaced<K: FactoryResource>() -> bool {
+    TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>()
+}
+
+impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
+    fn with_primary(
+        common: Common,
+        informer: Result<SharedIndexInformer<K>, FactoryError>,
+        (key, name): (SourceKey, String),
+        primary_type: OwnerType,
+    ) -> Self {
+        let (informer, error) = match informer {
+            Ok(informer) => (Some(informer), None),
+            Err(e) => (None, Some(e.into())),
+        };
+        Controller {
+            common,
+            primary: Source {
+                informer,
+                name,
+                handling: Handling::Map(Mapping::Object),
+                key,
+            },
+            primary_type,
+            sources: Vec::new(),
+            error,
+        }
+    }
+
+    fn add_source<C: Resource + Send + Sync + 'static>(
+        mut self,
+        informer: Result<SharedIndexInformer<C>, FactoryError>,
+        handling: Handling<C>,
+        (key, name): (SourceKey, String),
+    ) -> Self {
+        match informer {
+            Ok(informer) => self.sources.push(Box::new(Source {
+                informer: Some(informer),
+                name,
+                handling,
+                key,
+            })),
+            Err(e) => {
+                self.error.get_or_insert(e.into());
+            }
+        }
+        self
+    }
+
+    /// Children of type `C`: a change to one enqueues the key of its controller owner (the
+    /// ownerReference with `controller: true`) when that owner is of the primary type.
+    #[must_use]
+    pub fn owns<C: FactoryResource>(self) -> Self {
+        let informer = self.common.factory.informer_for::<C>();
+        let mapping = Mapping::Owner(self.primary_type.clone());
+        self.add_source(informer, Handling::Map(mapping), typed_source::<C>())
+    }
+
+    /// Dynamic children (by group/version/kind), as [`owns`](Self::owns).
+    #[must_use]
+    pub fn owns_dynamic(self, resource: &ApiResource, namespaced: bool) -> Self {
+        let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
+        let mapping = Mapping::Owner(self.primary_type.clone());
+        self.add_source(informer, Handling::Map(mapping), dynamic_source(resource))
+    }
+
+    /// Objects of type `W`: a change to one enqueues the keys `mapper` returns for it (for
+    /// the old and the new state of an update).
+    #[must_use]
+    pub fn watches<W: FactoryResource>(self, mapper: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static) -> Self {
+        let informer = self.common.factory.informer_for::<W>();
+        let mapper: MapFunc<W> = Arc::new(mapper);
+        self.add_source(informer, Handling::Map(Mapping::Func(mapper)), typed_source::<W>())
+    }
+
+    /// Dynamic objects (by group/version/kind), as [`watches`](Self::watches).
+    #[must_use]
+    pub fn watches_dynamic(
+        self,
+        resource: &ApiResource,
+        namespaced: bool,
+        mapper: impl Fn(&DynamicObject) -> Vec<ObjectKey> + Send + Sync + 'static,
+    ) -> Self {
+        let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
+        let mapper: MapFunc<DynamicObject> = Arc::new(mapper);
+        self.add_source(informer, Handling::Map(Mapping::Func(mapper)), dynamic_source(resource))
+    }
+
+    /// Objects of type `W`, through a handler of your own that is given the controller's queue
+    /// (controller-runtime's `Watches(object, handler)`): for a handler that must act before it
+    /// enqueues, such as client-go's expectations, which must count an observed Pod before the
+    /// reconcile it wakes can run. The event filters do not apply to it. Its informer's cache is
+    /// in the context as for any other source.
+    ///
+    /// ```no_run
+    /// # use controller::{Controller, ObjectKey};
+    /// # use informer_core::ResourceEventHandlerFuncs;
+    /// # use k8s_openapi::api::apps::v1::ReplicaSet;
+    /// # use k8s_openapi::api::core::v1::Pod;
+    /// # fn demo(factory: &factory::SharedInformerFactory) {
+    /// let controller = Controller::new("replicaset", factory)
+    ///     .for_resource::<ReplicaSet>()
+    ///     .watches_with::<Pod, _>(|queue| {
+    ///         ResourceEventHandlerFuncs::new().on_add(move |pod: &std::sync::Arc<Pod>, _| {
+    ///             // ... note the Pod as observed, then wake its owner:
+    ///             let owner = pod.metadata.owner_references.as_ref().and_then(|r| r.first());
+    ///             if let (Some(owner), Some(ns)) = (owner, &pod.metadata.namespace) {
+    ///                 queue.add(ObjectKey::namespaced(ns, &owner.name));
+    ///             }
+    ///         })
+    ///     });
+    /// # let _ = controller; }
+    /// ```
+    #[must_use]
+    pub fn watches_with<W: FactoryResource, H: ResourceEventHandler<W>>(
+        self,
+        make: impl FnOnce(Enqueuer) -> H + Send + 'static,
+    ) -> Self {
+        let informer = self.common.factory.informer_for::<W>();
+        let make: MakeHandler<W> = Box::new(move |queue| Box::new(make(queue)));
+        let handling = Handling::Custom(std::sync::Mutex::new(Some(make)));
+        self.add_source(informer, handling, typed_source::<W>())
+    }
+
+    /// Adds a filter every notification (of every source) must pass to enqueue a key; see
+    /// [`predicate`](crate::predicate) for the ready-made ones. Filters combine with "and".
+    #[must_use]
+    pub fn with_event_filter(mut self, predicate: impl Predicate) -> Self {
+        self.common.predicates.push(Arc::new(predicate));
+        self
+    }
+
+    /// How many reconciles may run at once (controller-runtime's `MaxConcurrentReconciles`;
+    /// default 1). Never two of one key.
+    #[must_use]
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.common.workers = workers;
+        self
+    }
+
+    /// The rate limiter of failed and requeued keys (default: client-go's
+    /// [`default_controller_rate_limiter`]: 5 ms doubling per failure up to 1000 s, and an
+    /// overall 10 qps / burst 100 bucket).
+    #[must_use]
+    pub fn rate_limiter(mut self, limiter: impl RateLimiter<ObjectKey> + 'static) -> Self {
+        self.common.rate_limiter = Some(Box::new(limiter));
+        self
+    }
+
+    /// How long the workers may take after shutdown to finish the keys already queued and the
+    /// reconciles in flight (default 30 s).
+    #[must_use]
+    pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.common.graceful_shutdown_timeout = timeout;
+        self
+    }
+
+    /// How long to wait for the caches before failing with
+    /// [`ControllerError::CacheSyncTimeout`] (default 2 min).
+    #[must_use]
+    pub fn cache_sync_timeout(mut self, timeout: Duration) -> Self {
+        self.common.cache_sync_timeout = timeout;
+        self
+    }
+
+    /// Registers the controller's handlers on the shared informers and binds `reconciler`;
+    /// run the result with [`BuiltController::run`] or add it to a [`Manager`](crate::Manager).
+    ///
+    /// From here on the handlers enqueue keys (also while a manager stands by for leadership),
+    /// but nothing is reconciled until the controller runs.
+    pub fn build<R: Reconciler<K>>(self, reconciler: R) -> Result<BuiltController<K, R>, ControllerError> {
+        let Controller {
+            common,
+            primary,
+            sources,
+            error,
+            ..
+        } = self;
+        if let Some(error) = error {
+            return Err(error);
+        }
+        if common.workers == 0 {
+            return Err(ControllerError::InvalidConfig("workers must be at least 1".into()));
+        }
+        let Some(primary_informer) = primary.informer.clone() else {
+            return Err(ControllerError::InvalidConfig("no primary informer".into()));
+        };
+        let metrics = match common.metrics {
+            Some(metrics) => metrics,
+            None => Metrics::new(&prometheus::Registry::new())?,
+        };
+        let rate_limiter = common
+            .rate_limiter
+            .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
+        let queue = RateLimitingQueue::with_config(
+            rate_limiter,
+            QueueConfig::default()
+                .name(common.name.clone())
+                .metrics_provider(metrics.workqueue_provider()),
+        );
+        let (recorder, owns_recorder) = match common.recorder {
+            Some(recorder) => (recorder, false),
+            None => {
+                let reporter = Reporter {
+                    controller: common.name.clone(),
+                    instance: hostname(),
+                };
+                (EventRecorder::new(common.factory.client().clone(), reporter), true)
+            }
+        };
+
+        let predicates = All(common.predicates);
+        let mut typed = HashMap::new();
+        let mut dynamic = HashMap::new();
+        let mut registrations: Vec<Box<dyn ErasedRegistration>> = Vec::new();
+        let all_sources = std::iter::once(&primary as &dyn ErasedSource).chain(sources.iter().map(|s| &**s));
+        for source in all_sources {
+            source.add_to_context(&mut typed, &mut dynamic);
+            match source.register(&common.name, &queue, &predicates) {
+                Ok(registration) => registrations.push(registration),
+                Err(e) => {
+                    registrations.iter().for_each(|r| r.remove());
+                    return Err(e.into());
+                }
+            }
+        }
+        let context = Context::new(ContextInner {
+            name: common.name.clone(),
+            client: common.factory.client().clone(),
+            primary: primary_informer.indexer().clone(),
+            typed,
+            dynamic,
+            recorder: recorder.clone(),
+        });
+        debug!(controller = %common.name, sources = registrations.len(), "controller built");
+        Ok(BuiltController {
+            name: common.name.clone(),
+            factory: common.factory,
+            queue,
+            reconciler: Arc::new(reconciler),
+            context,
+            registrations,
+            metrics: metrics.for_controller(&common.name),
+            workers: common.workers,
+            graceful_shutdown_timeout: common.graceful_shutdown_timeout,
+            cache_sync_timeout: common.cache_sync_timeout,
+            recorder,
+            owns_recorder,
+            refused_retries: RefusedRetries::default(),
+        })
+    }
+
+    /// Builds the controller, starts the factory's informers and runs until `shutdown` fires
+    /// (a controller on its own; a [`Manager`](crate::Manager) does this for its controllers).
+    pub async fn run<R: Reconciler<K>>(
+        self,
+        reconciler: R,
+        shutdown: CancellationToken,
+    ) -> Result<(), ControllerError> {
+        let controller = self.build(reconciler)?;
+        controller.factory.start(&shutdown);
+        controller.run(shutdown).await
+    }
+}
+
+impl From<SourceError> for ControllerError {
+    fn from(e: SourceError) -> Self {
+        match e {
+            SourceError::Informer(e) => ControllerError::Informer(e),
+            SourceError::InvalidConfig(reason) => ControllerError::InvalidConfig(reason.into()),
+        }
+    }
+}

@@ -195,8 +195,10 @@ impl Faults {
     /// starts empty at the snapshot's revision. A client resuming from a newer resourceVersion
     /// gets "too large resource version" until the counter passes it again; once it has, the
     /// writes in between are invisible to a watch from that resourceVersion (no client can
-    /// tell, which is why etcd restores bump the revision and mark it compacted). The served
-    /// resources are not rolled back: a CRD established after the snapshot is still served.
+    /// tell, which is why etcd restores bump the revision and mark it compacted). Leases go back
+    /// too: another replica may acquire a lease its holder still leads by its own clock, as
+    /// after a real restore. The served resources are not rolled back: a CRD established after
+    /// the snapshot is still served.
     pub fn restore(&self, snapshot: &Snapshot) {
         // Counted first: whoever sees the restored state sees the new count.
         self.state().restores += 1;

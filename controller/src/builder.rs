@@ -17,14 +17,15 @@ use tracing::debug;
 use workqueue::{QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter};
 
 use crate::controller::{
-    BuiltController, ControllerError, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, RefusedRetries,
+    BuiltController, ControllerError, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, ErrorPolicy,
+    Outcomes, RefusedRetries,
 };
 use crate::event_recorder::{EventRecorder, Reporter};
 use crate::handler::{Enqueuer, MapFunc, Mapping, OwnerType};
 use crate::metrics::Metrics;
-use crate::object_key::ObjectKey;
+use crate::object_key::{ObjectKey, Request};
 use crate::predicate::{All, Predicate};
-use crate::reconciler::{Context, ContextInner, Reconciler};
+use crate::reconciler::{Action, Context, ContextInner, Reconciler};
 use crate::runnable::hostname;
 use crate::source::{
     ErasedRegistration, ErasedSource, Handling, MakeHandler, Source, SourceError, SourceKey, dynamic_source,
@@ -37,6 +38,7 @@ pub struct Controller<K> {
     primary: Source<K>,
     primary_type: OwnerType,
     sources: Vec<Box<dyn ErasedSource>>,
+    error_policy: Option<ErrorPolicy<K>>,
     /// The first error met while requesting informers, reported by `build`.
     error: Option<ControllerError>,
 }
@@ -52,6 +54,8 @@ struct Common {
     rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
     graceful_shutdown_timeout: Duration,
     cache_sync_timeout: Duration,
+    reconcile_timeout: Option<Duration>,
+    recover_panic: bool,
 }
 
 /// The first step of [`Controller::new`]: choose the primary type.
@@ -78,6 +82,8 @@ impl Controller<()> {
                 rate_limiter: None,
                 graceful_shutdown_timeout: DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
                 cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
+                reconcile_timeout: None,
+                recover_panic: true,
             },
         }
     }
@@ -103,6 +109,14 @@ impl ControllerBuilder {
     /// below its own bound). Also settable later.
     pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.common.graceful_shutdown_timeout = timeout;
+        self
+    }
+
+    /// A default [reconcile timeout](Controller::reconcile_timeout), which the controller's own
+    /// setting overrides (the [`Manager`](crate::Manager) passes its
+    /// [`reconcile_timeout`](crate::ManagerBuilder::reconcile_timeout)).
+    pub fn reconcile_timeout(mut self, timeout: Duration) -> Self {
+        self.common.reconcile_timeout = Some(timeout);
         self
     }
 
@@ -154,6 +168,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             },
             primary_type,
             sources: Vec::new(),
+            error_policy: None,
             error,
         }
     }
@@ -294,6 +309,62 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         self
     }
 
+    /// How long a reconcile may run (controller-runtime's `ReconciliationTimeout`; default:
+    /// none). Past it the reconcile's [`Context::token`] is cancelled and its future dropped at
+    /// once, so a hung reconcile never holds a worker longer; it is counted in
+    /// `controller_runtime_reconcile_timeouts_total` and takes the error path with a
+    /// [`ReconcileTimeout`](crate::ReconcileTimeout) error. (controller-runtime only cancels the
+    /// reconcile's `context.Context` and waits for the reconciler to notice.)
+    #[must_use]
+    pub fn reconcile_timeout(mut self, timeout: Duration) -> Self {
+        self.common.reconcile_timeout = Some(timeout);
+        self
+    }
+
+    /// Whether a panicking reconcile is caught (controller-runtime's `RecoverPanic`; default
+    /// true): it then takes the error path with a [`ReconcilePanic`](crate::ReconcilePanic)
+    /// error carrying its message. Off, the panic is counted and the controller stops at once,
+    /// its run returning [`ControllerError::ReconcilePanicked`] (under a
+    /// [`Manager`](crate::Manager), which then shuts down and fails).
+    #[must_use]
+    pub fn recover_panic(mut self, recover: bool) -> Self {
+        self.common.recover_panic = recover;
+        self
+    }
+
+    /// What to do with a key whose reconcile failed (kube-runtime's `error_policy`): `policy`
+    /// gets the error (the reconciler's, a [`ReconcileTimeout`](crate::ReconcileTimeout) or a
+    /// [`ReconcilePanic`](crate::ReconcilePanic)), the request and the context, and returns the
+    /// [`Action`]. Not asked for a [`TerminalError`](crate::TerminalError) or a
+    /// [`RequeueAfterError`](crate::RequeueAfterError), which say themselves. Without one, a
+    /// failed key is retried rate-limited, as in controller-runtime. See
+    /// [`outcome`](crate::outcome).
+    ///
+    /// ```no_run
+    /// # use controller::{Action, Controller, ReconcileTimeout, outcome::find_in_chain};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # use std::time::Duration;
+    /// # fn demo(factory: &factory::SharedInformerFactory) {
+    /// let controller = Controller::new("configmaps", factory)
+    ///     .for_resource::<ConfigMap>()
+    ///     .error_policy(|err, _req, _ctx| match find_in_chain::<ReconcileTimeout>(err) {
+    ///         Some(_) => Action::RequeueAfter(Duration::from_secs(60)),
+    ///         None => Action::Requeue,
+    ///     });
+    /// # let _ = controller; }
+    /// ```
+    #[must_use]
+    pub fn error_policy(
+        mut self,
+        policy: impl Fn(&(dyn std::error::Error + Send + Sync + 'static), &Request, &Context<K>) -> Action
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.error_policy = Some(Arc::new(policy));
+        self
+    }
+
     /// Registers the controller's handlers on the shared informers and binds `reconciler`;
     /// run the result with [`BuiltController::run`] or add it to a [`Manager`](crate::Manager).
     ///
@@ -304,6 +375,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             common,
             primary,
             sources,
+            error_policy,
             error,
             ..
         } = self;
@@ -377,6 +449,11 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             cache_sync_timeout: common.cache_sync_timeout,
             recorder,
             owns_recorder,
+            outcomes: Outcomes {
+                error_policy,
+                reconcile_timeout: common.reconcile_timeout,
+                recover_panic: common.recover_panic,
+            },
             refused_retries: RefusedRetries::default(),
         })
     }

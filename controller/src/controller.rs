@@ -38,8 +38,16 @@
 //!   (kube-runtime does not reconcile deletions).
 //! - Workers start only once every informer of the controller has synced *and* delivered its
 //!   initial list to this controller's handlers, so the first reconciles see a full cache.
-//! - A panicking reconcile is caught: the worker survives, the panic is logged and counted as
-//!   an error, and the key is retried rate-limited.
+//! - A panicking reconcile is caught: the worker survives, and the panic takes the error path
+//!   as a [`ReconcilePanic`] carrying its message (logged, counted, seen by the error policy,
+//!   retried rate-limited by default). With [`recover_panic(false)`](crate::Controller::recover_panic)
+//!   the controller stops at once instead and its run fails.
+//! - A reconcile never holds a worker past the [reconcile
+//!   timeout](crate::Controller::reconcile_timeout), if one is set: its token is cancelled and
+//!   its future dropped, and it takes the error path as a [`ReconcileTimeout`].
+//! - Failed reconciles are treated as the [`outcome`](crate::outcome) module's table says:
+//!   [`TerminalError`]s are not retried, [`RequeueAfterError`]s are retried after their delay,
+//!   other errors as the error policy says, or rate-limited.
 //! - Under a [`Manager`](crate::Manager) with leader election, a deposed leader writes nothing
 //!   for the controller: before every reconcile a worker checks the lease's term by the local
 //!   clock ([`Leadership`], see [`run_leading`](BuiltController::run_leading)) and puts a key
@@ -87,7 +95,8 @@ use workqueue::RateLimitingQueue;
 use crate::event_recorder::EventRecorder;
 use crate::leadership::{Leadership, NotLeader};
 use crate::metrics::ControllerMetrics;
-use crate::object_key::ObjectKey;
+use crate::object_key::{ObjectKey, Request};
+use crate::outcome::{ReconcilePanic, ReconcileTimeout, RequeueAfterError, TerminalError, find_in_chain};
 use crate::reconciler::{Action, BoxError, Context, Reconciler, RunScope};
 use crate::runnable::Runnable;
 use crate::source::ErasedRegistration;
@@ -138,6 +147,44 @@ pub enum ControllerError {
         /// How many reconciles were aborted.
         in_flight: usize,
     },
+    /// A reconcile panicked with panic recovery off
+    /// ([`recover_panic(false)`](crate::Controller::recover_panic)): the controller stopped at
+    /// once, as after `stop_now` (controller-runtime re-panics and the process dies; a library
+    /// must not end the process, so it returns this and a [`Manager`](crate::Manager) shuts
+    /// down and fails).
+    #[error("controller {controller}: a reconcile panicked: {message}")]
+    ReconcilePanicked {
+        /// The controller's name.
+        controller: String,
+        /// The panic's message.
+        message: String,
+    },
+}
+
+/// A function of a reconcile's error (the reconciler's own, a [`ReconcileTimeout`] or a
+/// [`ReconcilePanic`]), the request and the context, returning what to do with the key
+/// (kube-runtime's `error_policy`). Set with
+/// [`Controller::error_policy`](crate::Controller::error_policy).
+pub type ErrorPolicy<K> =
+    Arc<dyn Fn(&(dyn std::error::Error + Send + Sync + 'static), &Request, &Context<K>) -> Action + Send + Sync>;
+
+/// What a controller does with its reconciles' outcomes, as the builder set it.
+pub(crate) struct Outcomes<K> {
+    /// `None`: controller-runtime's rate-limited retry.
+    pub(crate) error_policy: Option<ErrorPolicy<K>>,
+    /// `None`: no timeout.
+    pub(crate) reconcile_timeout: Option<Duration>,
+    pub(crate) recover_panic: bool,
+}
+
+impl<K> Clone for Outcomes<K> {
+    fn clone(&self) -> Self {
+        Outcomes {
+            error_policy: self.error_policy.clone(),
+            reconcile_timeout: self.reconcile_timeout,
+            recover_panic: self.recover_panic,
+        }
+    }
 }
 /// A controller with its handlers registered and its reconciler bound: run it with
 /// [`run`](Self::run), or add it to a [`Manager`](crate::Manager).
@@ -154,6 +201,7 @@ pub struct BuiltController<K, R> {
     pub(crate) cache_sync_timeout: Duration,
     pub(crate) recorder: EventRecorder,
     pub(crate) owns_recorder: bool,
+    pub(crate) outcomes: Outcomes<K>,
     /// Keys whose retry a reconcile asked for once the queue was shutting down (so the queue
     /// refused it): reported dropped with the queue's unfinished keys, each key once.
     pub(crate) refused_retries: RefusedRetries,
@@ -317,6 +365,8 @@ where
             }
         };
         let mut workers = JoinSet::new();
+        // A reconcile's panic with recovery off: the controller stops at once and fails.
+        let mut panicked = None;
         if synced {
             self.metrics.max_concurrent_reconciles.set(self.workers as i64);
             for _ in 0..self.workers {
@@ -330,9 +380,18 @@ where
                     () = shutdown.cancelled() => break,
                     () = stop_now.cancelled() => break,
                     Some(ended) = workers.join_next() => {
-                        // Reconcile panics are caught, so this is a bug in the worker itself;
-                        // keep the controller at full strength rather than idle.
-                        error!(controller = %self.name, error = ?ended.err(), "a worker ended unexpectedly: restarting it");
+                        if let Err(e) = ended {
+                            if e.is_panic() && !self.outcomes.recover_panic {
+                                let message = panic_message(&*e.into_panic()).to_owned();
+                                error!(controller = %self.name, panic = %message,
+                                    "a reconcile panicked and panic recovery is off: stopping the controller at once");
+                                panicked = Some(message);
+                                break;
+                            }
+                            // Otherwise reconcile panics are caught, so this is a bug in the
+                            // worker itself; keep the controller at full strength rather than idle.
+                            error!(controller = %self.name, error = ?e, "a worker ended unexpectedly: restarting it");
+                        }
                         self.metrics.active_workers.set(0);
                         workers.spawn(self.worker(external_stop_now, context).run());
                     }
@@ -342,7 +401,9 @@ where
         // Shutdown or halt: the reconciles in flight (and those of a graceful drain) are told.
         context.token().cancel();
         self.stop_intake();
-        let ending = if stop_now.is_cancelled() {
+        let ending = if let Some(message) = panicked {
+            Ending::Panicked(message)
+        } else if stop_now.is_cancelled() {
             Ending::StoppedNow
         } else {
             info!(controller = %self.name, queued = self.queue.len(),
@@ -381,6 +442,14 @@ where
                     "stopped at once: reconciles in flight aborted, queued keys not reconciled");
                 Ok(())
             }
+            Ending::Panicked(message) => {
+                // The panicked worker never decremented it.
+                self.metrics.active_workers.set(0);
+                Err(ControllerError::ReconcilePanicked {
+                    controller: self.name.clone(),
+                    message,
+                })
+            }
         };
         self.report_dropped();
         info!(controller = %self.name, "controller stopped");
@@ -396,6 +465,7 @@ where
             reconciler: self.reconciler.clone(),
             context: context.clone(),
             metrics: self.metrics.clone(),
+            outcomes: self.outcomes.clone(),
         }
     }
 
@@ -435,6 +505,8 @@ enum Ending {
     TimedOut,
     /// `stop_now` fired.
     StoppedNow,
+    /// A reconcile panicked with panic recovery off (its message).
+    Panicked(String),
 }
 
 /// One worker: takes keys until the queue is shut down and empty, or until `stop_now` fires or
@@ -447,6 +519,7 @@ struct Worker<K, R> {
     reconciler: Arc<R>,
     context: Context<K>,
     metrics: ControllerMetrics,
+    outcomes: Outcomes<K>,
 }
 
 impl<K, R> Worker<K, R>
@@ -487,56 +560,120 @@ where
         let span = info_span!("reconcile", controller = %self.name, key = %key, attempt,
             result = tracing::field::Empty);
         let started = Instant::now();
-        // The call itself is inside the caught future: a closure reconciler may panic before it
-        // returns its future, and that panic must be caught like one inside it.
-        let outcome = AssertUnwindSafe(async { self.reconciler.reconcile(key.clone(), &self.context).await })
-            .catch_unwind()
-            .instrument(span.clone())
-            .await;
+        let outcome = self.call_reconciler(key).instrument(span.clone()).await;
         let elapsed = started.elapsed();
         self.metrics.time.observe(elapsed.as_secs_f64());
         let _entered = span.enter();
         let result = match outcome {
-            Ok(Ok(Action::Done)) => {
+            Ok(Action::Done) => {
                 self.queue.forget(key);
                 self.metrics.success.inc();
                 "success"
             }
-            Ok(Ok(Action::Requeue)) => {
+            Ok(Action::Requeue) => {
                 self.retry(key, None);
                 self.metrics.requeue.inc();
                 "requeue"
             }
-            Ok(Ok(Action::RequeueAfter(delay))) => {
+            Ok(Action::RequeueAfter(delay)) => {
                 self.queue.forget(key);
                 self.retry(key, Some(delay));
                 self.metrics.requeue_after.inc();
                 "requeue_after"
             }
-            Ok(Err(e)) => {
-                let e: BoxError = e.into();
-                if is_not_leader(&*e) || !self.context.is_leading() {
-                    // The expected race of a deposed leader, not a failure of the reconciler.
-                    info!(error = %error_chain(&*e), ?elapsed, "reconcile stopped: this replica may no longer lead");
-                } else {
-                    error!(error = %error_chain(&*e), ?elapsed, "reconcile failed");
-                }
-                self.retry(key, None);
-                self.metrics.error.inc();
-                self.metrics.errors.inc();
-                "error"
-            }
-            Err(panic) => {
-                error!(panic = %panic_message(&*panic), ?elapsed, "reconcile panicked");
-                self.retry(key, None);
-                self.metrics.error.inc();
-                self.metrics.errors.inc();
-                self.metrics.panics.inc();
+            Err(e) => {
+                self.on_error(key, &e, elapsed);
                 "error"
             }
         };
         span.record("result", result);
         debug!(?elapsed, result, "reconciled");
+    }
+
+    /// Runs the reconciler under the timeout, catching its panics; a timeout and a recovered
+    /// panic come back as errors ([`ReconcileTimeout`], [`ReconcilePanic`]). With recovery off
+    /// a panic is counted, then resumed: it ends this worker's task (see `run_workers`).
+    async fn call_reconciler(&self, key: &ObjectKey) -> Result<Action, BoxError> {
+        // With a timeout, the reconcile gets a token of its own to cancel.
+        let context = match self.outcomes.reconcile_timeout {
+            Some(_) => self.context.for_one_reconcile(),
+            None => self.context.clone(),
+        };
+        // The call itself is inside the caught future: a closure reconciler may panic before it
+        // returns its future, and that panic must be caught like one inside it.
+        let call = AssertUnwindSafe(async { self.reconciler.reconcile(key.clone(), &context).await }).catch_unwind();
+        let caught = match self.outcomes.reconcile_timeout {
+            None => call.await,
+            Some(timeout) => {
+                let mut call = std::pin::pin!(call);
+                tokio::select! {
+                    caught = &mut call => caught,
+                    () = tokio::time::sleep(timeout) => {
+                        // Told first, so anything it spawned with the token stops too; the
+                        // future is dropped when this block ends.
+                        context.token().cancel();
+                        self.metrics.timeouts.inc();
+                        return Err(Box::new(ReconcileTimeout::new(timeout)));
+                    }
+                }
+            }
+        };
+        match caught {
+            Ok(Ok(action)) => Ok(action),
+            Ok(Err(e)) => Err(e.into()),
+            Err(panic) => {
+                self.metrics.panics.inc();
+                if !self.outcomes.recover_panic {
+                    // Counted, then passed on as controller-runtime does; the controller ends.
+                    self.metrics.error.inc();
+                    self.metrics.errors.inc();
+                    std::panic::resume_unwind(panic);
+                }
+                Err(Box::new(ReconcilePanic::new(panic_message(&*panic))))
+            }
+        }
+    }
+
+    /// The error path: log and count, then forget, retry after a delay, ask the error policy,
+    /// or retry rate-limited (the [`outcome`](crate::outcome) module's table).
+    fn on_error(&self, key: &ObjectKey, e: &BoxError, elapsed: Duration) {
+        let e: &(dyn std::error::Error + Send + Sync + 'static) = &**e;
+        self.metrics.error.inc();
+        self.metrics.errors.inc();
+        if is_not_leader(e) || !self.context.is_leading() {
+            // The expected race of a deposed leader, not a failure of the reconciler.
+            info!(error = %error_chain(e), ?elapsed, "reconcile stopped: this replica may no longer lead");
+        } else {
+            error!(error = %error_chain(e), ?elapsed, "reconcile failed");
+        }
+        if find_in_chain::<TerminalError>(e).is_some() {
+            self.metrics.terminal_errors.inc();
+            self.queue.forget(key);
+            debug!("terminal error: the key is not retried");
+            return;
+        }
+        if let Some(requeue) = find_in_chain::<RequeueAfterError>(e) {
+            self.retry(key, Some(requeue.after()));
+            return;
+        }
+        let Some(policy) = &self.outcomes.error_policy else {
+            self.retry(key, None);
+            return;
+        };
+        let request = key.clone();
+        let action = match std::panic::catch_unwind(AssertUnwindSafe(|| policy(e, &request, &self.context))) {
+            Ok(action) => action,
+            Err(panic) => {
+                error!(panic = %panic_message(&*panic), "the error policy panicked: retrying rate-limited");
+                Action::Requeue
+            }
+        };
+        debug!(?action, "error policy");
+        match action {
+            Action::Done => self.queue.forget(key),
+            Action::Requeue => self.retry(key, None),
+            Action::RequeueAfter(delay) => self.retry(key, Some(delay)),
+        }
     }
 }
 

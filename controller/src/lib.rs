@@ -20,6 +20,8 @@
 //!   `with_event_filter`, `workers`, `rate_limiter`); [`BuiltController`] (`controller.rs`): the
 //!   worker runtime; `source.rs`: the sources and handler registrations both use.
 //! - [`Reconciler`], [`Action`], [`Context`] (`reconciler.rs`): what a controller calls.
+//! - [`outcome`]: how a failed reconcile is treated: [`TerminalError`], [`RequeueAfterError`],
+//!   [`ReconcileTimeout`], [`ReconcilePanic`], and the error policy.
 //! - [`predicate`]: event filters; `handler.rs`: the handlers that enqueue keys.
 //! - [`Manager`] (`manager.rs`): runs controllers with leader election ([`LeaderElector`],
 //!   `leader_election.rs`) and serves `/metrics` ([`Metrics`], `metrics.rs`), `/healthz`,
@@ -45,13 +47,14 @@ pub mod leadership;
 pub mod manager;
 pub mod metrics;
 mod object_key;
+pub mod outcome;
 pub mod predicate;
 mod reconciler;
 pub mod runnable;
 mod source;
 
 pub use builder::{Controller, ControllerBuilder};
-pub use controller::{BuiltController, ControllerError};
+pub use controller::{BuiltController, ControllerError, ErrorPolicy};
 pub use controllerutil::{
     OwnerReferenceError, PatchError, apply, patch_status_if_changed, set_controller_reference, set_owner_reference,
 };
@@ -63,5 +66,6 @@ pub use leadership::{Leadership, NotLeader};
 pub use manager::{Manager, ManagerBuilder, ManagerError, ManagerStatus};
 pub use metrics::{InformerCollector, InformerStatsSource, Metrics};
 pub use object_key::{ObjectKey, Request};
+pub use outcome::{ReconcilePanic, ReconcileTimeout, RequeueAfterError, TerminalError, terminal};
 pub use reconciler::{Action, BoxError, Context, FnReconciler, Reconciler, reconciler_fn};
 pub use runnable::{Runnable, RunnableFn, hostname, runnable_fn};

@@ -5,7 +5,9 @@
 //! |---|---|---|
 //! | `controller_runtime_reconcile_total` | counter | `controller`, `result` (`success`, `error`, `requeue`, `requeue_after`) |
 //! | `controller_runtime_reconcile_errors_total` | counter | `controller` |
+//! | `controller_runtime_terminal_reconcile_errors_total` | counter | `controller` |
 //! | `controller_runtime_reconcile_panics_total` | counter | `controller` |
+//! | `controller_runtime_reconcile_timeouts_total` | counter | `controller` |
 //! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` |
 //! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` |
 //! | `controller_runtime_active_workers` | gauge | `controller` |
@@ -37,6 +39,8 @@ pub struct Metrics {
     reconcile_total: IntCounterVec,
     reconcile_errors: IntCounterVec,
     reconcile_panics: IntCounterVec,
+    terminal_reconcile_errors: IntCounterVec,
+    reconcile_timeouts: IntCounterVec,
     reconcile_time: HistogramVec,
     max_concurrent_reconciles: IntGaugeVec,
     active_workers: IntGaugeVec,
@@ -82,6 +86,20 @@ impl Metrics {
                 ),
                 CONTROLLER,
             )?,
+            terminal_reconcile_errors: IntCounterVec::new(
+                Opts::new(
+                    "controller_runtime_terminal_reconcile_errors_total",
+                    "Total number of terminal reconciliation errors per controller",
+                ),
+                CONTROLLER,
+            )?,
+            reconcile_timeouts: IntCounterVec::new(
+                Opts::new(
+                    "controller_runtime_reconcile_timeouts_total",
+                    "Total number of reconciliation timeouts per controller",
+                ),
+                CONTROLLER,
+            )?,
             reconcile_time: HistogramVec::new(
                 HistogramOpts::new(
                     "controller_runtime_reconcile_time_seconds",
@@ -116,6 +134,8 @@ impl Metrics {
         registry.register(Box::new(metrics.reconcile_total.clone()))?;
         registry.register(Box::new(metrics.reconcile_errors.clone()))?;
         registry.register(Box::new(metrics.reconcile_panics.clone()))?;
+        registry.register(Box::new(metrics.terminal_reconcile_errors.clone()))?;
+        registry.register(Box::new(metrics.reconcile_timeouts.clone()))?;
         registry.register(Box::new(metrics.reconcile_time.clone()))?;
         registry.register(Box::new(metrics.max_concurrent_reconciles.clone()))?;
         registry.register(Box::new(metrics.active_workers.clone()))?;
@@ -150,6 +170,8 @@ impl Metrics {
             requeue_after: result("requeue_after"),
             errors: self.reconcile_errors.with_label_values(&[name]),
             panics: self.reconcile_panics.with_label_values(&[name]),
+            terminal_errors: self.terminal_reconcile_errors.with_label_values(&[name]),
+            timeouts: self.reconcile_timeouts.with_label_values(&[name]),
             time: self.reconcile_time.with_label_values(&[name]),
             max_concurrent_reconciles: self.max_concurrent_reconciles.with_label_values(&[name]),
             active_workers: self.active_workers.with_label_values(&[name]),
@@ -167,6 +189,8 @@ pub(crate) struct ControllerMetrics {
     pub(crate) requeue_after: IntCounter,
     pub(crate) errors: IntCounter,
     pub(crate) panics: IntCounter,
+    pub(crate) terminal_errors: IntCounter,
+    pub(crate) timeouts: IntCounter,
     pub(crate) time: prometheus::Histogram,
     pub(crate) max_concurrent_reconciles: IntGauge,
     pub(crate) active_workers: IntGauge,

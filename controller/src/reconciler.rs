@@ -11,7 +11,9 @@
 //! | `Ok(Action::Done)` | `forget` (reset the key's backoff) |
 //! | `Ok(Action::Requeue)` | `add_rate_limited` (retry after the key's backoff) |
 //! | `Ok(Action::RequeueAfter(d))` | `forget`, then `add_after(d)` |
-//! | `Err(e)` or a panic | the error chain is logged, then `add_rate_limited` |
+//! | `Err(e)`, a timeout or a panic | the error chain is logged, then `add_rate_limited`, unless the error is a [`TerminalError`](crate::TerminalError) (no retry) or a [`RequeueAfterError`](crate::RequeueAfterError) (retry after its delay), or the controller's [error policy](crate::Controller::error_policy) says otherwise |
+//!
+//! The [`outcome`](crate::outcome) module has the whole table.
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
@@ -168,6 +170,16 @@ impl<K> Context<K> {
         }
     }
 
+    /// This context for one reconcile: its token is a child of the run's, so the worker can
+    /// cancel this reconcile alone (at its timeout) while a cancellation of the run still
+    /// reaches it.
+    pub(crate) fn for_one_reconcile(&self) -> Self {
+        self.scoped(RunScope {
+            leadership: self.scope.leadership.clone(),
+            token: self.scope.token.child_token(),
+        })
+    }
+
     /// This context for one run of the controller.
     pub(crate) fn scoped(&self, scope: RunScope) -> Self {
         Context {
@@ -217,7 +229,9 @@ impl<K> Context<K> {
     /// Fires when the reconcile should stop: at the instant the lease's validity lapses by the
     /// local clock (a timer to the deadline, re-armed at each renewal), when the controller is
     /// stopped at once, and when shutdown begins (the reconciles of a graceful shutdown get it
-    /// already fired, and may still finish: the lease is held until they did). Select on it
+    /// already fired, and may still finish: the lease is held until they did), and when the
+    /// reconcile runs past the controller's reconcile timeout (then its future is dropped
+    /// right after; the token is this reconcile's own then). Select on it
     /// around long waits; check [`ensure_leading`](Self::ensure_leading) before writing.
     pub fn token(&self) -> &CancellationToken {
         &self.scope.token

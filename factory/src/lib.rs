@@ -31,7 +31,10 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod cache_options;
 pub mod generated;
+
+pub use cache_options::{CacheOptions, SelectorError, parse_label_selector};
 
 /// Paths the generated code (and `#[derive(Informer)]` code compiled inside this crate) uses
 /// in place of the `::kinformer` facade, which this crate cannot depend on.
@@ -91,6 +94,23 @@ pub enum FactoryError {
         /// The informers that had not synced (`apiVersion/Kind`).
         informers: Vec<String>,
     },
+    /// A type's cache options do not parse (a label or field selector, or an empty namespace).
+    #[error(transparent)]
+    InvalidOptions(#[from] SelectorError),
+    /// A type's shared informer was asked for with options other than those it has (or was
+    /// configured with by [`by_object`](SharedInformerFactoryBuilder::by_object)): two consumers
+    /// would share a cache filtered for one of them. Use
+    /// [`informer_for_with`](SharedInformerFactory::informer_for_with) to say which informer is
+    /// meant.
+    #[error("the shared informer of {kind} has options [{existing}]; asked for with [{requested}]")]
+    ConflictingOptions {
+        /// `apiVersion/Kind`.
+        kind: String,
+        /// The options of the type's shared informer.
+        existing: Box<CacheOptions>,
+        /// The options asked for.
+        requested: Box<CacheOptions>,
+    },
     /// Shutdown fired before the informers synced.
     #[error("shut down before the informers synced: {}", informers.join(", "))]
     CacheSyncCancelled {
@@ -114,10 +134,11 @@ pub struct ListOptions {
 
 type Tweak = Arc<dyn Fn(&mut ListOptions) + Send + Sync>;
 
-/// Which informer: a static type, or a dynamic resource by group/version/kind.
+/// Which informer: a static type with its cache options, or a dynamic resource by
+/// group/version/kind.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum InformerKey {
-    Typed(TypeId),
+    Typed(TypeId, CacheOptions),
     Dynamic {
         group: String,
         version: String,
@@ -158,7 +179,12 @@ struct Entry {
 }
 
 struct State {
+    /// Invariant: every typed key `(t, o)` is either `shared[t] == o` or was asked for by
+    /// `informer_for_with`; `shared[t]` need not have an informer yet.
     informers: HashMap<InformerKey, Entry>,
+    /// The options of each type's shared informer ([`SharedInformerFactory::informer_for`]):
+    /// those of `by_object`, else those of the first request for it.
+    shared: HashMap<TypeId, CacheOptions>,
     shut_down: bool,
 }
 
@@ -172,6 +198,8 @@ struct Inner {
     strip_managed_fields: bool,
     page_size: u32,
     server_behind_check: Duration,
+    /// Each type's configured cache options (`by_object`).
+    by_object: HashMap<TypeId, CacheOptions>,
     /// Parent of every informer's shutdown token.
     stop: CancellationToken,
     state: Mutex<State>,
@@ -196,6 +224,7 @@ pub struct SharedInformerFactoryBuilder {
     strip_managed_fields: bool,
     page_size: u32,
     server_behind_check: Duration,
+    by_object: HashMap<TypeId, CacheOptions>,
 }
 
 impl SharedInformerFactoryBuilder {
@@ -223,7 +252,17 @@ impl SharedInformerFactoryBuilder {
         self
     }
 
-    /// A transform for `K`'s objects before they enter the cache (after the default one).
+    /// The options of `K`'s shared informer (controller-runtime's `cache.Options.ByObject`): a
+    /// label selector, a field selector, a namespace. Every consumer of
+    /// [`informer_for::<K>()`](SharedInformerFactory::informer_for) then shares a cache of only
+    /// those objects; see [`CacheOptions`]. Checked when the informer is requested.
+    pub fn by_object<K: FactoryResource>(mut self, options: CacheOptions) -> Self {
+        self.by_object.insert(TypeId::of::<K>(), options);
+        self
+    }
+
+    /// A transform for `K`'s objects before they enter the cache (after the default one), in
+    /// every informer of `K` whatever its options.
     pub fn transform<K: FactoryResource>(mut self, transform: impl Fn(K) -> K + Send + Sync + 'static) -> Self {
         let transform: TransformFunc<K> = Arc::new(transform);
         self.transforms.insert(TypeId::of::<K>(), Box::new(transform));
@@ -268,9 +307,11 @@ impl SharedInformerFactoryBuilder {
                 strip_managed_fields: self.strip_managed_fields,
                 page_size: self.page_size,
                 server_behind_check: self.server_behind_check,
+                by_object: self.by_object.clone(),
                 stop: CancellationToken::new(),
                 state: Mutex::new(State {
                     informers: HashMap::new(),
+                    shared: self.by_object.clone(),
                     shut_down: false,
                 }),
             }),
@@ -301,6 +342,7 @@ impl SharedInformerFactory {
             strip_managed_fields: false,
             page_size: 500,
             server_behind_check: informer_core::reflector::DEFAULT_SERVER_BEHIND_CHECK,
+            by_object: HashMap::new(),
         }
     }
 
@@ -314,7 +356,7 @@ impl SharedInformerFactory {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn reflector_config(&self, name: String) -> ReflectorConfig {
+    fn reflector_config(&self, name: String, cache: &CacheOptions) -> ReflectorConfig {
         let mut options = ListOptions {
             page_size: self.inner.page_size,
             ..ListOptions::default()
@@ -331,10 +373,11 @@ impl SharedInformerFactory {
         if options.page_size != informer_core::reflector::DEFAULT_PAGE_SIZE {
             config = config.page_size(options.page_size);
         }
-        if let Some(selector) = options.label_selector {
+        // A type's own selectors replace the factory-wide tweak's.
+        if let Some(selector) = cache.label_selector.clone().or(options.label_selector) {
             config = config.labels(selector);
         }
-        if let Some(selector) = options.field_selector {
+        if let Some(selector) = cache.field_selector.clone().or(options.field_selector) {
             config = config.fields(selector);
         }
         config
@@ -356,30 +399,101 @@ impl SharedInformerFactory {
 
     /// The shared informer for `K`: made on the first call, the same one on every later call.
     /// `K` may be `PartialObjectMeta<T>` for a metadata-only informer (see
-    /// [`metadata_informer_for`](Self::metadata_informer_for)).
+    /// [`metadata_informer_for`](Self::metadata_informer_for)). It has the options of
+    /// [`by_object`](SharedInformerFactoryBuilder::by_object), or none: this is
+    /// [`shared_informer_with`](Self::shared_informer_with) with those, so it is refused once
+    /// another consumer asked for `K`'s shared informer with other options, whatever the order.
     pub fn informer_for<K: FactoryResource>(&self) -> Result<SharedIndexInformer<K>, FactoryError> {
-        let key = InformerKey::Typed(TypeId::of::<K>());
+        let options = self
+            .inner
+            .by_object
+            .get(&TypeId::of::<K>())
+            .cloned()
+            .unwrap_or_default();
+        self.shared_informer_with(options)
+    }
+
+    /// `K`'s shared informer, which must have `options`: made with them on the first request,
+    /// refused with [`FactoryError::ConflictingOptions`] if `K`'s shared informer has (or was
+    /// configured with) other options, so two consumers never silently share a cache filtered
+    /// for one of them.
+    pub fn shared_informer_with<K: FactoryResource>(
+        &self,
+        options: CacheOptions,
+    ) -> Result<SharedIndexInformer<K>, FactoryError> {
         let mut state = self.state();
+        if let Some(existing) = state.shared.get(&TypeId::of::<K>())
+            && *existing != options
+        {
+            return Err(FactoryError::ConflictingOptions {
+                kind: format!("{}/{}", K::api_version(&()), K::kind(&())),
+                existing: Box::new(existing.clone()),
+                requested: Box::new(options),
+            });
+        }
+        self.typed_informer(&mut state, options, true)
+    }
+
+    /// The informer of `K` for exactly `options` (saying which informer is meant, where
+    /// [`shared_informer_with`](Self::shared_informer_with) would refuse): `K`'s shared
+    /// informer if it has these options, else one of its own, shared by every request for `K`
+    /// with equal options. Each is a list and watch of its own.
+    ///
+    /// ```no_run
+    /// # fn demo(factory: &factory::SharedInformerFactory) -> Result<(), factory::FactoryError> {
+    /// use factory::CacheOptions;
+    /// use k8s_openapi::api::core::v1::Pod;
+    ///
+    /// let every_pod = factory.informer_for::<Pod>()?;
+    /// let web_pods = factory.informer_for_with::<Pod>(CacheOptions::default().labels("app=web"))?;
+    /// # let _ = (every_pod, web_pods); Ok(()) }
+    /// ```
+    pub fn informer_for_with<K: FactoryResource>(
+        &self,
+        options: CacheOptions,
+    ) -> Result<SharedIndexInformer<K>, FactoryError> {
+        let mut state = self.state();
+        self.typed_informer(&mut state, options, false)
+    }
+
+    /// The informer of `K` with `options`, made if missing; `claim_shared` makes these the
+    /// options of `K`'s shared informer if it has none yet.
+    fn typed_informer<K: FactoryResource>(
+        &self,
+        state: &mut State,
+        options: CacheOptions,
+        claim_shared: bool,
+    ) -> Result<SharedIndexInformer<K>, FactoryError> {
         if state.shut_down {
             return Err(FactoryError::ShutDown);
         }
+        let key = InformerKey::Typed(TypeId::of::<K>(), options.clone());
         if let Some(entry) = state.informers.get(&key)
             && let Some(informer) = entry.informer.downcast_ref::<SharedIndexInformer<K>>()
         {
-            return Ok(informer.clone());
+            let informer = informer.clone();
+            if claim_shared {
+                state.shared.entry(TypeId::of::<K>()).or_insert(options);
+            }
+            return Ok(informer);
         }
+        options.validate()?;
         let namespaced = TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
         let namespace = if namespaced {
-            self.inner.namespace.as_deref()
+            options.namespace.as_deref().or(self.inner.namespace.as_deref())
         } else {
             None
         };
         let url_path = K::url_path(&(), namespace);
-        let name = if K::metadata_api() {
+        let mut name = if K::metadata_api() {
             format!("{}/{} (metadata)", K::api_version(&()), K::kind(&()))
         } else {
             format!("{}/{}", K::api_version(&()), K::kind(&()))
         };
+        // Sync results are keyed by name: informers of one type with other options differ.
+        if !options.is_default() {
+            name = format!("{name} [{options}]");
+        }
         let resync = self
             .inner
             .custom_resync
@@ -393,7 +507,7 @@ impl SharedInformerFactory {
                 .skip_managed_fields(self.inner.strip_managed_fields),
             InformerConfig::default()
                 .resync_period(resync)
-                .reflector(self.reflector_config(name.clone())),
+                .reflector(self.reflector_config(name.clone(), &options)),
         );
         let custom = self
             .inner
@@ -407,7 +521,10 @@ impl SharedInformerFactory {
             (false, Some(custom)) => informer.set_transform(move |obj| custom(obj))?,
             (false, None) => {}
         }
-        debug!(informer = %name, "informer created");
+        debug!(informer = %name, options = %options, "informer created");
+        if claim_shared {
+            state.shared.entry(TypeId::of::<K>()).or_insert(options);
+        }
         state.informers.insert(
             key,
             Entry {
@@ -452,7 +569,7 @@ impl SharedInformerFactory {
             ApiListerWatcher::<DynamicObject>::from_url_path(self.inner.client.clone(), url_path),
             InformerConfig::default()
                 .resync_period(self.inner.default_resync)
-                .reflector(self.reflector_config(name.clone())),
+                .reflector(self.reflector_config(name.clone(), &CacheOptions::default())),
         );
         if self.inner.strip_managed_fields {
             informer.set_transform(strip_managed_fields::<DynamicObject>)?;

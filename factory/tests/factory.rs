@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use factory::{FactoryError, SharedInformerFactory};
+use factory::{CacheOptions, FactoryError, SharedInformerFactory};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ApiResource, GroupVersionKind, PostParams};
@@ -344,6 +344,107 @@ async fn every_generated_accessor_syncs_against_envtest() {
     assert_eq!(synced.len(), started.len() + 1, "{synced:?}");
     assert!(synced.values().all(|ok| *ok), "{synced:?}");
     assert!(jobs.lister().jobs("default").get("migrate").is_some());
+    shutdown.cancel();
+    factory.shutdown().await;
+}
+
+fn labelled(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+fn cached_names(informer: &informer_core::SharedIndexInformer<ConfigMap>) -> Vec<String> {
+    let mut names: Vec<String> = informer
+        .indexer()
+        .list()
+        .iter()
+        .filter_map(|cm| cm.metadata.name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_selector_filtered_informer_holds_only_matching_objects_and_follows_label_changes() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::builder(client.clone())
+        .by_object::<ConfigMap>(CacheOptions::default().labels("app=web").namespace("default"))
+        .build();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let other: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-system");
+    for (name, labels) in [("web", &[("app", "web")][..]), ("db", &[("app", "db")][..])] {
+        cms.create(&PostParams::default(), &labelled(name, labels))
+            .await
+            .unwrap();
+        other
+            .create(&PostParams::default(), &labelled(name, labels))
+            .await
+            .unwrap();
+    }
+    let web = factory.informer_for::<ConfigMap>().unwrap();
+    // The same options say which informer: the shared one. Other options are refused...
+    assert!(
+        factory
+            .shared_informer_with::<ConfigMap>(CacheOptions::default())
+            .is_err()
+    );
+    let conflict = factory.shared_informer_with::<ConfigMap>(CacheOptions::default().labels("app=db"));
+    assert!(matches!(conflict.err(), Some(FactoryError::ConflictingOptions { .. })));
+    // ...unless the caller asks for the informer of exactly those options.
+    let every = factory.informer_for_with::<ConfigMap>(CacheOptions::default()).unwrap();
+    let bad = factory.informer_for_with::<ConfigMap>(CacheOptions::default().labels("app in ("));
+    assert!(matches!(bad.err(), Some(FactoryError::InvalidOptions(_))));
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let synced = factory.wait_for_cache_sync(&shutdown).await;
+    assert_eq!(
+        synced.keys().cloned().collect::<Vec<_>>(),
+        ["v1/ConfigMap", "v1/ConfigMap [labels=app=web; namespace=default]"]
+    );
+    assert_eq!(cached_names(&web), ["web"]);
+    let unfiltered = every.indexer().list();
+    let ours = unfiltered.iter().filter(|cm| cm.metadata.labels.is_some()).count();
+    assert_eq!(ours, 4, "the unfiltered informer has both namespaces and both labels");
+    let path = "/api/v1/namespaces/default/configmaps";
+    let reads: Vec<_> = env
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path == path)
+        .collect();
+    assert!(!reads.is_empty());
+    for request in reads {
+        assert_eq!(
+            request.param("labelSelector").as_deref(),
+            Some("app=web"),
+            "{request:?}"
+        );
+    }
+
+    // A label change moves an object in and out.
+    let relabel = |app: &str| serde_json::json!({"metadata": {"labels": {"app": app}}});
+    let patch = |name: &'static str, app: &str| {
+        let (cms, body) = (cms.clone(), relabel(app));
+        async move {
+            cms.patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&body),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    patch("db", "web").await;
+    eventually("db moved in", || cached_names(&web) == ["db", "web"]).await;
+    patch("web", "api").await;
+    eventually("web moved out", || cached_names(&web) == ["db"]).await;
     shutdown.cancel();
     factory.shutdown().await;
 }

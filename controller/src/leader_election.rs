@@ -162,6 +162,83 @@ pub struct LeaderElectionConfig {
     /// instead of after `lease_duration`. Cancel only once everything the lease guards has
     /// stopped, or two replicas may act at once. Default `true`.
     pub release_on_cancel: bool,
+    /// Called when this replica starts or stops leading and when a new leader is observed
+    /// (client-go's `LeaderCallbacks`). Default: none.
+    pub callbacks: LeaderCallbacks,
+}
+
+/// Functions called on leadership changes: client-go's `LeaderCallbacks`, all optional.
+///
+/// They run synchronously on the task that noticed the change (the elector's `acquire` or
+/// `renew`, or whoever made the observation), so they must return quickly: spawn or send on a
+/// channel for anything slow. A callback that blocks delays renewals.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct LeaderCallbacks {
+    /// *OnStartedLeading*: `acquire` won the Lease; called with the new term.
+    pub on_started_leading: Option<Arc<dyn Fn(&Leadership) + Send + Sync>>,
+    /// *OnStoppedLeading*: a term ended (lost, lapsed, released or given up); once per term.
+    pub on_stopped_leading: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// *OnNewLeader*: the observed holder changed to this identity (ours included).
+    pub on_new_leader: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+}
+
+impl LeaderCallbacks {
+    /// No callbacks.
+    pub fn new() -> Self {
+        LeaderCallbacks::default()
+    }
+
+    /// Sets [`on_started_leading`](Self::on_started_leading).
+    #[must_use]
+    pub fn on_started_leading(mut self, f: impl Fn(&Leadership) + Send + Sync + 'static) -> Self {
+        self.on_started_leading = Some(Arc::new(f));
+        self
+    }
+
+    /// Sets [`on_stopped_leading`](Self::on_stopped_leading).
+    #[must_use]
+    pub fn on_stopped_leading(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_stopped_leading = Some(Arc::new(f));
+        self
+    }
+
+    /// Sets [`on_new_leader`](Self::on_new_leader).
+    #[must_use]
+    pub fn on_new_leader(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.on_new_leader = Some(Arc::new(f));
+        self
+    }
+}
+
+impl fmt::Debug for LeaderCallbacks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaderCallbacks")
+            .field("on_started_leading", &self.on_started_leading.is_some())
+            .field("on_stopped_leading", &self.on_stopped_leading.is_some())
+            .field("on_new_leader", &self.on_new_leader.is_some())
+            .finish()
+    }
+}
+
+/// A unique identity as client-go's examples and controller-runtime build it: the host name
+/// ([`hostname`](crate::hostname): `$HOSTNAME`, a pod's name) and a random UUID,
+/// `<hostname>_<uuid>`. Unique per process, so two containers of one pod, or a restarted
+/// process, never share a term.
+pub fn default_identity() -> String {
+    let bits: u128 = rand::random();
+    // A version 4 (random) UUID: version nibble 4, variant bits 10.
+    let bits = (bits & !(0xf_u128 << 76) | (0x4_u128 << 76)) & !(0x3_u128 << 62) | (0x2_u128 << 62);
+    let hex = format!("{bits:032x}");
+    format!(
+        "{}_{}-{}-{}-{}-{}",
+        crate::runnable::hostname(),
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 impl LeaderElectionConfig {
@@ -175,7 +252,20 @@ impl LeaderElectionConfig {
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
             release_on_cancel: true,
+            callbacks: LeaderCallbacks::default(),
         }
+    }
+
+    /// As [`new`](Self::new), with [`default_identity`] (`<hostname>_<uuid>`) as the identity.
+    pub fn with_default_identity(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        LeaderElectionConfig::new(namespace, name, default_identity())
+    }
+
+    /// Sets [`callbacks`](Self::callbacks).
+    #[must_use]
+    pub fn callbacks(mut self, callbacks: LeaderCallbacks) -> Self {
+        self.callbacks = callbacks;
+        self
     }
 
     /// Sets [`lease_duration`](Self::lease_duration).
@@ -262,6 +352,17 @@ pub enum LeaderElectionError {
         last_error: Option<kube::Error>,
     },
 
+    /// The health check ([`LeaderElector::check`]) found the Lease still naming this replica
+    /// but not renewed for longer than `renew_deadline` plus the tolerance: whatever should
+    /// renew it (or stop the process) is wedged.
+    #[error("failed election to renew leadership on lease {lease}: last renewal sent {since:?} ago")]
+    RenewalOverdue {
+        /// The Lease, as `namespace/name`.
+        lease: String,
+        /// How long ago the last successful renewal was sent.
+        since: Duration,
+    },
+
     /// [`LeaderElector::renew`] was called while not holding the Lease (call `acquire` first).
     #[error("renew called while not holding the lease {lease}")]
     NotLeading {
@@ -290,6 +391,11 @@ struct Inner {
     /// last successful write plus `renew_deadline`. 0 while not leading. Set by `acquire` and
     /// `renew`, cleared when leadership ends; read lock-free by `is_leader`.
     leading_until: AtomicU64,
+    /// Nanoseconds after `epoch` when the last successful write of the Lease naming us (acquire
+    /// or renewal) was sent; 0: never. Unlike `leading_until` it is not cleared when the term
+    /// ends: the health check ([`LeaderElector::check`]) compares it with the clock while the
+    /// observed record still names us.
+    last_renewed: AtomicU64,
     /// The current term of leadership: a fresh token when `acquire` succeeds, cancelled the
     /// moment the term ends (its validity lapsed by the local clock, the lease was lost, given
     /// back or given up). Invariant: while `leading_until` is non-zero and in the future, this
@@ -470,6 +576,7 @@ impl LeaderElector {
                 lease_duration_seconds,
                 epoch: Instant::now(),
                 leading_until: AtomicU64::new(0),
+                last_renewed: AtomicU64::new(0),
                 term: Mutex::new(cancelled_token()),
                 last_observed: AtomicU64::new(0),
                 leader: Mutex::new(None),
@@ -500,6 +607,9 @@ impl LeaderElector {
                         return false;
                     }
                     info!(identity = %inner.config.identity, lease = %inner.lease, "acquired the lease");
+                    if let Some(on_started) = &inner.config.callbacks.on_started_leading {
+                        on_started(&self.leadership());
+                    }
                     return true;
                 }
                 Attempt::HeldByOther(holder) => {
@@ -735,6 +845,42 @@ impl LeaderElector {
     fn set_leading_until(&self, until: Instant) {
         let nanos = u64::try_from(until.saturating_duration_since(self.inner.epoch).as_nanos()).unwrap_or(u64::MAX);
         self.inner.leading_until.store(nanos.max(1), Ordering::Release);
+        let sent = until
+            .checked_sub(self.inner.config.renew_deadline)
+            .unwrap_or(self.inner.epoch)
+            .saturating_duration_since(self.inner.epoch);
+        let sent = u64::try_from(sent.as_nanos()).unwrap_or(u64::MAX);
+        self.inner.last_renewed.store(sent.max(1), Ordering::Release);
+    }
+
+    /// The health check of a leader (client-go's `LeaderElector.Check`, behind its
+    /// `HealthzAdaptor`, which controller-runtime's manager installs as `leaderElection`):
+    /// `Err` when the Lease as last observed still names this replica but its last successful
+    /// renewal was sent more than `renew_deadline + tolerance` ago. A healthy leader renews
+    /// well within `renew_deadline`, and one that cannot renew stops leading at it (the
+    /// Manager then exits); past the tolerance, whatever should renew or stop is wedged, and a
+    /// failing `/healthz` lets the kubelet restart the process. A standby, and a replica that
+    /// released the Lease or saw another holder, always passes.
+    ///
+    /// client-go measures from when the record was last *observed* against `lease_duration`;
+    /// this measures from when the last renewal was *sent* against `renew_deadline`, the bound
+    /// this elector's leader acts by (see the module docs).
+    pub fn check(&self, tolerance: Duration) -> Result<(), LeaderElectionError> {
+        if self.leader().as_deref() != Some(self.identity()) {
+            return Ok(());
+        }
+        let sent = match self.inner.last_renewed.load(Ordering::Acquire) {
+            0 => return Ok(()),
+            nanos => self.inner.epoch + Duration::from_nanos(nanos),
+        };
+        let since = Instant::now().saturating_duration_since(sent);
+        if since > self.inner.config.renew_deadline + tolerance {
+            return Err(LeaderElectionError::RenewalOverdue {
+                lease: self.inner.lease.clone(),
+                since,
+            });
+        }
+        Ok(())
     }
 
     /// Starts a term whose first write was sent at `started`: a fresh token first, then the
@@ -745,9 +891,18 @@ impl LeaderElector {
         self.set_leading_until(started + self.inner.config.renew_deadline);
     }
 
-    /// Cancels the current term's token (idempotent).
+    /// Cancels the current term's token (idempotent); the first call of a term runs the
+    /// *OnStoppedLeading* callback.
     fn end_term(&self) {
-        self.term_token().cancel();
+        let ended = {
+            let term = self.inner.term.lock().unwrap_or_else(|e| e.into_inner());
+            let ended = !term.is_cancelled();
+            term.cancel();
+            ended
+        };
+        if ended && let Some(on_stopped) = &self.inner.config.callbacks.on_stopped_leading {
+            on_stopped();
+        }
     }
 
     fn term_token(&self) -> CancellationToken {
@@ -916,38 +1071,68 @@ impl LeaderElector {
             .await
     }
 
-    /// client-go's `release`: if the last observed record names us, write an empty holder with
-    /// `leaseDurationSeconds: 1` (keeping `leaseTransitions`), conditional on the cached
-    /// resourceVersion so a new holder is never overwritten. Bounded by `renew_deadline`; a
-    /// failure is logged (the lease then expires).
+    /// client-go's `release`: reads the Lease, and if it still names us writes an empty holder
+    /// with `leaseDurationSeconds: 1` (keeping `leaseTransitions`), conditional on the
+    /// resourceVersion just read, so a new holder is never overwritten. The read comes first
+    /// because the cached Lease may be stale: a renewal abandoned when shutdown fired may
+    /// still have reached the server. A conflict (someone wrote in between) or another error
+    /// is retried, reading again, every `retry_period / 4` until `renew_deadline`; then the
+    /// failure is logged and the lease expires after `lease_duration`.
     async fn release(&self) {
         let inner = &*self.inner;
-        let release = async {
-            let mut observation = inner.observation.lock().await;
-            let Some((lease, record, _)) = observation.held_by(&inner.config.identity) else {
-                return Ok(false);
-            };
-            let now = MicroTime(jiff::Timestamp::now());
-            let released = LeaderElectionRecord {
-                holder_identity: String::new(),
-                lease_duration_seconds: 1,
-                acquire_time: Some(now.clone()),
-                renew_time: Some(now),
-                leader_transitions: record.leader_transitions,
-            };
-            let lease = self.update(lease, &released).await?;
-            observation.written(lease, Instant::now());
-            self.publish_leader(&observation);
-            Ok::<bool, kube::Error>(true)
-        };
-        match tokio::time::timeout(inner.config.renew_deadline, release).await {
-            Ok(Ok(true)) => info!(identity = %inner.config.identity, lease = %inner.lease, "released the lease"),
-            Ok(Ok(false)) => {}
-            Ok(Err(e)) => {
-                error!(identity = %inner.config.identity, lease = %inner.lease, error = %e, "failed to release the lease");
+        let identity = inner.config.identity.as_str();
+        let deadline = Instant::now() + inner.config.renew_deadline;
+        let pause = (inner.config.retry_period / 4).max(Duration::from_millis(10));
+        let mut observation = inner.observation.lock().await;
+        let mut attempts = 0_u32;
+        let outcome = loop {
+            attempts += 1;
+            let attempt = tokio::time::timeout_at(deadline, self.release_once(&mut observation)).await;
+            match attempt {
+                Ok(Ok(released)) => break Ok(released),
+                Ok(Err(e)) if Instant::now() + pause < deadline => {
+                    debug!(identity, lease = %inner.lease, attempts, error = %e, "releasing the lease failed: reading it again");
+                    tokio::time::sleep(pause).await;
+                }
+                Ok(Err(e)) => break Err(Some(e)),
+                Err(_) => break Err(None),
             }
-            Err(_) => error!(identity = %inner.config.identity, lease = %inner.lease, "timed out releasing the lease"),
+        };
+        self.publish_leader(&observation);
+        match outcome {
+            Ok(true) => info!(identity, lease = %inner.lease, attempts, "released the lease"),
+            Ok(false) => debug!(identity, lease = %inner.lease, "the lease no longer names us: nothing to release"),
+            Err(Some(e)) => {
+                warn!(identity, lease = %inner.lease, attempts, error = %e, "failed to release the lease: it expires after its duration");
+            }
+            Err(None) => {
+                warn!(identity, lease = %inner.lease, attempts, "timed out releasing the lease: it expires after its duration");
+            }
         }
+    }
+
+    /// One read-then-write of [`release`](Self::release): `Ok(false)` if the Lease is absent or
+    /// names someone else.
+    async fn release_once(&self, observation: &mut Observation) -> Result<bool, kube::Error> {
+        let inner = &*self.inner;
+        let Some(lease) = inner.api.get_opt(&inner.config.lease_name).await? else {
+            return Ok(false);
+        };
+        observation.observe(lease, Instant::now());
+        let Some((lease, record, _)) = observation.held_by(&inner.config.identity) else {
+            return Ok(false);
+        };
+        let now = MicroTime(jiff::Timestamp::now());
+        let released = LeaderElectionRecord {
+            holder_identity: String::new(),
+            lease_duration_seconds: 1,
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            leader_transitions: record.leader_transitions,
+        };
+        let lease = self.update(lease, &released).await?;
+        observation.written(lease, Instant::now());
+        Ok(true)
     }
 
     /// Publishes the observed holder for [`leader`](Self::leader), logging a change
@@ -962,7 +1147,11 @@ impl LeaderElector {
                 }
                 None => info!(identity = %self.inner.config.identity, lease = %self.inner.lease, "the lease is free"),
             }
-            *leader = holder;
+            *leader = holder.clone();
+            drop(leader);
+            if let (Some(holder), Some(on_new_leader)) = (holder, &self.inner.config.callbacks.on_new_leader) {
+                on_new_leader(&holder);
+            }
         }
     }
 }

@@ -3,65 +3,93 @@
 //! graceful shutdown (controller-runtime's `pkg/manager`).
 //!
 //! ```no_run
-//! use controller::{Action, Context, Manager, Request, reconciler_fn};
+//! use controller::{Action, Context, LeaderElectionConfig, Manager, Request, reconciler_fn};
 //! use k8s_openapi::api::apps::v1::Deployment;
 //! use tokio_util::sync::CancellationToken;
 //!
 //! # async fn demo(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! let mut manager = Manager::builder(client)
-//!     .leader_election(controller::LeaderElectionConfig::new("kube-system", "my-controller", "pod-a"))
+//!     .leader_election(LeaderElectionConfig::with_default_identity("kube-system", "my-controller"))
+//!     .handle_signals(true) // a binary's main: SIGINT/SIGTERM start the graceful shutdown
 //!     .build()?;
+//! manager.add_healthz_check("disk", || Ok(()));
 //! let reconciler = reconciler_fn(|_req: Request, _ctx: Context<Deployment>| async {
 //!     Ok::<_, kube::Error>(Action::Done)
 //! });
 //! manager.add(manager.controller("deployments").for_resource::<Deployment>().build(reconciler)?);
-//! manager.run(CancellationToken::new()).await?; // also stops on SIGINT/SIGTERM
+//! manager.run(CancellationToken::new()).await?;
 //! # Ok(()) }
 //! ```
 //!
-//! # What `run` does
-//! 1. Serves `/metrics` (Prometheus text: the controllers', work queues' and manager's
-//!    series), `/healthz` (200 while running) and `/readyz` (503 until every cache synced;
-//!    then 200, saying `leading` or `standby` under leader election; a standby whose last
-//!    successful read of the Lease is older than
-//!    [`LeaderElector::observation_bound`] cannot reach the API server and answers 503).
-//! 2. Starts the factory's informers and the runnables that need no leadership.
-//! 3. Waits for the caches (failing after `cache_sync_timeout` with the informers that did
-//!    not sync), then starts the controllers: at once without leader election, or once the
-//!    Lease is acquired. A standby keeps its informers running, so its caches are warm and
-//!    its queues hold every key when it takes over.
-//! 4. Runs until the token is cancelled, SIGINT or SIGTERM arrives, a runnable fails, or the
-//!    lease is lost (client-go's `renewDeadline` passed without a renewal: the controllers
-//!    are stopped at once, without the graceful shutdown: they take no more keys, not even
-//!    queued ones, and the reconciles in flight are aborted; `run` returns
+//! # Endpoints
+//!
+//! Two servers, as controller-runtime's `Metrics.BindAddress` and `HealthProbeBindAddress`,
+//! both on every interface by default so Prometheus and the kubelet reach a pod:
+//! `/metrics` on `0.0.0.0:8080` (Prometheus text: the controllers', work queues', informers'
+//! and manager's series), and the probes on `0.0.0.0:8081`. Either can be moved (port 0 picks
+//! a free one; `127.0.0.1` keeps it local) or turned off. Both use the `http-serving` crate's
+//! timeouts and connection cap.
+//!
+//! The probes answer as controller-runtime's `pkg/healthz` (see [`healthz`](crate::healthz)):
+//! `/healthz` and `/readyz` run every check (`?verbose` lists them, `?exclude=name` skips
+//! one; 500 when one fails), `/healthz/<name>` and `/readyz/<name>` run one. Checks of your
+//! own: [`Manager::add_healthz_check`], [`Manager::add_readyz_check`]. Built in:
+//!
+//! | endpoint | check | fails when |
+//! |---|---|---|
+//! | `/healthz` | `leaderElection` (with leader election) | the Lease still names this replica but was not renewed for `renew_deadline` + [`leader_election_health_tolerance`](ManagerBuilder::leader_election_health_tolerance) (client-go's `HealthzAdaptor`): a wedged leader, which the kubelet should restart |
+//! | `/healthz` | `ping` (only when no other) | never |
+//! | `/readyz` | `informer-sync` | a cache has not synced yet |
+//! | `/readyz` | `shutdown` | shutdown has begun |
+//! | `/readyz` | `leaderElection` (with leader election) | a standby's last successful read of the Lease is older than [`LeaderElector::observation_bound`]: it cannot reach the API server |
+//!
+//! # What `run` does (controller-runtime's order of runnable groups)
+//! 1. Starts the HTTP servers, then the factory's informers (the caches), and waits for the
+//!    caches (failing after `cache_sync_timeout` with the informers that did not sync).
+//! 2. Then starts the runnables that need no leader election (controller-runtime's
+//!    `Others`), so they see synced caches, and then leader election.
+//! 3. Starts the controllers (and other runnables that need leader election): at once
+//!    without leader election, or once the Lease is acquired. A standby keeps its informers
+//!    running, so its caches are warm and its queues hold every key when it takes over.
+//!    Runnables added while `run` runs ([`ManagerHandle::add`]) start at once under the same
+//!    rules (a leader-election runnable waits for the lease).
+//! 4. Runs until the token is cancelled, a signal arrives (only with
+//!    [`handle_signals`](ManagerBuilder::handle_signals)), a runnable fails, or the lease is
+//!    lost (client-go's `renewDeadline` passed without a renewal: the controllers are stopped
+//!    at once, without the graceful shutdown: they take no more keys, not even queued ones,
+//!    and the reconciles in flight are aborted; `run` returns
 //!    [`ManagerError::LeadershipLost`], as controller-runtime exits, so no two leaders ever
 //!    act at once). The controllers do not wait for that: they get the lease's term
 //!    ([`Runnable::start_leading`]) and check it by the clock before every reconcile and event
 //!    write, and their reconcilers' token fires at its validity deadline (see
 //!    [`Leadership`]).
 //! 5. Stops the runnables (each within the graceful shutdown timeout: a controller reconciles
-//!    the keys already queued first), then releases the Lease, then stops the informers and
-//!    the HTTP server. Returns `Err` if any component failed, so a binary exits non-zero.
+//!    the keys already queued first; a zero timeout, or a second signal, aborts them without
+//!    waiting), then releases the Lease, then stops the informers and the HTTP servers, and
+//!    joins every task it spawned. Returns `Err` if anything failed (several failures:
+//!    [`ManagerError::Multiple`]), so a binary exits non-zero. It never exits the process.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::routing::get;
 use factory::{FactoryError, SharedInformerFactory};
 pub use http_serving::ServingConfig;
 use kube::Client;
 use prometheus::{IntGaugeVec, Opts};
-use tokio::task::JoinSet;
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::builder::{Controller, ControllerBuilder};
+use crate::healthz::{self, Checker};
 use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
 use crate::leadership::Leadership;
 use crate::metrics::{InformerCollector, Metrics};
@@ -72,9 +100,11 @@ use crate::runnable::Runnable;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ManagerError {
-    /// The metrics/health address could not be bound.
-    #[error("binding the metrics and health endpoint on {addr}: {source}")]
+    /// The metrics or health probe address could not be bound.
+    #[error("binding the {what} endpoint on {addr}: {source}")]
     Bind {
+        /// Which endpoint: `metrics` or `health probe`.
+        what: &'static str,
         /// The address asked for.
         addr: SocketAddr,
         /// Why it failed.
@@ -97,10 +127,10 @@ pub enum ManagerError {
     /// The lease was lost; the controllers were stopped.
     #[error("leader election lost: {0}")]
     LeadershipLost(LeaderElectionError),
-    /// A runnable failed.
+    /// A runnable, or a task of the manager's own (named so), failed or panicked.
     #[error("{name} failed: {source}")]
     Runnable {
-        /// The runnable's name.
+        /// The runnable's or task's name.
         name: String,
         /// Its error.
         source: BoxError,
@@ -113,6 +143,35 @@ pub enum ManagerError {
         /// The runnables that had not stopped.
         names: Vec<String>,
     },
+    /// A runnable was added after the manager began to shut down (controller-runtime's
+    /// "can't accept new runnable as stop procedure is already engaged"); it was not started.
+    #[error("cannot add {name}: the manager is shutting down")]
+    Stopped {
+        /// The runnable's name.
+        name: String,
+    },
+    /// Several failures, in the order they happened: e.g. a runnable failed and the graceful
+    /// shutdown that followed timed out (controller-runtime joins them the same way).
+    #[error("{} failures: {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Multiple(Vec<ManagerError>),
+}
+
+impl ManagerError {
+    /// The failures this error stands for: itself, or those of [`Multiple`](Self::Multiple).
+    pub fn failures(&self) -> Vec<&ManagerError> {
+        match self {
+            ManagerError::Multiple(errors) => errors.iter().collect(),
+            other => vec![other],
+        }
+    }
+
+    fn join(mut failures: Vec<ManagerError>) -> Result<(), ManagerError> {
+        match failures.len() {
+            0 => Ok(()),
+            1 => Err(failures.remove(0)),
+            _ => Err(ManagerError::Multiple(failures)),
+        }
+    }
 }
 
 /// Builds a [`Manager`].
@@ -122,11 +181,14 @@ pub struct ManagerBuilder {
     factory: Option<SharedInformerFactory>,
     registry: Option<prometheus::Registry>,
     metrics_addr: Option<SocketAddr>,
+    health_probe_addr: Option<SocketAddr>,
     http_serving: ServingConfig,
     leader_election: Option<LeaderElectionConfig>,
+    leader_election_health_tolerance: Duration,
     graceful_shutdown_timeout: Duration,
     cache_sync_timeout: Duration,
     handle_signals: bool,
+    reconcile_timeout: Option<Duration>,
 }
 
 impl ManagerBuilder {
@@ -143,22 +205,43 @@ impl ManagerBuilder {
         self
     }
 
-    /// Where `/metrics`, `/healthz` and `/readyz` are served (default `127.0.0.1:8080`; port 0
-    /// picks a free one, see [`Manager::metrics_addr`]).
+    /// Where `/metrics` is served (default `0.0.0.0:8080`, controller-runtime's `:8080`, so
+    /// Prometheus reaches a pod; `127.0.0.1` keeps it local; port 0 picks a free one, see
+    /// [`Manager::metrics_addr`]).
     pub fn metrics_addr(mut self, addr: SocketAddr) -> Self {
         self.metrics_addr = Some(addr);
         self
     }
 
-    /// Serves no HTTP endpoint.
+    /// Serves no `/metrics`.
     pub fn no_metrics_server(mut self) -> Self {
         self.metrics_addr = None;
         self
     }
 
-    /// The HTTP endpoint's header-read, idle and TLS-handshake timeouts and connection cap
+    /// Where `/healthz` and `/readyz` are served (controller-runtime's
+    /// `HealthProbeBindAddress`; default `0.0.0.0:8081`, so the kubelet reaches a pod;
+    /// `127.0.0.1` keeps it local; port 0 picks a free one, see
+    /// [`Manager::health_probe_addr`]).
+    pub fn health_probe_addr(mut self, addr: SocketAddr) -> Self {
+        self.health_probe_addr = Some(addr);
+        self
+    }
+
+    /// Serves no `/healthz` and `/readyz`.
+    pub fn no_health_probe_server(mut self) -> Self {
+        self.health_probe_addr = None;
+        self
+    }
+
+    /// Serves neither `/metrics` nor the probes.
+    pub fn no_http_servers(self) -> Self {
+        self.no_metrics_server().no_health_probe_server()
+    }
+
+    /// The HTTP endpoints' header-read, idle and TLS-handshake timeouts and connection cap
     /// (default [`ServingConfig::default`]: controller-runtime's 32 s header read, 90 s idle,
-    /// 1 MiB of headers; at most 900 connections).
+    /// 1 MiB of headers; at most 900 connections), for each of the two servers.
     pub fn http_serving(mut self, config: ServingConfig) -> Self {
         self.http_serving = config;
         self
@@ -170,7 +253,15 @@ impl ManagerBuilder {
         self
     }
 
-    /// How long runnables get to stop after shutdown begins (default 30 s).
+    /// How long past `renew_deadline` a leader may go without a renewal before `/healthz`
+    /// fails (client-go's `HealthzAdaptor` timeout; default 20 s, as kube-controller-manager).
+    pub fn leader_election_health_tolerance(mut self, tolerance: Duration) -> Self {
+        self.leader_election_health_tolerance = tolerance;
+        self
+    }
+
+    /// How long runnables get to stop after shutdown begins (default 30 s). Zero means "do
+    /// not wait": they are aborted at once, and that is no error (as controller-runtime).
     pub fn graceful_shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.graceful_shutdown_timeout = timeout;
         self
@@ -182,13 +273,23 @@ impl ManagerBuilder {
         self
     }
 
-    /// Whether SIGINT and SIGTERM start a graceful shutdown (default true).
+    /// The reconcile timeout of the manager's controllers that set none of their own (default:
+    /// none); see [`Controller::reconcile_timeout`].
+    pub fn reconcile_timeout(mut self, timeout: Duration) -> Self {
+        self.reconcile_timeout = Some(timeout);
+        self
+    }
+
+    /// Whether SIGINT and SIGTERM start a graceful shutdown, and a second one aborts the
+    /// runnables without waiting (default false: a library does not take the process's
+    /// signals unless asked; controller-runtime's `SetupSignalHandler` is opt-in too). `run`
+    /// returns in every case; the process is never exited.
     pub fn handle_signals(mut self, on: bool) -> Self {
         self.handle_signals = on;
         self
     }
 
-    /// The manager; binds the HTTP endpoint now, so its address is known before `run`.
+    /// The manager; binds the HTTP endpoints now, so their addresses are known before `run`.
     pub fn build(self) -> Result<Manager, ManagerError> {
         let factory = self.factory.unwrap_or_else(|| {
             SharedInformerFactory::builder(self.client.clone())
@@ -213,40 +314,56 @@ impl ManagerBuilder {
             .leader_election
             .map(|config| LeaderElector::new(self.client.clone(), config))
             .transpose()?;
-        let listener = match self.metrics_addr {
-            Some(addr) => {
-                let bind = || -> std::io::Result<std::net::TcpListener> {
-                    let listener = std::net::TcpListener::bind(addr)?;
-                    listener.set_nonblocking(true)?;
-                    Ok(listener)
-                };
-                Some(bind().map_err(|source| ManagerError::Bind { addr, source })?)
-            }
-            None => None,
+        let metrics_listener = bind("metrics", self.metrics_addr)?;
+        let probe_listener = bind("health probe", self.health_probe_addr)?;
+        let status = ManagerStatus {
+            inner: Arc::new(StatusInner {
+                synced: AtomicBool::new(false),
+                stopping: AtomicBool::new(false),
+                elector: elector.clone(),
+            }),
         };
-        let metrics_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        let checks = Arc::new(ProbeChecks::builtin(&status, self.leader_election_health_tolerance));
         Ok(Manager {
             client: self.client,
             factory,
             metrics,
-            status: ManagerStatus {
-                inner: Arc::new(StatusInner {
-                    synced: AtomicBool::new(false),
-                    stopping: AtomicBool::new(false),
-                    elector: elector.clone(),
-                }),
-            },
+            status,
             elector,
             leader_status,
-            listener,
-            metrics_addr,
+            metrics_addr: local_addr(metrics_listener.as_ref()),
+            probe_addr: local_addr(probe_listener.as_ref()),
+            metrics_listener,
+            probe_listener,
+            checks,
             http_serving: self.http_serving,
-            runnables: Vec::new(),
+            handle: ManagerHandle {
+                state: Arc::new(Mutex::new(AddState::Pending(Vec::new()))),
+            },
             graceful_shutdown_timeout: self.graceful_shutdown_timeout,
             cache_sync_timeout: self.cache_sync_timeout,
             handle_signals: self.handle_signals,
+            reconcile_timeout: self.reconcile_timeout,
         })
     }
+}
+
+fn bind(what: &'static str, addr: Option<SocketAddr>) -> Result<Option<std::net::TcpListener>, ManagerError> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let bind = || -> std::io::Result<std::net::TcpListener> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        Ok(listener)
+    };
+    bind()
+        .map(Some)
+        .map_err(|source| ManagerError::Bind { what, addr, source })
+}
+
+fn local_addr(listener: Option<&std::net::TcpListener>) -> Option<SocketAddr> {
+    listener.and_then(|l| l.local_addr().ok())
 }
 
 /// What `/readyz` reports, readable from outside while the manager runs. Cheap to clone.
@@ -257,7 +374,7 @@ pub struct ManagerStatus {
 
 struct StatusInner {
     synced: AtomicBool,
-    /// Set when shutdown begins: `/readyz` turns 503 so no traffic is sent to a leaving pod.
+    /// Set when shutdown begins: `/readyz` fails so no traffic is sent to a leaving pod.
     stopping: AtomicBool,
     elector: Option<LeaderElector>,
 }
@@ -279,6 +396,120 @@ impl ManagerStatus {
     }
 }
 
+/// The probes' checks. Built-in ones first, then the user's, in the order added.
+struct ProbeChecks {
+    healthz: RwLock<Vec<Checker>>,
+    readyz: RwLock<Vec<Checker>>,
+}
+
+impl ProbeChecks {
+    fn builtin(status: &ManagerStatus, tolerance: Duration) -> Self {
+        let mut healthz = Vec::new();
+        let mut readyz = Vec::new();
+        let synced = status.clone();
+        readyz.push(Checker::new("informer-sync", move || {
+            if synced.is_ready() {
+                Ok(())
+            } else {
+                Err("caches not synced".into())
+            }
+        }));
+        let stopping = status.clone();
+        readyz.push(Checker::new("shutdown", move || {
+            if stopping.inner.stopping.load(Ordering::Acquire) {
+                Err("shutting down".into())
+            } else {
+                Ok(())
+            }
+        }));
+        if let Some(elector) = &status.inner.elector {
+            let wedged = elector.clone();
+            healthz.push(Checker::new("leaderElection", move || {
+                wedged.check(tolerance).map_err(Into::into)
+            }));
+            let observing = elector.clone();
+            readyz.push(Checker::new("leaderElection", move || standby_readiness(&observing)));
+        }
+        ProbeChecks {
+            healthz: RwLock::new(healthz),
+            readyz: RwLock::new(readyz),
+        }
+    }
+
+    fn list(&self, readiness: bool) -> Vec<Checker> {
+        let checks = if readiness { &self.readyz } else { &self.healthz };
+        let checks = checks.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if checks.is_empty() {
+            return vec![Checker::ping()];
+        }
+        checks
+    }
+
+    fn add(&self, readiness: bool, checker: Checker) {
+        let checks = if readiness { &self.readyz } else { &self.healthz };
+        checks.write().unwrap_or_else(|e| e.into_inner()).push(checker);
+    }
+}
+
+/// A standby is ready only while it can reach the API server: one that cannot would not take
+/// over when the leader goes, nor know whether it went.
+fn standby_readiness(elector: &LeaderElector) -> Result<(), BoxError> {
+    if elector.is_leader() || elector.is_observing() {
+        return Ok(());
+    }
+    let since = match elector.last_observed() {
+        Some(at) => format!("for {:?}", at.elapsed()),
+        None => "yet".to_owned(),
+    };
+    Err(format!(
+        "standby: cannot reach the API server (no successful read of the lease {since}; bound {:?})",
+        elector.observation_bound()
+    )
+    .into())
+}
+
+/// Adds runnables to a [`Manager`], before or while it runs (controller-runtime's
+/// `mgr.Add` after `Start`). Cheap to clone; get one with [`Manager::handle`].
+#[derive(Clone)]
+pub struct ManagerHandle {
+    state: Arc<Mutex<AddState>>,
+}
+
+enum AddState {
+    /// `run` has not started: kept until it does.
+    Pending(Vec<Box<dyn Runnable>>),
+    /// `run` is running: sent to it, started at once under the leadership rules.
+    Running(mpsc::UnboundedSender<Box<dyn Runnable>>),
+    /// Shutdown began: refused.
+    Stopped,
+}
+
+impl ManagerHandle {
+    /// Adds a runnable. Before `run`, it starts with the others; while `run` runs, at once
+    /// (one that needs no leader election once the caches synced, one that needs it while
+    /// this replica leads, or when it next does). Refused with [`ManagerError::Stopped`] once
+    /// shutdown began.
+    pub fn add(&self, runnable: impl Runnable) -> Result<(), ManagerError> {
+        self.add_boxed(Box::new(runnable))
+    }
+
+    fn add_boxed(&self, runnable: Box<dyn Runnable>) -> Result<(), ManagerError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *state {
+            AddState::Pending(runnables) => {
+                runnables.push(runnable);
+                Ok(())
+            }
+            AddState::Running(sender) => sender.send(runnable).map_err(|rejected| ManagerError::Stopped {
+                name: rejected.0.name().to_owned(),
+            }),
+            AddState::Stopped => Err(ManagerError::Stopped {
+                name: runnable.name().to_owned(),
+            }),
+        }
+    }
+}
+
 /// Runs controllers and other runnables over one informer factory. See the [module
 /// docs](self).
 pub struct Manager {
@@ -288,28 +519,36 @@ pub struct Manager {
     status: ManagerStatus,
     elector: Option<LeaderElector>,
     leader_status: IntGaugeVec,
-    listener: Option<std::net::TcpListener>,
+    metrics_listener: Option<std::net::TcpListener>,
     metrics_addr: Option<SocketAddr>,
+    probe_listener: Option<std::net::TcpListener>,
+    probe_addr: Option<SocketAddr>,
+    checks: Arc<ProbeChecks>,
     http_serving: ServingConfig,
-    runnables: Vec<Box<dyn Runnable>>,
+    handle: ManagerHandle,
     graceful_shutdown_timeout: Duration,
     cache_sync_timeout: Duration,
     handle_signals: bool,
+    reconcile_timeout: Option<Duration>,
 }
 
 impl Manager {
-    /// A builder with controller-runtime's defaults.
+    /// A builder with controller-runtime's defaults (metrics on `0.0.0.0:8080`, probes on
+    /// `0.0.0.0:8081`, 30 s graceful shutdown, no signal handling).
     pub fn builder(client: Client) -> ManagerBuilder {
         ManagerBuilder {
             client,
             factory: None,
             registry: None,
-            metrics_addr: Some(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            metrics_addr: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
+            health_probe_addr: Some(SocketAddr::from(([0, 0, 0, 0], 8081))),
             http_serving: ServingConfig::default(),
             leader_election: None,
+            leader_election_health_tolerance: Duration::from_secs(20),
             graceful_shutdown_timeout: Duration::from_secs(30),
             cache_sync_timeout: Duration::from_secs(120),
-            handle_signals: true,
+            handle_signals: false,
+            reconcile_timeout: None,
         }
     }
 
@@ -328,9 +567,14 @@ impl Manager {
         &self.metrics
     }
 
-    /// Where `/metrics`, `/healthz` and `/readyz` are served, if anywhere.
+    /// Where `/metrics` is served, if anywhere.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    /// Where `/healthz` and `/readyz` are served, if anywhere.
+    pub fn health_probe_addr(&self) -> Option<SocketAddr> {
+        self.probe_addr
     }
 
     /// A handle on readiness and leadership.
@@ -338,18 +582,52 @@ impl Manager {
         self.status.clone()
     }
 
-    /// A controller builder on the manager's factory and metrics registry. Its graceful
-    /// shutdown timeout is set a little below the manager's (90%), so the controller reports
-    /// what it dropped before the manager would abort it.
-    pub fn controller(&self, name: impl Into<String>) -> ControllerBuilder {
-        Controller::new(name, &self.factory)
-            .metrics(self.metrics.clone())
-            .graceful_shutdown_timeout(self.graceful_shutdown_timeout.mul_f64(0.9))
+    /// A handle that adds runnables, also while [`run`](Self::run) runs.
+    pub fn handle(&self) -> ManagerHandle {
+        self.handle.clone()
     }
 
-    /// Adds a controller or another runnable.
+    /// A controller builder on the manager's factory and metrics registry. Its graceful
+    /// shutdown timeout is set a little below the manager's (90%), so the controller reports
+    /// what it dropped before the manager would abort it. It gets the manager's
+    /// [`reconcile_timeout`](ManagerBuilder::reconcile_timeout), if any, unless it sets its own.
+    pub fn controller(&self, name: impl Into<String>) -> ControllerBuilder {
+        let builder = Controller::new(name, &self.factory)
+            .metrics(self.metrics.clone())
+            .graceful_shutdown_timeout(self.graceful_shutdown_timeout.mul_f64(0.9));
+        match self.reconcile_timeout {
+            Some(timeout) => builder.reconcile_timeout(timeout),
+            None => builder,
+        }
+    }
+
+    /// Adds a controller or another runnable, started by [`run`](Self::run). To add one while
+    /// the manager runs, use [`handle`](Self::handle).
     pub fn add(&mut self, runnable: impl Runnable) {
-        self.runnables.push(Box::new(runnable));
+        if let Err(e) = self.handle.add(runnable) {
+            // Unreachable: `run` consumes the manager, so it has not started.
+            warn!(error = %e, "runnable not added");
+        }
+    }
+
+    /// Adds a liveness check to `/healthz` (controller-runtime's `AddHealthzCheck`): a failing
+    /// one makes the kubelet restart the pod. See [`healthz`](crate::healthz).
+    pub fn add_healthz_check(
+        &mut self,
+        name: impl Into<String>,
+        check: impl Fn() -> Result<(), BoxError> + Send + Sync + 'static,
+    ) {
+        self.checks.add(false, Checker::new(name, check));
+    }
+
+    /// Adds a readiness check to `/readyz` (controller-runtime's `AddReadyzCheck`): a failing
+    /// one takes the pod out of its Services' endpoints.
+    pub fn add_readyz_check(
+        &mut self,
+        name: impl Into<String>,
+        check: impl Fn() -> Result<(), BoxError> + Send + Sync + 'static,
+    ) {
+        self.checks.add(true, Checker::new(name, check));
     }
 
     /// Runs everything until `shutdown` fires (or a signal, a failure, a lost lease), then shuts
@@ -362,110 +640,156 @@ impl Manager {
             status,
             elector,
             leader_status,
-            listener,
+            metrics_listener,
             metrics_addr,
+            probe_listener,
+            probe_addr,
+            checks,
             http_serving,
-            runnables,
+            handle,
             graceful_shutdown_timeout,
             cache_sync_timeout,
             handle_signals,
+            reconcile_timeout: _,
         } = self;
         let stop = shutdown.child_token();
+        // Fired by a second signal: no more waiting for the runnables.
+        let force = CancellationToken::new();
         let mut failures: Vec<ManagerError> = Vec::new();
-        // Stopped last: informers and the HTTP server keep serving while runnables finish.
+        // Stopped last: informers and the HTTP servers keep serving while runnables finish.
         let infrastructure = CancellationToken::new();
-        let _signals = handle_signals.then(|| spawn_signal_handler(stop.clone()));
-        let server = match listener {
-            Some(listener) => match tokio::net::TcpListener::from_std(listener) {
-                Ok(listener) => Some(tokio::spawn(serve(
-                    listener,
-                    metrics.clone(),
-                    status.clone(),
-                    http_serving,
-                    infrastructure.clone(),
-                ))),
-                Err(source) => {
-                    let addr = metrics_addr.unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
-                    return Err(ManagerError::Bind { addr, source });
+        let signals = handle_signals.then(|| spawn_signal_handler(stop.clone(), force.clone()));
+
+        // 1. HTTP servers (controller-runtime's `HTTPServers` group, started first).
+        let mut servers: Vec<(&'static str, JoinHandle<()>)> = Vec::new();
+        let metrics_app = Router::new()
+            .route("/metrics", get(metrics_handler))
+            .with_state(metrics.clone());
+        let probe_app = Router::new()
+            .route("/healthz", get(healthz_root))
+            .route("/healthz/{name}", get(healthz_single))
+            .route("/readyz", get(readyz_root))
+            .route("/readyz/{name}", get(readyz_single))
+            .with_state(checks.clone());
+        for (what, listener, addr, app) in [
+            ("metrics server", metrics_listener, metrics_addr, metrics_app),
+            ("health probe server", probe_listener, probe_addr, probe_app),
+        ] {
+            let Some(listener) = listener else { continue };
+            let addr = addr.unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    info!(%addr, server = what, "serving");
+                    let (serving, stop) = (http_serving.clone(), infrastructure.clone());
+                    servers.push((
+                        what,
+                        tokio::spawn(http_serving::serve(listener, app, None, serving, stop)),
+                    ));
                 }
-            },
-            None => None,
-        };
-        if let Some(addr) = metrics_addr {
-            info!(%addr, "serving /metrics, /healthz and /readyz");
+                Err(source) => {
+                    failures.push(ManagerError::Bind {
+                        what: if what == "metrics server" {
+                            "metrics"
+                        } else {
+                            "health probe"
+                        },
+                        addr,
+                        source,
+                    });
+                    stop.cancel();
+                }
+            }
         }
 
-        let (leader_runnables, other_runnables): (Vec<_>, Vec<_>) =
-            runnables.into_iter().partition(|r| r.needs_leader_election());
+        // Runnables added from now on come through this channel.
+        let (add_tx, mut add_rx) = mpsc::unbounded_channel::<Box<dyn Runnable>>();
+        let initial = {
+            let mut state = handle.state.lock().unwrap_or_else(|e| e.into_inner());
+            match std::mem::replace(&mut *state, AddState::Running(add_tx)) {
+                AddState::Pending(runnables) => runnables,
+                AddState::Running(_) | AddState::Stopped => Vec::new(),
+            }
+        };
+        let (mut waiting_leaders, mut waiting_others): (Vec<_>, Vec<_>) =
+            initial.into_iter().partition(|r| r.needs_leader_election());
+
+        // 2. Caches.
         factory.start(&infrastructure);
         let mut tasks = RunningTasks::default();
         let runnables_stop = stop.child_token();
         // Fired when the lease is lost: the runnables stop without finishing their work.
         let stop_now = CancellationToken::new();
         tasks.stop_now = stop_now.clone();
-        for runnable in other_runnables {
-            tasks.spawn(runnable, runnables_stop.clone());
-        }
-
         info!("waiting for caches to sync");
-        match factory.wait_for_cache_sync_timeout(&stop, cache_sync_timeout).await {
-            Ok(()) => {
-                status.inner.synced.store(true, Ordering::Release);
-                info!("caches synced");
-            }
-            Err(FactoryError::CacheSyncTimeout { timeout, informers }) => {
-                error!(?timeout, ?informers, "caches did not sync");
-                failures.push(ManagerError::CacheSyncTimeout { timeout, informers });
-                stop.cancel();
-            }
-            Err(e) => info!(reason = %e, "stopped before the caches synced"),
-        }
+        let mut sync = std::pin::pin!(factory.wait_for_cache_sync_timeout(&stop, cache_sync_timeout));
+        let mut synced = false;
 
-        // Leadership: the election task sends the leader runnables' token once leading, and
-        // reports a lost lease; it releases the lease only when `election_stop` fires, after
-        // the runnables stopped.
+        // Leadership: the election task sends the term once leading, and reports a lost lease;
+        // it releases the lease only when `election_stop` fires, after the runnables stopped.
         let election_stop = CancellationToken::new();
-        let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel::<LeaderElectionError>(1);
-        let (leading_tx, mut leading_rx) = tokio::sync::mpsc::channel::<Leadership>(1);
-        let election = match (&elector, stop.is_cancelled()) {
-            (_, true) => None,
-            (None, false) => {
-                let _ = leading_tx.try_send(Leadership::unconditional());
-                None
-            }
-            (Some(elector), false) => {
-                let (elector, election_stop, gauge) = (
-                    elector.clone(),
-                    election_stop.clone(),
-                    leader_status.with_label_values(&[elector.lease_name()]),
-                );
-                gauge.set(0);
-                Some(tokio::spawn(async move {
-                    info!(identity = %elector.identity(), "waiting to acquire the lease");
-                    if !elector.acquire(&election_stop).await {
-                        return;
-                    }
-                    gauge.set(1);
-                    info!(identity = %elector.identity(), "acquired the lease: leading");
-                    let _ = leading_tx.try_send(elector.leadership());
-                    let result = elector.renew(&election_stop).await;
-                    gauge.set(0);
-                    if let Err(e) = result {
-                        let _ = lost_tx.try_send(e);
-                    }
-                }))
-            }
-        };
-
+        let (lost_tx, mut lost_rx) = mpsc::channel::<LeaderElectionError>(1);
+        let (leading_tx, mut leading_rx) = mpsc::channel::<Leadership>(1);
+        let mut election: Option<JoinHandle<()>> = None;
+        let mut leadership: Option<Leadership> = None;
         let leading = runnables_stop.child_token();
         let mut leadership_lost = false;
-        let mut leader_runnables = Some(leader_runnables);
         loop {
             tokio::select! {
                 () = stop.cancelled() => break,
-                Some(leadership) = leading_rx.recv(), if leader_runnables.is_some() => {
-                    for runnable in leader_runnables.take().unwrap_or_default() {
-                        tasks.spawn_leading(runnable, leading.clone(), leadership.clone());
+                result = &mut sync, if !synced => {
+                    synced = true;
+                    match result {
+                        Ok(()) => {
+                            status.inner.synced.store(true, Ordering::Release);
+                            info!("caches synced");
+                        }
+                        Err(FactoryError::CacheSyncTimeout { timeout, informers }) => {
+                            error!(?timeout, ?informers, "caches did not sync");
+                            failures.push(ManagerError::CacheSyncTimeout { timeout, informers });
+                            break;
+                        }
+                        Err(e) => {
+                            info!(reason = %e, "stopped before the caches synced");
+                            break;
+                        }
+                    }
+                    // 3. Runnables that need no leader election (`Others`), on synced caches.
+                    for runnable in waiting_others.drain(..) {
+                        tasks.spawn(runnable, runnables_stop.clone());
+                    }
+                    // 4. Leader election.
+                    election = match &elector {
+                        None => {
+                            let _ = leading_tx.try_send(Leadership::unconditional());
+                            None
+                        }
+                        Some(elector) => Some(spawn_election(
+                            elector.clone(),
+                            election_stop.clone(),
+                            leader_status.with_label_values(&[elector.lease_name()]),
+                            leading_tx.clone(),
+                            lost_tx.clone(),
+                        )),
+                    };
+                }
+                Some(term) = leading_rx.recv() => {
+                    for runnable in waiting_leaders.drain(..) {
+                        tasks.spawn_leading(runnable, leading.clone(), term.clone());
+                    }
+                    leadership = Some(term);
+                }
+                Some(runnable) = add_rx.recv() => {
+                    match (&leadership, runnable.needs_leader_election(), synced) {
+                        (Some(term), true, _) => tasks.spawn_leading(runnable, leading.clone(), term.clone()),
+                        (None, true, _) => {
+                            debug!(runnable = runnable.name(), "added: starts when leading");
+                            waiting_leaders.push(runnable);
+                        }
+                        (_, false, true) => tasks.spawn(runnable, runnables_stop.clone()),
+                        (_, false, false) => {
+                            debug!(runnable = runnable.name(), "added: starts once the caches synced");
+                            waiting_others.push(runnable);
+                        }
                     }
                 }
                 lost = lost_rx.recv(), if election.is_some() => {
@@ -503,6 +827,20 @@ impl Manager {
         info!("shutting down");
         status.inner.stopping.store(true, Ordering::Release);
         stop.cancel();
+        // No more runnables: refuse new ones, drop those not started.
+        *handle.state.lock().unwrap_or_else(|e| e.into_inner()) = AddState::Stopped;
+        add_rx.close();
+        while let Ok(runnable) = add_rx.try_recv() {
+            waiting_others.push(runnable);
+        }
+        let never_started: Vec<&str> = waiting_others
+            .iter()
+            .chain(&waiting_leaders)
+            .map(|r| r.name())
+            .collect();
+        if !never_started.is_empty() {
+            info!(runnables = ?never_started, "shutting down before these runnables started");
+        }
         // Another process may lead already: no grace period for reconciles in flight (as
         // controller-runtime, which drops its graceful shutdown timeout to zero here).
         let timeout = if leadership_lost {
@@ -510,17 +848,31 @@ impl Manager {
         } else {
             graceful_shutdown_timeout
         };
-        let all_done = tokio::time::timeout(timeout, async {
-            while let Some((name, result)) = tasks.join_next().await {
-                if let Err(source) = result {
-                    failures.push(ManagerError::Runnable { name, source });
-                }
-            }
-        })
-        .await;
-        if all_done.is_err() {
+        if timeout.is_zero() {
+            // "Do not wait" (controller-runtime returns at once): abort, and say so at INFO.
             let left = tasks.abort_all().await;
-            if !leadership_lost {
+            if !left.is_empty() {
+                info!(?left, "no graceful shutdown period: runnables aborted");
+            }
+        } else {
+            let all_done = async {
+                while let Some((name, result)) = tasks.join_next().await {
+                    if let Err(source) = result {
+                        failures.push(ManagerError::Runnable { name, source });
+                    }
+                }
+            };
+            let ended = tokio::select! {
+                () = all_done => true,
+                () = tokio::time::sleep(timeout) => false,
+                () = force.cancelled() => {
+                    warn!("second signal: aborting the runnables without waiting");
+                    tasks.abort_all().await;
+                    true
+                }
+            };
+            if !ended {
+                let left = tasks.abort_all().await;
                 warn!(
                     ?timeout,
                     ?left,
@@ -529,22 +881,79 @@ impl Manager {
                 failures.push(ManagerError::ShutdownTimeout { timeout, names: left });
             }
         }
-        // The runnables have stopped: now the lease may go (released if configured).
+        // The runnables have stopped: now the lease may go (released if configured). The
+        // release retries until `renew_deadline`; the task gets a second more.
         election_stop.cancel();
-        if let Some(election) = election {
-            let _ = tokio::time::timeout(Duration::from_secs(5), election).await;
+        if let Some(mut election) = election {
+            let bound = elector.as_ref().map_or(Duration::ZERO, |e| e.config().renew_deadline) + Duration::from_secs(1);
+            let joined = match tokio::time::timeout(bound, &mut election).await {
+                Ok(joined) => joined,
+                Err(_) => {
+                    warn!(?bound, "the leader election task did not stop in time: aborted");
+                    election.abort();
+                    election.await
+                }
+            };
+            if let Err(e) = joined
+                && e.is_panic()
+            {
+                error!(task = "leader election", error = %e, "task panicked");
+                failures.push(ManagerError::Runnable {
+                    name: "leader election".into(),
+                    source: format!("panicked: {e}").into(),
+                });
+            }
         }
         infrastructure.cancel();
         factory.shutdown().await;
-        if let Some(server) = server {
-            let _ = server.await;
+        for (name, server) in servers {
+            if let Err(e) = server.await
+                && e.is_panic()
+            {
+                error!(task = name, error = %e, "task panicked");
+                failures.push(ManagerError::Runnable {
+                    name: name.into(),
+                    source: format!("panicked: {e}").into(),
+                });
+            }
+        }
+        if let Some((guard, task)) = signals {
+            guard.cancel();
+            if let Err(e) = task.await
+                && e.is_panic()
+            {
+                error!(task = "signal handler", error = %e, "task panicked");
+            }
         }
         info!(failures = failures.len(), "manager stopped");
-        match failures.into_iter().next() {
-            Some(failure) => Err(failure),
-            None => Ok(()),
-        }
+        ManagerError::join(failures)
     }
+}
+
+/// The election task: acquire, hand the term to the run loop, renew until `stop` (then release)
+/// or until the lease is lost (reported on `lost`).
+fn spawn_election(
+    elector: LeaderElector,
+    stop: CancellationToken,
+    gauge: prometheus::IntGauge,
+    leading: mpsc::Sender<Leadership>,
+    lost: mpsc::Sender<LeaderElectionError>,
+) -> JoinHandle<()> {
+    gauge.set(0);
+    tokio::spawn(async move {
+        info!(identity = %elector.identity(), "waiting to acquire the lease");
+        if !elector.acquire(&stop).await {
+            return;
+        }
+        gauge.set(1);
+        info!(identity = %elector.identity(), "acquired the lease: leading");
+        let _ = leading.try_send(elector.leadership());
+        let result = elector.renew(&stop).await;
+        gauge.set(0);
+        if let Err(e) = result {
+            let _ = lost.try_send(e);
+        }
+    })
 }
 
 /// The runnables' tasks, with their names (also for tasks that panicked or were aborted).
@@ -596,12 +1005,13 @@ impl RunningTasks {
     }
 }
 
-/// Cancels `stop` on SIGINT or SIGTERM; a second signal exits the process at once with status
-/// 1 (as controller-runtime). The returned guard ends the task.
-fn spawn_signal_handler(stop: CancellationToken) -> tokio_util::sync::DropGuard {
+/// Cancels `stop` on SIGINT or SIGTERM, and `force` on a second one (controller-runtime's
+/// `SetupSignalHandler` exits the process there; a library returns instead). Cancel the
+/// returned token to end the task, then join it.
+fn spawn_signal_handler(stop: CancellationToken, force: CancellationToken) -> (CancellationToken, JoinHandle<()>) {
     let guard = CancellationToken::new();
     let done = guard.clone();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         #[cfg(unix)]
         let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(signal) => Some(signal),
@@ -625,72 +1035,49 @@ fn spawn_signal_handler(stop: CancellationToken) -> tokio_util::sync::DropGuard 
                 () = terminated => {}
             }
             if signals > 0 {
-                error!("second signal: exiting without waiting for the graceful shutdown");
-                std::process::exit(1);
+                warn!("second signal: not waiting for the graceful shutdown");
+                force.cancel();
+                return;
             }
-            info!("signal received: shutting down (a second one exits at once)");
+            info!("signal received: shutting down (a second one stops waiting)");
             stop.cancel();
         }
     });
-    guard.drop_guard()
+    (guard, task)
 }
 
-#[derive(Clone)]
-struct HttpState {
-    metrics: Metrics,
-    status: ManagerStatus,
-}
-
-/// Serves `/metrics`, `/healthz` and `/readyz` until `stop`, with controller-runtime's
-/// header-read and idle timeouts and a connection cap (the `http-serving` crate), so no client
-/// holds a connection forever.
-async fn serve(
-    listener: tokio::net::TcpListener,
-    metrics: Metrics,
-    status: ManagerStatus,
-    serving: ServingConfig,
-    stop: CancellationToken,
-) {
-    let app = Router::new()
-        .route("/metrics", get(metrics_handler))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz_handler))
-        .with_state(HttpState { metrics, status });
-    http_serving::serve(listener, app, None, serving, stop).await;
-}
-
-async fn metrics_handler(State(state): State<HttpState>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+async fn metrics_handler(State(metrics): State<Metrics>) -> ([(axum::http::HeaderName, &'static str); 1], String) {
     (
         [(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.encode(),
+        metrics.encode(),
     )
 }
 
-async fn readyz_handler(State(state): State<HttpState>) -> (StatusCode, String) {
-    if state.status.inner.stopping.load(Ordering::Acquire) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n".into());
-    }
-    if !state.status.is_ready() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "caches not synced\n".into());
-    }
-    match &state.status.inner.elector {
-        None => (StatusCode::OK, "ok\n".into()),
-        Some(elector) if elector.is_leader() => (StatusCode::OK, "ok: leading\n".into()),
-        // A standby is ready only while it can reach the API server: one that cannot would
-        // not take over when the leader goes, nor know whether it went.
-        Some(elector) if elector.is_observing() => (StatusCode::OK, "ok: standby\n".into()),
-        Some(elector) => {
-            let since = match elector.last_observed() {
-                Some(at) => format!("for {:?}", at.elapsed()),
-                None => "yet".to_owned(),
-            };
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "standby: cannot reach the API server (no successful read of the lease {since}; bound {:?})\n",
-                    elector.observation_bound()
-                ),
-            )
-        }
-    }
+type Probe = ([(axum::http::HeaderName, &'static str); 1], (StatusCode, String));
+
+fn probe(answer: (StatusCode, String)) -> Probe {
+    (
+        [(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        answer,
+    )
+}
+
+fn not_found() -> (StatusCode, String) {
+    (StatusCode::NOT_FOUND, "404 page not found\n".into())
+}
+
+async fn healthz_root(State(checks): State<Arc<ProbeChecks>>, RawQuery(query): RawQuery) -> Probe {
+    probe(healthz::root(&checks.list(false), query.as_deref(), "healthz"))
+}
+
+async fn readyz_root(State(checks): State<Arc<ProbeChecks>>, RawQuery(query): RawQuery) -> Probe {
+    probe(healthz::root(&checks.list(true), query.as_deref(), "readyz"))
+}
+
+async fn healthz_single(State(checks): State<Arc<ProbeChecks>>, Path(name): Path<String>) -> Probe {
+    probe(healthz::single(&checks.list(false), &name).unwrap_or_else(not_found))
+}
+
+async fn readyz_single(State(checks): State<Arc<ProbeChecks>>, Path(name): Path<String>) -> Probe {
+    probe(healthz::single(&checks.list(true), &name).unwrap_or_else(not_found))
 }

@@ -144,7 +144,7 @@ fn instance_manager(client: kube::Client, identity: &str, instance: usize, check
         .renew_deadline(LEASE.1)
         .retry_period(LEASE.2);
     let mut manager = Manager::builder(client)
-        .no_metrics_server()
+        .no_http_servers()
         .handle_signals(false)
         .graceful_shutdown_timeout(Duration::from_secs(5))
         .leader_election(config)

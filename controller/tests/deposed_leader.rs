@@ -66,7 +66,7 @@ fn paused_manager(
 ) -> (Manager, workqueue::RateLimitingQueue<ObjectKey>) {
     let config = LeaderElectionConfig::new("default", LEASE_NAME, "leader");
     let mut manager = Manager::builder(client)
-        .no_metrics_server()
+        .no_http_servers()
         .handle_signals(false)
         .leader_election(config)
         .build()
@@ -258,7 +258,7 @@ async fn a_key_taken_after_the_clock_jumped_past_the_deadline_is_not_reconciled(
     env.shutdown().await;
 }
 
-/// A standby whose every request fails turns `/readyz` 503 within its observation bound (it
+/// A standby whose every request fails turns `/readyz` 500 within its observation bound (it
 /// said "ok: standby" forever before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_that_cannot_reach_the_api_server_is_not_ready() {
@@ -267,7 +267,7 @@ async fn a_standby_that_cannot_reach_the_api_server_is_not_ready() {
     let leader = replica(env.client(), "leader", Some(local()));
     let standby = replica(env.client(), "standby", Some(local()));
     let (leader_status, standby_status) = (leader.status(), standby.status());
-    let addr = standby.metrics_addr().unwrap();
+    let addr = standby.health_probe_addr().unwrap();
     let stop = CancellationToken::new();
     let leader_run = tokio::spawn(leader.run(stop.clone()));
     eventually(WAIT, "the leader leads", || {
@@ -277,7 +277,7 @@ async fn a_standby_that_cannot_reach_the_api_server_is_not_ready() {
     .await;
     let standby_run = tokio::spawn(standby.run(stop.clone()));
     eventually(WAIT, "the standby is ready", || async move {
-        http_get(addr, "/readyz").await == (200, "ok: standby\n".into())
+        http_get(addr, "/readyz").await == (200, "ok".into())
     })
     .await;
     assert!(!standby_status.is_leader());
@@ -285,20 +285,27 @@ async fn a_standby_that_cannot_reach_the_api_server_is_not_ready() {
     // The API server fails every request (500: kube's client does not retry it).
     env.faults().fail_next("/", 500, envtest::MAX_FAULT_COUNT, 0);
     let failing = Instant::now();
-    // Its last successful read was before `failing`: 503 at most one bound later.
+    // Its last successful read was before `failing`: 500 at most one bound later.
     let bound = ELECTION.0.max(ELECTION.2.mul_f64(2.2) + ELECTION.1);
     let slack = Duration::from_millis(700);
     eventually(
         bound + slack + Duration::from_secs(5),
-        "the standby reports 503",
-        || async move { http_get(addr, "/readyz").await.0 == 503 },
+        "the standby reports 500",
+        || async move { http_get(addr, "/readyz").await.0 == 500 },
     )
     .await;
     let took = failing.elapsed();
-    let (code, body) = http_get(addr, "/readyz").await;
+    let (code, body) = http_get(addr, "/readyz/leaderElection").await;
     println!("standby not ready {took:?} after the API server began failing (bound {bound:?}): {body}");
-    assert_eq!(code, 503);
+    assert_eq!(code, 500);
     assert!(body.contains("cannot reach the API server"), "{body}");
+    assert!(
+        http_get(addr, "/readyz")
+            .await
+            .1
+            .contains("[-]leaderElection failed: reason withheld"),
+        "the root path lists the failing check"
+    );
     assert!(took <= bound + slack, "{took:?} > {bound:?} + {slack:?}");
 
     env.faults().clear();
@@ -338,8 +345,8 @@ fn replica(client: kube::Client, identity: &str, metrics: Option<std::net::Socke
         .retry_period(ELECTION.2);
     let builder = Manager::builder(client).handle_signals(false).leader_election(config);
     let builder = match metrics {
-        Some(addr) => builder.metrics_addr(addr),
-        None => builder.no_metrics_server(),
+        Some(addr) => builder.no_metrics_server().health_probe_addr(addr),
+        None => builder.no_http_servers(),
     };
     let mut manager = builder.build().unwrap();
     let out = format!("out-{identity}");

@@ -21,11 +21,12 @@ const SLACK: Duration = Duration::from_secs(10);
 async fn manager(env: &envtest::Server, serving: ServingConfig) -> (SocketAddr, CancellationToken) {
     let manager = Manager::builder(env.client())
         .metrics_addr(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .health_probe_addr(SocketAddr::from(([127, 0, 0, 1], 0)))
         .http_serving(serving)
         .handle_signals(false)
         .build()
         .unwrap();
-    let addr = manager.metrics_addr().unwrap();
+    let addr = manager.health_probe_addr().unwrap();
     let stop = CancellationToken::new();
     tokio::spawn(manager.run(stop.clone()));
     (addr, stop)

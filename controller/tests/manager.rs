@@ -1,5 +1,5 @@
 //! The Manager over envtest: `/metrics` has the reconcile and work queue series with the
-//! right counts, `/readyz` turns from 503 to 200 after sync, and with leader election on one
+//! right counts, `/readyz` turns from 500 to 200 after sync (on the probe port), and with leader election on one
 //! Lease exactly one of several managers reconciles; takeovers happen within client-go's
 //! bounds, and the Lease never names a new holder before the old one released or expired.
 
@@ -32,10 +32,13 @@ async fn metrics_have_reconcile_and_workqueue_series_and_readyz_flips_after_sync
     let client = env.client();
     let mut manager = Manager::builder(client.clone())
         .metrics_addr(local())
+        .health_probe_addr(local())
         .handle_signals(false)
         .build()
         .unwrap();
     let addr = manager.metrics_addr().unwrap();
+    let probes = manager.health_probe_addr().unwrap();
+    assert_ne!(addr, probes, "metrics and probes on separate ports");
     let status = manager.status();
     let outcomes: Arc<Mutex<HashMap<&'static str, usize>>> = Arc::default();
     let failed_once = Arc::new(AtomicBool::new(false));
@@ -65,14 +68,31 @@ async fn metrics_have_reconcile_and_workqueue_series_and_readyz_flips_after_sync
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(manager.run(shutdown.clone()));
 
-    let (code, body) = http_get(addr, "/readyz").await;
-    assert_eq!((code, body.trim()), (503, "caches not synced"));
+    let (code, body) = http_get(probes, "/readyz").await;
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            500,
+            "[-]informer-sync failed: reason withheld\n[+]shutdown ok\nreadyz check failed\n"
+        )
+    );
+    assert_eq!(
+        http_get(probes, "/readyz/informer-sync").await,
+        (500, "internal server error: caches not synced\n".into())
+    );
     assert!(!status.is_ready());
-    assert_eq!(http_get(addr, "/healthz").await.0, 200);
+    assert_eq!(http_get(probes, "/healthz").await, (200, "ok".into()));
+    assert_eq!(
+        http_get(probes, "/healthz?verbose").await,
+        (200, "[+]ping ok\nhealthz check passed\n".into())
+    );
     eventually(WAIT, "readyz 200", || async move {
-        http_get(addr, "/readyz").await == (200, "ok\n".into())
+        http_get(probes, "/readyz").await == (200, "ok".into())
     })
     .await;
+    // The probes are not on the metrics port, nor /metrics on the probes'.
+    assert_eq!(http_get(addr, "/readyz").await.0, 404);
+    assert_eq!(http_get(probes, "/metrics").await.0, 404);
     assert!(status.is_ready() && status.is_leader());
 
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
@@ -175,6 +195,7 @@ fn elected_manager(
         .release_on_cancel(release_on_cancel);
     let mut manager = Manager::builder(client)
         .metrics_addr(local())
+        .health_probe_addr(local())
         .handle_signals(false)
         .leader_election(config)
         .build()
@@ -268,7 +289,7 @@ async fn one_leader_among_managers_and_takeovers_within_client_go_bounds() {
     let b = elected_manager(client.clone(), "b", false, counts[1].clone());
     let c = elected_manager(client.clone(), "c", true, counts[2].clone());
     let (sa, sb, sc) = (a.status(), b.status(), c.status());
-    let (addr_a, addr_b) = (a.metrics_addr().unwrap(), b.metrics_addr().unwrap());
+    let (addr_a, addr_b) = (a.health_probe_addr().unwrap(), b.health_probe_addr().unwrap());
     statuses.lock().unwrap().extend([sa.clone(), sb.clone(), sc.clone()]);
     let (stop_a, stop_b, stop_c) = (
         CancellationToken::new(),
@@ -294,8 +315,13 @@ async fn one_leader_among_managers_and_takeovers_within_client_go_bounds() {
         async move { ok }
     })
     .await;
-    assert_eq!(http_get(addr_a, "/readyz").await, (200, "ok: leading\n".into()));
-    assert_eq!(http_get(addr_b, "/readyz").await, (200, "ok: standby\n".into()));
+    let verbose = "[+]informer-sync ok\n[+]shutdown ok\n[+]leaderElection ok\nreadyz check passed\n";
+    assert_eq!(http_get(addr_a, "/readyz?verbose").await, (200, verbose.into()));
+    assert_eq!(http_get(addr_b, "/readyz?verbose").await, (200, verbose.into()));
+    assert_eq!(
+        http_get(addr_a, "/healthz?verbose").await,
+        (200, "[+]leaderElection ok\nhealthz check passed\n".into())
+    );
 
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     cms.create(&PostParams::default(), &configmap("default", "x", "1"))
@@ -455,7 +481,7 @@ async fn losing_the_lease_stops_the_controllers_at_once_and_fails_the_manager() 
 async fn caches_that_never_sync_fail_the_manager_naming_them() {
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let mut manager = Manager::builder(env.client())
-        .no_metrics_server()
+        .no_http_servers()
         .handle_signals(false)
         .cache_sync_timeout(Duration::from_millis(1500))
         .build()
@@ -484,7 +510,7 @@ async fn caches_that_never_sync_fail_the_manager_naming_them() {
 async fn a_failing_runnable_stops_the_manager_with_its_error() {
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let mut manager = Manager::builder(env.client())
-        .no_metrics_server()
+        .no_http_servers()
         .handle_signals(false)
         .build()
         .unwrap();

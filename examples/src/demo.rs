@@ -237,10 +237,14 @@ pub struct CommonArgs {
     /// How long the demo may take to converge before it fails.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub timeout: u64,
-    /// Where to serve /metrics, /healthz and /readyz (default: a free loopback port in the
-    /// demo, 0.0.0.0:8080 against a cluster, so probes and Prometheus reach it).
+    /// Where to serve /metrics (default: a free loopback port in the demo, 0.0.0.0:8080
+    /// against a cluster, so Prometheus reaches it).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where to serve /healthz and /readyz (default: a free loopback port in the demo,
+    /// 0.0.0.0:8081 against a cluster, so the kubelet's probes reach it).
+    #[arg(long, value_name = "ADDR")]
+    pub health_probe_addr: Option<std::net::SocketAddr>,
     /// The namespace of the demo's objects and of the leader election Lease.
     #[arg(long, default_value = "default")]
     pub namespace: String,
@@ -250,22 +254,27 @@ pub struct CommonArgs {
 }
 
 /// The manager of a binary run against a real cluster: leader election on the Lease
-/// `lease_name` in `--namespace` (identity: host name and process id), and `/metrics`,
-/// `/healthz`, `/readyz` on `--metrics-addr`, by default on every interface at port 8080 so
-/// probes and Prometheus reach a pod.
+/// `lease_name` in `--namespace` (identity: `<hostname>_<uuid>`), `/metrics` on
+/// `--metrics-addr` and `/healthz`, `/readyz` on `--health-probe-addr`, by default on every
+/// interface at ports 8080 and 8081 so Prometheus and the kubelet reach a pod; SIGINT and
+/// SIGTERM start the graceful shutdown.
 pub fn cluster_manager(
     client: kube::Client,
     args: &CommonArgs,
     lease_name: &str,
 ) -> Result<kinformer::controller::Manager, DemoError> {
-    use kinformer::controller::{LeaderElectionConfig, Manager, hostname};
-    let identity = format!("{}-{}", hostname(), std::process::id());
-    let addr = args
+    use kinformer::controller::{LeaderElectionConfig, Manager};
+    let metrics = args
         .metrics_addr
         .unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 8080)));
+    let probes = args
+        .health_probe_addr
+        .unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 8081)));
     Ok(Manager::builder(client)
-        .metrics_addr(addr)
-        .leader_election(LeaderElectionConfig::new(&args.namespace, lease_name, identity))
+        .metrics_addr(metrics)
+        .health_probe_addr(probes)
+        .handle_signals(true)
+        .leader_election(LeaderElectionConfig::with_default_identity(&args.namespace, lease_name))
         .build()?)
 }
 

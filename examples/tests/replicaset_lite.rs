@@ -72,7 +72,7 @@ impl Harness {
         let factory = factory.build();
         let mut manager = Manager::builder(client.clone())
             .factory(factory.clone())
-            .no_metrics_server()
+            .no_http_servers()
             .handle_signals(false)
             .build()
             .unwrap();

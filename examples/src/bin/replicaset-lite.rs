@@ -87,6 +87,11 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
                 .metrics_addr
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
         )
+        .health_probe_addr(
+            args.common
+                .health_probe_addr
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
+        )
         .handle_signals(true)
         .build()?;
     let inner = ReplicaSetController::new(&factory)?;

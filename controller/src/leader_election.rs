@@ -117,10 +117,22 @@
 //!   one it sent), and records are compared at the Lease's microsecond precision (client-go
 //!   compares a JSON form with whole seconds), so every renewal restarts a standby's clock.
 //! - No lease is released after [`LeadershipLost`](LeaderElectionError::LeadershipLost): the
-//!   controllers are still stopping at that moment. A release is bounded by `renew_deadline`.
-//! - No callbacks: `acquire` returning `true` is *OnStartedLeading*, `renew` returning is
-//!   *OnStoppedLeading*, and a new leader is logged (*OnNewLeader*) and readable with
-//!   [`LeaderElector::leader`]. No coordinated leader election, no event recording.
+//!   controllers are still stopping at that moment. A release reads the Lease first (the
+//!   cached one may be stale: a renewal abandoned at cancel time may still have landed) and
+//!   writes only if it still names us, conditional on what it read; a conflict or another
+//!   error is retried, reading again, until `renew_deadline` (client-go gives up after one
+//!   try). So a clean shutdown leaves the Lease free (`holderIdentity` empty,
+//!   `leaseDurationSeconds: 1`, `leaseTransitions` kept), not held until it expires.
+//! - [`LeaderCallbacks`] (client-go's) run synchronously, not on goroutines of their own:
+//!   *OnStartedLeading* when `acquire` wins (with the term), *OnStoppedLeading* once when a
+//!   term ends (never for a replica that never led; client-go calls it whenever `Run`
+//!   returns), *OnNewLeader* when the observed holder changes to a non-empty identity.
+//!   Without them, `acquire` returning `true` and `renew` returning say the same.
+//! - [`LeaderElector::check`] is client-go's `HealthzAdaptor` check, measured from the last
+//!   renewal *sent* against `renew_deadline` + tolerance (client-go: last observation against
+//!   `lease_duration` + tolerance). No coordinated leader election, no event recording.
+//! - [`default_identity`] is `<hostname>_<uuid>`, as client-go's examples and
+//!   controller-runtime build it ([`LeaderElectionConfig::with_default_identity`]).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -620,3 +620,150 @@ async fn module_doc_example() -> Result<(), Box<dyn std::error::Error>> {
     env.shutdown().await;
     Ok(())
 }
+
+/// A clean shutdown leaves the Lease released even when the cached Lease is stale (another
+/// write changed its resourceVersion, as a renewal abandoned at cancel time can) and the
+/// first release attempts fail: the release reads the Lease first and retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_reads_the_lease_first_and_retries_after_a_conflict() {
+    init_tracing();
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
+    let a = elector(&env, "stale", "a");
+    let stop = CancellationToken::new();
+    assert!(a.acquire(&stop).await);
+    let task = renewing(&a, &stop);
+    tokio::time::sleep(RETRY * 2).await;
+    let before = lease_spec(&api, "stale").await;
+    // A write the elector did not make: its cached resourceVersion is stale now, so a release
+    // conditional on it would get 409 Conflict and leave the lease held.
+    let mut lease = api.get("stale").await.unwrap();
+    lease
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert("touched".into(), "yes".into());
+    loop {
+        match api.replace("stale", &PostParams::default(), &lease).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                lease = api.get("stale").await.unwrap(); // a renewed in between
+                lease
+                    .metadata
+                    .labels
+                    .get_or_insert_with(Default::default)
+                    .insert("touched".into(), "yes".into());
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // And the first two release requests fail.
+    let lease_path = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/stale");
+    env.faults().fail_next(&lease_path, 409, 2, 0);
+    stop.cancel();
+    task.await.unwrap().expect("clean stop");
+    let after = lease_spec(&api, "stale").await;
+    assert_eq!(holder(&after), "", "released: {after:?}");
+    assert_eq!(after.lease_duration_seconds, Some(1));
+    assert_eq!(after.lease_transitions, before.lease_transitions, "transitions kept");
+    assert_eq!(a.leader(), None);
+    env.shutdown().await;
+}
+
+/// client-go's `<hostname>_<uuid>`.
+#[test]
+fn the_default_identity_is_hostname_underscore_uuid() {
+    let identity = controller::default_identity();
+    let (host, uuid) = identity.rsplit_once('_').expect("an underscore");
+    assert_eq!(host, controller::hostname());
+    let groups: Vec<&str> = uuid.split('-').collect();
+    assert_eq!(
+        groups.iter().map(|g| g.len()).collect::<Vec<_>>(),
+        [8, 4, 4, 4, 12],
+        "{uuid}"
+    );
+    assert!(
+        uuid.chars()
+            .all(|c| c == '-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+    );
+    assert!(groups[2].starts_with('4'), "version 4: {uuid}");
+    assert!(
+        matches!(&groups[3][..1], "8" | "9" | "a" | "b"),
+        "RFC 4122 variant: {uuid}"
+    );
+    assert_ne!(identity, controller::default_identity(), "random per call");
+    let config = LeaderElectionConfig::with_default_identity("ns", "lease");
+    assert!(config.identity.starts_with(&format!("{host}_")));
+}
+
+/// The callbacks fire: new leader (ourselves), started leading with a valid term, stopped
+/// leading once when the term ends; a standby sees the new leader only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_callbacks_fire_on_start_stop_and_new_leader() {
+    init_tracing();
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let events: Arc<Mutex<Vec<String>>> = Arc::default();
+    let callbacks = |who: &'static str| {
+        let (e1, e2, e3) = (events.clone(), events.clone(), events.clone());
+        controller::LeaderCallbacks::new()
+            .on_started_leading(move |term| {
+                e1.lock()
+                    .unwrap()
+                    .push(format!("{who}: started valid={}", term.is_valid()))
+            })
+            .on_stopped_leading(move || e2.lock().unwrap().push(format!("{who}: stopped")))
+            .on_new_leader(move |leader| e3.lock().unwrap().push(format!("{who}: new leader {leader}")))
+    };
+    let a = LeaderElector::new(env.client(), config("callbacks", "a").callbacks(callbacks("a"))).unwrap();
+    let b = LeaderElector::new(env.client(), config("callbacks", "b").callbacks(callbacks("b"))).unwrap();
+    let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+    assert!(a.acquire(&stop_a).await);
+    let task_a = renewing(&a, &stop_a);
+    let task_b = run(&b, &stop_b);
+    until(WAIT, "b to observe a", || b.leader().as_deref() == Some("a")).await;
+    stop_b.cancel();
+    assert!(!task_b.await.unwrap().unwrap());
+    stop_a.cancel();
+    task_a.await.unwrap().unwrap();
+    let events = events.lock().unwrap().clone();
+    assert_eq!(
+        events,
+        [
+            "a: new leader a",
+            "a: started valid=true",
+            "b: new leader a",
+            "a: stopped"
+        ],
+        "{events:?}"
+    );
+}
+
+/// client-go's `HealthzAdaptor`: a leader whose renewals stop (wedged: nothing runs `renew`)
+/// fails the check once `renew_deadline` plus the tolerance passed since its last renewal; a
+/// standby and a replica that released pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_check_fails_for_a_wedged_leader() {
+    init_tracing();
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let tolerance = Duration::from_millis(300);
+    let (a, b) = (elector(&env, "wedged", "a"), elector(&env, "wedged", "b"));
+    assert!(a.check(tolerance).is_ok(), "never led");
+    let stop = CancellationToken::new();
+    let acquired = Instant::now();
+    assert!(a.acquire(&stop).await);
+    // Nobody renews: a wedged leader. b stands by.
+    let task_b = run(&b, &stop);
+    until(WAIT, "b to observe a", || b.leader().as_deref() == Some("a")).await;
+    let failed = until(WAIT, "the check to fail", || a.check(tolerance).is_err()).await;
+    let took = failed - acquired;
+    assert!(took >= RENEW + tolerance, "failed early: {took:?}");
+    assert!(took <= RENEW + tolerance + SLACK, "failed late: {took:?}");
+    assert!(matches!(
+        a.check(tolerance),
+        Err(LeaderElectionError::RenewalOverdue { lease, .. }) if lease == "default/wedged"
+    ));
+    assert!(b.check(tolerance).is_ok(), "a standby passes");
+    stop.cancel();
+    let _ = task_b.await.unwrap();
+    env.shutdown().await;
+}

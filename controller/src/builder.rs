@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use factory::{FactoryError, FactoryResource, SharedInformerFactory};
+use factory::{CacheOptions, FactoryError, FactoryResource, PartialObjectMeta, SharedInformerFactory};
+use futures::{Stream, StreamExt};
 use informer_core::{ResourceEventHandler, SharedIndexInformer};
 use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
@@ -24,13 +25,118 @@ use crate::event_recorder::{EventRecorder, Reporter};
 use crate::handler::{Enqueuer, MapFunc, Mapping, OwnerType};
 use crate::metrics::Metrics;
 use crate::object_key::{ObjectKey, Request};
-use crate::predicate::{All, Predicate};
+use crate::predicate::{EventFilters, Filters, Predicate, TypedPredicate};
 use crate::reconciler::{Action, Context, ContextInner, Reconciler};
 use crate::runnable::hostname;
 use crate::source::{
-    ErasedRegistration, ErasedSource, Handling, MakeHandler, Source, SourceError, SourceKey, dynamic_source,
-    typed_source,
+    ErasedRegistration, ErasedSource, Handling, MakeHandler, PrimaryKeys, Signal, Source, SourceError, SourceKey,
+    Trigger, dynamic_source, typed_source,
 };
+
+/// How one source of a controller filters and which cache it reads (controller-runtime's
+/// `builder.WithPredicates`, `builder.OnlyMetadata`'s cousin `ByObject`, and `Owns`'
+/// `MatchEveryOwner`): given to [`for_resource_with`](ControllerBuilder::for_resource_with),
+/// [`owns_with`](Controller::owns_with) and
+/// [`watches_with_options`](Controller::watches_with_options).
+///
+/// ```no_run
+/// use controller::SourceOptions;
+/// use controller::predicate::{GenerationChanged, LabelSelectorPredicate, not};
+/// use factory::CacheOptions;
+/// use k8s_openapi::api::apps::v1::Deployment;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+///
+/// # fn demo(factory: &factory::SharedInformerFactory) -> Result<(), Box<dyn std::error::Error>> {
+/// let controller = controller::Controller::new("deployments", factory)
+///     .for_resource_with(SourceOptions::<Deployment>::new().predicate(GenerationChanged))
+///     .owns_with(
+///         SourceOptions::<ConfigMap>::new()
+///             .predicate(not(LabelSelectorPredicate::parse("skip=true")?))
+///             .informer_with(CacheOptions::default().labels("app=web")),
+///     );
+/// # let _ = controller; Ok(()) }
+/// ```
+#[must_use]
+#[non_exhaustive]
+pub struct SourceOptions<C> {
+    predicates: Filters<C>,
+    cache: Cache,
+    every_owner: bool,
+}
+
+/// Which informer of the factory a source uses.
+#[derive(Clone, Default)]
+enum Cache {
+    /// The type's shared informer ([`SharedInformerFactory::informer_for`]).
+    #[default]
+    Shared,
+    /// The type's shared informer, which must have these options
+    /// ([`SharedInformerFactory::shared_informer_with`]).
+    SharedWith(CacheOptions),
+    /// The informer for exactly these options ([`SharedInformerFactory::informer_for_with`]).
+    Exactly(CacheOptions),
+}
+
+impl<C> Default for SourceOptions<C> {
+    fn default() -> Self {
+        SourceOptions {
+            predicates: Filters::default(),
+            cache: Cache::Shared,
+            every_owner: false,
+        }
+    }
+}
+
+impl<C: 'static> SourceOptions<C> {
+    /// No predicates, the type's shared informer, the controller owner only.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A predicate this source's notifications must pass (besides the controller's event
+    /// filters); several combine with "and". It filters this source alone.
+    pub fn predicate(mut self, predicate: impl TypedPredicate<C>) -> Self {
+        self.predicates.0.push(Arc::new(predicate));
+        self
+    }
+
+    /// Read the type's shared informer, which must have `options`: building fails with
+    /// [`FactoryError::ConflictingOptions`] if another consumer asked for it with other options
+    /// (or the factory's `by_object` set others).
+    pub fn cache(mut self, options: CacheOptions) -> Self {
+        self.cache = Cache::SharedWith(options);
+        self
+    }
+
+    /// Read the informer for exactly `options`, shared only with requests for the same
+    /// options (a list and watch of its own if they differ from the type's shared informer's).
+    pub fn informer_with(mut self, options: CacheOptions) -> Self {
+        self.cache = Cache::Exactly(options);
+        self
+    }
+
+    /// For [`owns_with`](Controller::owns_with): enqueue every owner of the primary's kind, not
+    /// only the controller owner (controller-runtime's `Owns(.., MatchEveryOwner)`). Building
+    /// fails if given to another source.
+    pub fn every_owner(mut self) -> Self {
+        self.every_owner = true;
+        self
+    }
+}
+
+impl<C: FactoryResource> SourceOptions<C> {
+    /// The informer these options ask for, and the options it has (for its name).
+    fn informer(
+        &self,
+        factory: &SharedInformerFactory,
+    ) -> (Result<SharedIndexInformer<C>, FactoryError>, CacheOptions) {
+        match &self.cache {
+            Cache::Shared => (factory.informer_for::<C>(), CacheOptions::default()),
+            Cache::SharedWith(options) => (factory.shared_informer_with::<C>(options.clone()), options.clone()),
+            Cache::Exactly(options) => (factory.informer_for_with::<C>(options.clone()), options.clone()),
+        }
+    }
+}
 
 /// Starts building a controller: `Controller::new(name, &factory).for_resource::<K>()`.
 pub struct Controller<K> {
@@ -50,6 +156,8 @@ struct Common {
     metrics: Option<Metrics>,
     recorder: Option<EventRecorder>,
     predicates: Vec<Arc<dyn Predicate>>,
+    /// External signals ([`Controller::reconcile_on`], [`Controller::reconcile_all_on`]).
+    triggers: Vec<Trigger>,
     workers: usize,
     rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
     graceful_shutdown_timeout: Duration,
@@ -78,6 +186,7 @@ impl Controller<()> {
                 metrics: None,
                 recorder: None,
                 predicates: Vec::new(),
+                triggers: Vec::new(),
                 workers: 1,
                 rate_limiter: None,
                 graceful_shutdown_timeout: DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
@@ -122,13 +231,32 @@ impl ControllerBuilder {
 
     /// The primary type: adds, updates and deletes of `K` enqueue the object's own key.
     pub fn for_resource<K: FactoryResource>(self) -> Controller<K> {
-        let informer = self.common.factory.informer_for::<K>();
+        self.for_resource_with(SourceOptions::<K>::new())
+    }
+
+    /// The primary type with predicates of its own and a choice of informer (see
+    /// [`SourceOptions`]): `for_resource_with(SourceOptions::<K>::new().predicate(p))`.
+    pub fn for_resource_with<K: FactoryResource>(self, options: SourceOptions<K>) -> Controller<K> {
+        let (informer, cache) = options.informer(&self.common.factory);
         let primary_type = OwnerType {
             group: K::group(&()).into_owned(),
             kind: K::kind(&()).into_owned(),
             namespaced: is_namespaced::<K>(),
+            only_controller: true,
         };
-        Controller::with_primary(self.common, informer, typed_source::<K>(), primary_type)
+        let mut controller = Controller::with_primary(
+            self.common,
+            informer,
+            typed_source::<K>(&cache),
+            primary_type,
+            options.predicates,
+        );
+        if options.every_owner {
+            controller.error.get_or_insert(ControllerError::InvalidConfig(
+                "every_owner applies to owns_with only".into(),
+            ));
+        }
+        controller
     }
 
     /// A dynamic primary type (by group/version/kind), as `for_resource` for typed ones.
@@ -138,8 +266,16 @@ impl ControllerBuilder {
             group: resource.group.clone(),
             kind: resource.kind.clone(),
             namespaced,
+            only_controller: true,
         };
-        Controller::with_primary(self.common, informer, dynamic_source(resource), primary_type)
+        let predicates = Filters::default();
+        Controller::with_primary(
+            self.common,
+            informer,
+            dynamic_source(resource),
+            primary_type,
+            predicates,
+        )
     }
 }
 
@@ -153,6 +289,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         informer: Result<SharedIndexInformer<K>, FactoryError>,
         (key, name): (SourceKey, String),
         primary_type: OwnerType,
+        predicates: Filters<K>,
     ) -> Self {
         let (informer, error) = match informer {
             Ok(informer) => (Some(informer), None),
@@ -164,6 +301,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 informer,
                 name,
                 handling: Handling::Map(Mapping::Object),
+                predicates,
                 key,
             },
             primary_type,
@@ -178,12 +316,14 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         informer: Result<SharedIndexInformer<C>, FactoryError>,
         handling: Handling<C>,
         (key, name): (SourceKey, String),
+        predicates: Filters<C>,
     ) -> Self {
         match informer {
             Ok(informer) => self.sources.push(Box::new(Source {
                 informer: Some(informer),
                 name,
                 handling,
+                predicates,
                 key,
             })),
             Err(e) => {
@@ -197,9 +337,45 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     /// ownerReference with `controller: true`) when that owner is of the primary type.
     #[must_use]
     pub fn owns<C: FactoryResource>(self) -> Self {
-        let informer = self.common.factory.informer_for::<C>();
-        let mapping = Mapping::Owner(self.primary_type.clone());
-        self.add_source(informer, Handling::Map(mapping), typed_source::<C>())
+        self.owns_with(SourceOptions::<C>::new())
+    }
+
+    /// Children of type `C` with predicates of their own, a choice of informer, and
+    /// optionally every owner of the primary's kind enqueued (see [`SourceOptions`]).
+    #[must_use]
+    pub fn owns_with<C: FactoryResource>(self, options: SourceOptions<C>) -> Self {
+        let (informer, cache) = options.informer(&self.common.factory);
+        let mut owner = self.primary_type.clone();
+        owner.only_controller = !options.every_owner;
+        let handling = Handling::Map(Mapping::Owner(owner));
+        self.add_source(informer, handling, typed_source::<C>(&cache), options.predicates)
+    }
+
+    /// Children of type `C` seen through the factory's shared *metadata* informer
+    /// ([`metadata_informer_for`](SharedInformerFactory::metadata_informer_for)): enough to
+    /// know which children exist and who owns them, without decoding (or caching) their
+    /// specs. Their cache is `ctx.lister_for::<PartialObjectMeta<C>>()`. Predicates over
+    /// metadata ([`predicate`](crate::predicate)) apply as to any source: use
+    /// `owns_with(SourceOptions::<PartialObjectMeta<C>>::new()...)` for them.
+    #[must_use]
+    pub fn owns_metadata<C>(self) -> Self
+    where
+        C: Resource<DynamicType = (), Scope: 'static> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    {
+        self.owns::<PartialObjectMeta<C>>()
+    }
+
+    /// Objects of type `W` seen through the factory's shared metadata informer, as
+    /// [`owns_metadata`](Self::owns_metadata): `mapper` gets each object's metadata.
+    #[must_use]
+    pub fn watches_metadata<W>(
+        self,
+        mapper: impl Fn(&PartialObjectMeta<W>) -> Vec<ObjectKey> + Send + Sync + 'static,
+    ) -> Self
+    where
+        W: Resource<DynamicType = (), Scope: 'static> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    {
+        self.watches::<PartialObjectMeta<W>>(mapper)
     }
 
     /// Dynamic children (by group/version/kind), as [`owns`](Self::owns).
@@ -207,16 +383,83 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     pub fn owns_dynamic(self, resource: &ApiResource, namespaced: bool) -> Self {
         let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
         let mapping = Mapping::Owner(self.primary_type.clone());
-        self.add_source(informer, Handling::Map(mapping), dynamic_source(resource))
+        self.add_source(
+            informer,
+            Handling::Map(mapping),
+            dynamic_source(resource),
+            Filters::default(),
+        )
     }
 
     /// Objects of type `W`: a change to one enqueues the keys `mapper` returns for it (for
     /// the old and the new state of an update).
     #[must_use]
     pub fn watches<W: FactoryResource>(self, mapper: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static) -> Self {
-        let informer = self.common.factory.informer_for::<W>();
+        self.watches_with_options(SourceOptions::<W>::new(), mapper)
+    }
+
+    /// Objects of type `W` mapped to keys as [`watches`](Self::watches), with predicates of
+    /// their own and a choice of informer (see [`SourceOptions`]).
+    #[must_use]
+    pub fn watches_with_options<W: FactoryResource>(
+        mut self,
+        options: SourceOptions<W>,
+        mapper: impl Fn(&W) -> Vec<ObjectKey> + Send + Sync + 'static,
+    ) -> Self {
+        if options.every_owner {
+            self.error.get_or_insert(ControllerError::InvalidConfig(
+                "every_owner applies to owns_with only".into(),
+            ));
+        }
+        let (informer, cache) = options.informer(&self.common.factory);
         let mapper: MapFunc<W> = Arc::new(mapper);
-        self.add_source(informer, Handling::Map(Mapping::Func(mapper)), typed_source::<W>())
+        let handling = Handling::Map(Mapping::Func(mapper));
+        self.add_source(informer, handling, typed_source::<W>(&cache), options.predicates)
+    }
+
+    /// Reconciles the key of each item of `keys` as it arrives (kube-runtime's `reconcile_on`,
+    /// controller-runtime's channel source): for objects that depend on something outside the
+    /// cluster. The stream is read from the time the controller is built (on the caller's tokio
+    /// runtime) until it ends or the controller stops taking keys.
+    #[must_use]
+    pub fn reconcile_on(mut self, keys: impl Stream<Item = ObjectKey> + Send + 'static) -> Self {
+        self.common.triggers.push(Trigger {
+            name: "reconcile_on",
+            signals: std::sync::Mutex::new(Some(keys.map(Signal::Key).boxed())),
+            primary_keys: self.primary_keys(),
+        });
+        self
+    }
+
+    /// Reconciles every primary object in the cache once per item of `signals` (kube-runtime's
+    /// `reconcile_all_on`), e.g. when a configuration file all of them depend on changed. Keys
+    /// already queued are merged, so a burst of signals reconciles each object about once.
+    #[must_use]
+    pub fn reconcile_all_on<T>(mut self, signals: impl Stream<Item = T> + Send + 'static) -> Self {
+        self.common.triggers.push(Trigger {
+            name: "reconcile_all_on",
+            signals: std::sync::Mutex::new(Some(signals.map(|_| Signal::All).boxed())),
+            primary_keys: self.primary_keys(),
+        });
+        self
+    }
+
+    /// The keys of every primary object in the cache, read when called.
+    fn primary_keys(&self) -> PrimaryKeys {
+        let indexer = self
+            .primary
+            .informer
+            .as_ref()
+            .map(|informer| informer.indexer().clone());
+        Arc::new(move || {
+            indexer.as_ref().map_or_else(Vec::new, |indexer| {
+                indexer
+                    .list()
+                    .iter()
+                    .filter_map(|obj| ObjectKey::from_object(&**obj))
+                    .collect()
+            })
+        })
     }
 
     /// Dynamic objects (by group/version/kind), as [`watches`](Self::watches).
@@ -229,7 +472,8 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     ) -> Self {
         let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
         let mapper: MapFunc<DynamicObject> = Arc::new(mapper);
-        self.add_source(informer, Handling::Map(Mapping::Func(mapper)), dynamic_source(resource))
+        let handling = Handling::Map(Mapping::Func(mapper));
+        self.add_source(informer, handling, dynamic_source(resource), Filters::default())
     }
 
     /// Objects of type `W`, through a handler of your own that is given the controller's queue
@@ -265,11 +509,14 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         let informer = self.common.factory.informer_for::<W>();
         let make: MakeHandler<W> = Box::new(move |queue| Box::new(make(queue)));
         let handling = Handling::Custom(std::sync::Mutex::new(Some(make)));
-        self.add_source(informer, handling, typed_source::<W>())
+        let source = typed_source::<W>(&CacheOptions::default());
+        self.add_source(informer, handling, source, Filters::default())
     }
 
     /// Adds a filter every notification (of every source) must pass to enqueue a key; see
-    /// [`predicate`](crate::predicate) for the ready-made ones. Filters combine with "and".
+    /// [`predicate`](crate::predicate) for the ready-made ones. Filters combine with "and",
+    /// and with each source's own predicates ([`SourceOptions::predicate`]). They see metadata
+    /// only, as they apply to sources of every type.
     #[must_use]
     pub fn with_event_filter(mut self, predicate: impl Predicate) -> Self {
         self.common.predicates.push(Arc::new(predicate));
@@ -412,11 +659,13 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             }
         };
 
-        let predicates = All(common.predicates);
+        let predicates = EventFilters(common.predicates);
         let mut typed = HashMap::new();
         let mut dynamic = HashMap::new();
         let mut registrations: Vec<Box<dyn ErasedRegistration>> = Vec::new();
-        let all_sources = std::iter::once(&primary as &dyn ErasedSource).chain(sources.iter().map(|s| &**s));
+        let all_sources = std::iter::once(&primary as &dyn ErasedSource)
+            .chain(sources.iter().map(|s| &**s))
+            .chain(common.triggers.iter().map(|t| t as &dyn ErasedSource));
         for source in all_sources {
             source.add_to_context(&mut typed, &mut dynamic);
             match source.register(&common.name, &queue, &predicates) {

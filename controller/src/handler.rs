@@ -5,11 +5,13 @@
 //! | source | handler | keys |
 //! |---|---|---|
 //! | `for_resource::<K>()` | [`EnqueueRequestForObject`](Mapping::Object) | the object's own |
-//! | `owns::<C>()` | [`EnqueueRequestForOwner`](Mapping::Owner) | the owner in the child's *controller* ownerReference, if it has the primary's group and kind |
+//! | `owns::<C>()` | [`EnqueueRequestForOwner`](Mapping::Owner) | the owner in the child's *controller* ownerReference, if it has the primary's group and kind (every owner of that kind with `SourceOptions::every_owner`) |
 //! | `watches::<W>(mapper)` | [`EnqueueRequestsFromMapFunc`](Mapping::Func) | whatever `mapper` returns |
 //!
 //! An update enqueues the keys of both the old and the new object (an owner reference or a
-//! mapped key may have changed), as controller-runtime does. Handlers run on the informer's
+//! mapped key may have changed), as controller-runtime does. A notification enqueues only if
+//! it passes the controller's event filters (metadata) and its source's own predicates (typed).
+//! Handlers run on the informer's
 //! listener thread: they filter, compute keys and add them to the queue, nothing else. The
 //! only allocations are the keys themselves (and a mapper's `Vec`).
 
@@ -21,7 +23,7 @@ use kube::api::ObjectMeta;
 use workqueue::RateLimitingQueue;
 
 use crate::object_key::ObjectKey;
-use crate::predicate::{All, Predicate};
+use crate::predicate::{EventFilters, Filters, Predicate, TypedPredicate};
 
 /// A mapper of [`watches`](crate::Controller::watches): the primary keys an object concerns.
 pub type MapFunc<W> = Arc<dyn Fn(&W) -> Vec<ObjectKey> + Send + Sync>;
@@ -55,27 +57,34 @@ pub(crate) struct OwnerType {
     pub(crate) kind: String,
     /// Whether the primary is namespaced (then the owner lives in the child's namespace).
     pub(crate) namespaced: bool,
+    /// Only the owner reference with `controller: true` (controller-runtime's
+    /// `OnlyControllerOwner`, the default), or every owner reference of this type.
+    pub(crate) only_controller: bool,
 }
 
 impl OwnerType {
-    /// The key of `meta`'s controller owner if it is of this type.
-    fn owner_key(&self, meta: &ObjectMeta) -> Option<ObjectKey> {
-        let owner = meta
-            .owner_references
-            .as_ref()?
-            .iter()
-            .find(|r| r.controller == Some(true))?;
-        // The group of `apiVersion` (`apps/v1` → `apps`, `v1` → ``); the version may differ
-        // from the one the controller uses, as in controller-runtime.
-        let group = owner.api_version.rsplit_once('/').map_or("", |(group, _)| group);
-        if group != self.group || owner.kind != self.kind {
-            return None;
+    /// The keys of `meta`'s owners of this type: its controller owner's, or with
+    /// `only_controller` off, every owner's.
+    fn owner_keys(&self, meta: &ObjectMeta, mut found: impl FnMut(ObjectKey)) {
+        let Some(owners) = meta.owner_references.as_ref() else {
+            return;
+        };
+        for owner in owners {
+            if self.only_controller && owner.controller != Some(true) {
+                continue;
+            }
+            // The group of `apiVersion` (`apps/v1` → `apps`, `v1` → ``); the version may
+            // differ from the one the controller uses, as in controller-runtime.
+            let group = owner.api_version.rsplit_once('/').map_or("", |(group, _)| group);
+            if group != self.group || owner.kind != self.kind {
+                continue;
+            }
+            let namespace = if self.namespaced { meta.namespace.clone() } else { None };
+            found(ObjectKey {
+                namespace,
+                name: owner.name.clone(),
+            });
         }
-        let namespace = if self.namespaced { meta.namespace.clone() } else { None };
-        Some(ObjectKey {
-            namespace,
-            name: owner.name.clone(),
-        })
     }
 }
 
@@ -101,7 +110,10 @@ impl Enqueuer {
 /// The handler registered on one informer of a controller.
 pub(crate) struct EnqueueHandler<K> {
     pub(crate) queue: RateLimitingQueue<ObjectKey>,
-    pub(crate) predicates: All,
+    /// The controller's event filters (metadata).
+    pub(crate) predicates: EventFilters,
+    /// This source's own predicates (typed).
+    pub(crate) source_predicates: Filters<K>,
     pub(crate) mapping: Mapping<K>,
 }
 
@@ -113,11 +125,7 @@ impl<K: Resource> EnqueueHandler<K> {
                     self.queue.add(key);
                 }
             }
-            Mapping::Owner(owner) => {
-                if let Some(key) = owner.owner_key(obj.meta()) {
-                    self.queue.add(key);
-                }
-            }
+            Mapping::Owner(owner) => owner.owner_keys(obj.meta(), |key| self.queue.add(key)),
             Mapping::Func(map) => {
                 for key in map(obj) {
                     self.queue.add(key);
@@ -129,13 +137,13 @@ impl<K: Resource> EnqueueHandler<K> {
 
 impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHandler<K> {
     fn on_add(&self, obj: &Arc<K>, _is_in_initial_list: bool) {
-        if self.predicates.create(obj.meta()) {
+        if self.predicates.create(obj.meta()) && self.source_predicates.create(obj) {
             self.enqueue(obj);
         }
     }
 
     fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
-        if !self.predicates.update(old.meta(), new.meta()) {
+        if !(self.predicates.update(old.meta(), new.meta()) && self.source_predicates.update(old, new)) {
             return;
         }
         match &self.mapping {
@@ -151,7 +159,7 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHan
 
     fn on_delete(&self, obj: DeletedObject<K>) {
         let obj = obj.object();
-        if self.predicates.delete(obj.meta()) {
+        if self.predicates.delete(obj.meta()) && self.source_predicates.delete(obj) {
             self.enqueue(obj);
         }
     }
@@ -180,12 +188,50 @@ mod tests {
         }
     }
 
+    impl OwnerType {
+        fn owner_key(&self, meta: &ObjectMeta) -> Option<ObjectKey> {
+            let mut keys = Vec::new();
+            self.owner_keys(meta, |key| keys.push(key));
+            assert!(keys.len() <= 1, "{keys:?}");
+            keys.pop()
+        }
+    }
+
+    #[test]
+    fn every_owner_of_the_primary_kind_when_asked() {
+        let mut meta = owned("Foo", "example.com/v1", true);
+        let refs = meta.owner_references.as_mut().unwrap();
+        let mut second = refs[0].clone();
+        (second.name, second.controller) = ("other".into(), None);
+        let mut foreign = second.clone();
+        (foreign.name, foreign.kind) = ("bar".into(), "Bar".into());
+        refs.extend([second, foreign]);
+        let mut foo = OwnerType {
+            group: "example.com".into(),
+            kind: "Foo".into(),
+            namespaced: true,
+            only_controller: false,
+        };
+        let mut keys = Vec::new();
+        foo.owner_keys(&meta, |key| keys.push(key));
+        assert_eq!(
+            keys,
+            [
+                ObjectKey::namespaced("ns", "parent"),
+                ObjectKey::namespaced("ns", "other")
+            ]
+        );
+        foo.only_controller = true;
+        assert_eq!(foo.owner_key(&meta), Some(ObjectKey::namespaced("ns", "parent")));
+    }
+
     #[test]
     fn owner_keys_need_a_controller_reference_of_the_primary_group_and_kind() {
         let foo = OwnerType {
             group: "example.com".into(),
             kind: "Foo".into(),
             namespaced: true,
+            only_controller: true,
         };
         let parent = Some(ObjectKey::namespaced("ns", "parent"));
         assert_eq!(foo.owner_key(&owned("Foo", "example.com/v1", true)), parent);
@@ -207,6 +253,7 @@ mod tests {
             group: String::new(),
             kind: "Namespace".into(),
             namespaced: false,
+            only_controller: true,
         };
         assert_eq!(
             core.owner_key(&owned("Namespace", "v1", true)),
@@ -219,11 +266,13 @@ mod tests {
         let queue = RateLimitingQueue::new(workqueue::default_controller_rate_limiter());
         let handler = EnqueueHandler::<ConfigMap> {
             queue: queue.clone(),
-            predicates: All(vec![Arc::new(crate::predicate::LabelsChanged)]),
+            predicates: EventFilters(vec![Arc::new(crate::predicate::LabelsChanged)]),
+            source_predicates: Filters::default(),
             mapping: Mapping::Owner(OwnerType {
                 group: "example.com".into(),
                 kind: "Foo".into(),
                 namespaced: true,
+                only_controller: true,
             }),
         };
         let mut old = ConfigMap {

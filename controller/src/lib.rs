@@ -16,7 +16,8 @@
 //! A [`Controller`] registers its handlers on the factory's *shared* informers, so two
 //! controllers of one type share one list/watch. See `ARCHITECTURE.md` for the design.
 //!
-//! - [`Controller`] (`builder.rs`): the builder (`for_resource`, `owns`, `watches`,
+//! - [`Controller`] (`builder.rs`): the builder (`for_resource`, `owns`, `watches`, each with
+//!   [`SourceOptions`] for per-source predicates and cache, `reconcile_on` triggers,
 //!   `with_event_filter`, `workers`, `rate_limiter`); [`BuiltController`] (`controller.rs`): the
 //!   worker runtime; `source.rs`: the sources and handler registrations both use.
 //! - [`Reconciler`], [`Action`], [`Context`] (`reconciler.rs`): what a controller calls.
@@ -54,7 +55,7 @@ mod reconciler;
 pub mod runnable;
 mod source;
 
-pub use builder::{Controller, ControllerBuilder};
+pub use builder::{Controller, ControllerBuilder, SourceOptions};
 pub use controller::{BuiltController, ControllerError, ErrorPolicy};
 pub use controllerutil::{
     OwnerReferenceError, PatchError, apply, patch_status_if_changed, set_controller_reference, set_owner_reference,

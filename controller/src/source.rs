@@ -1,23 +1,28 @@
 //! The sources of a controller and their handlers, shared by the builder (which makes them)
 //! and the runtime (which waits for their registrations to sync and removes them): a
 //! [`Source`] is one informer and how its notifications become keys; [`ErasedSource`] and
-//! [`ErasedRegistration`] hold them without their types.
+//! [`ErasedRegistration`] hold them without their types. A [`Trigger`] is a source without an
+//! informer: a stream of external signals (controller-runtime's channel source).
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use factory::FactoryResource;
+use factory::{CacheOptions, FactoryResource};
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use informer_core::{
     HandlerOptions, Indexer, InformerError, ResourceEventHandler, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
 use workqueue::RateLimitingQueue;
 
 use crate::handler::{EnqueueHandler, Enqueuer, Mapping};
 use crate::object_key::ObjectKey;
-use crate::predicate::All;
+use crate::predicate::{EventFilters, Filters};
 use crate::reconciler::{Gvk, gvk};
 
 /// Why a source could not be registered (the builder turns it into a `ControllerError`).
@@ -35,9 +40,17 @@ impl From<InformerError> for SourceError {
     }
 }
 
-/// Where a typed source's cache goes, and its name (`apiVersion/Kind`, as the factory's).
-pub(crate) fn typed_source<K: FactoryResource>() -> (SourceKey, String) {
-    let name = format!("{}/{}", K::api_version(&()), K::kind(&()));
+/// Where a typed source's cache goes, and its name (`apiVersion/Kind [options]`, as the
+/// factory's).
+pub(crate) fn typed_source<K: FactoryResource>(options: &CacheOptions) -> (SourceKey, String) {
+    let mut name = if K::metadata_api() {
+        format!("{}/{} (metadata)", K::api_version(&()), K::kind(&()))
+    } else {
+        format!("{}/{}", K::api_version(&()), K::kind(&()))
+    };
+    if !options.is_default() {
+        name = format!("{name} [{options}]");
+    }
     (SourceKey::Typed(TypeId::of::<K>()), name)
 }
 
@@ -61,6 +74,8 @@ pub(crate) struct Source<C> {
     /// `apiVersion/Kind`, for logs and errors.
     pub(crate) name: String,
     pub(crate) handling: Handling<C>,
+    /// This source's own predicates (`SourceOptions::predicate`).
+    pub(crate) predicates: Filters<C>,
     pub(crate) key: SourceKey,
 }
 
@@ -98,7 +113,7 @@ pub(crate) trait ErasedSource: Send + Sync {
         &self,
         controller: &str,
         queue: &RateLimitingQueue<ObjectKey>,
-        predicates: &All,
+        predicates: &EventFilters,
     ) -> Result<Box<dyn ErasedRegistration>, SourceError>;
     fn add_to_context(
         &self,
@@ -112,7 +127,7 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
         &self,
         controller: &str,
         queue: &RateLimitingQueue<ObjectKey>,
-        predicates: &All,
+        predicates: &EventFilters,
     ) -> Result<Box<dyn ErasedRegistration>, SourceError> {
         let Some(informer) = &self.informer else {
             return Err(SourceError::InvalidConfig("an informer is missing"));
@@ -123,6 +138,7 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
                 EnqueueHandler {
                     queue: queue.clone(),
                     predicates: predicates.clone(),
+                    source_predicates: self.predicates.clone(),
                     mapping: mapping.clone(),
                 },
                 HandlerOptions::default().non_blocking().name(controller),
@@ -190,5 +206,102 @@ impl<C: Resource + Send + Sync + 'static> ErasedRegistration for Registration<C>
 
     fn informer_name(&self) -> String {
         self.name.clone()
+    }
+}
+
+/// What an external signal asks for ([`Controller::reconcile_on`](crate::Controller::reconcile_on),
+/// [`reconcile_all_on`](crate::Controller::reconcile_all_on)).
+pub(crate) enum Signal {
+    /// Reconcile this key.
+    Key(ObjectKey),
+    /// Reconcile every primary object in the cache.
+    All,
+}
+
+/// The keys of every cached primary object.
+pub(crate) type PrimaryKeys = Arc<dyn Fn() -> Vec<ObjectKey> + Send + Sync>;
+
+/// A stream of external signals feeding the queue (controller-runtime's `source.Channel`,
+/// kube-runtime's `reconcile_on`). Its task is spawned when the controller is built, on the
+/// caller's runtime, and ends when the stream ends or the controller's handlers are removed
+/// (shutdown, or the built controller dropped), like an informer handler's registration.
+pub(crate) struct Trigger {
+    pub(crate) name: &'static str,
+    pub(crate) signals: std::sync::Mutex<Option<BoxStream<'static, Signal>>>,
+    pub(crate) primary_keys: PrimaryKeys,
+}
+
+impl ErasedSource for Trigger {
+    fn register(
+        &self,
+        controller: &str,
+        queue: &RateLimitingQueue<ObjectKey>,
+        _predicates: &EventFilters,
+    ) -> Result<Box<dyn ErasedRegistration>, SourceError> {
+        let Some(mut signals) = self.signals.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+            return Err(SourceError::InvalidConfig("a trigger stream was already used"));
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Err(SourceError::InvalidConfig(
+                "a trigger needs a tokio runtime when the controller is built",
+            ));
+        };
+        let stop = CancellationToken::new();
+        let (queue, keys, done) = (queue.clone(), self.primary_keys.clone(), stop.clone());
+        let controller = controller.to_owned();
+        runtime.spawn(async move {
+            loop {
+                let signal = tokio::select! {
+                    () = done.cancelled() => return,
+                    signal = signals.next() => signal,
+                };
+                match signal {
+                    Some(Signal::Key(key)) => queue.add(key),
+                    Some(Signal::All) => {
+                        let keys = keys();
+                        debug!(controller = %controller, keys = keys.len(), "trigger: reconciling every primary");
+                        keys.into_iter().for_each(|key| queue.add(key));
+                    }
+                    None => {
+                        warn!(controller = %controller, "trigger stream ended: no more external reconciles");
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Box::new(TriggerRegistration { stop, name: self.name }))
+    }
+
+    fn add_to_context(
+        &self,
+        _typed: &mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+        _dynamic: &mut HashMap<Gvk, Indexer<DynamicObject>>,
+    ) {
+    }
+}
+
+/// A trigger's task, stopped by `remove` (or when dropped with the controller).
+struct TriggerRegistration {
+    stop: CancellationToken,
+    name: &'static str,
+}
+
+impl ErasedRegistration for TriggerRegistration {
+    fn has_synced(&self) -> bool {
+        true
+    }
+
+    fn remove(&self) {
+        self.stop.cancel();
+    }
+
+    fn informer_name(&self) -> String {
+        self.name.to_owned()
+    }
+}
+
+impl Drop for TriggerRegistration {
+    fn drop(&mut self) {
+        self.stop.cancel();
     }
 }

@@ -271,8 +271,15 @@ impl<K> Context<K> {
 
 impl<K: Resource + 'static> Context<K> {
     /// The primary object `req` names, from the cache; `None` if it does not exist (deleted).
+    ///
+    /// The kind's scope decides, not the key: a key carrying a namespace (from a mapper or a
+    /// trigger) finds a cluster-scoped object by its name. A namespaced cache has no key
+    /// without a namespace, so this never finds an object of another namespace.
     pub fn get(&self, req: &Request) -> Option<Arc<K>> {
-        self.inner.primary.get_by_key(&req.cache_key())
+        let primary = &self.inner.primary;
+        primary
+            .get_by_key(&req.cache_key())
+            .or_else(|| req.namespace.as_ref().and_then(|_| primary.get_by_key(&req.name)))
     }
 
     /// A lister of the primary type.

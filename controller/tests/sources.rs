@@ -239,3 +239,47 @@ async fn metadata_children_wake_their_owner_without_a_typed_cache_of_them() {
     run.await.unwrap().unwrap();
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_key_with_a_namespace_finds_a_cluster_scoped_primary() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let found: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+    let reconciler = {
+        let found = found.clone();
+        reconciler_fn(move |req: Request, ctx: Context<Namespace>| {
+            found.lock().unwrap().push((req.to_string(), ctx.get(&req).is_some()));
+            async { Ok::<_, std::convert::Infallible>(Action::Done) }
+        })
+    };
+    let (key_tx, key_rx) = mpsc::unbounded::<ObjectKey>();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("namespaces", &factory)
+            .for_resource::<Namespace>()
+            .reconcile_on(key_rx)
+            .run(reconciler, shutdown.clone()),
+    );
+    // As a mapper from a namespaced object would give it: the object's namespace included.
+    key_tx
+        .unbounded_send(ObjectKey::namespaced("some-ns", "default"))
+        .unwrap();
+    eventually(WAIT, "the namespaced key reconciled", || {
+        let seen = found.lock().unwrap().iter().any(|(key, _)| key == "some-ns/default");
+        async move { seen }
+    })
+    .await;
+    let lookups = found.lock().unwrap().clone();
+    assert!(
+        lookups
+            .iter()
+            .filter(|(key, _)| key == "some-ns/default")
+            .all(|(_, exists)| *exists),
+        "{lookups:?}"
+    );
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}

@@ -188,12 +188,19 @@ pub struct LeaderElectionConfig {
 #[non_exhaustive]
 pub struct LeaderCallbacks {
     /// *OnStartedLeading*: `acquire` won the Lease; called with the new term.
-    pub on_started_leading: Option<Arc<dyn Fn(&Leadership) + Send + Sync>>,
+    pub on_started_leading: Option<OnStartedLeading>,
     /// *OnStoppedLeading*: a term ended (lost, lapsed, released or given up); once per term.
-    pub on_stopped_leading: Option<Arc<dyn Fn() + Send + Sync>>,
+    pub on_stopped_leading: Option<OnStoppedLeading>,
     /// *OnNewLeader*: the observed holder changed to this identity (ours included).
-    pub on_new_leader: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub on_new_leader: Option<OnNewLeader>,
 }
+
+/// [`LeaderCallbacks::on_started_leading`]'s function.
+pub type OnStartedLeading = Arc<dyn Fn(&Leadership) + Send + Sync>;
+/// [`LeaderCallbacks::on_stopped_leading`]'s function.
+pub type OnStoppedLeading = Arc<dyn Fn() + Send + Sync>;
+/// [`LeaderCallbacks::on_new_leader`]'s function.
+pub type OnNewLeader = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl LeaderCallbacks {
     /// No callbacks.

@@ -1,0 +1,522 @@
+//! Reconcile outcomes over envtest: terminal errors, the error policy, an error with a delay,
+//! the reconcile timeout, and panic recovery on and off. Each test has a control that shows
+//! the window it waits in is long enough for the behaviour it rules out.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{configmap, eventually, gather, sample};
+use controller::outcome::find_in_chain;
+use controller::{
+    Action, BoxError, Context, Controller, ControllerError, ObjectKey, ReconcilePanic, ReconcileTimeout, Request,
+    RequeueAfterError, reconciler_fn, terminal,
+};
+use factory::SharedInformerFactory;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use workqueue::RateLimiter;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A key's name and the delay `when` returned (`None`: a `forget`).
+type LimiterCall = (String, Option<Duration>);
+
+/// Records what the work queue asks its rate limiter: `when` (a rate-limited retry, with its
+/// delay) and `forget` (`None`). Per item: 5 ms doubling, as client-go's.
+#[derive(Clone)]
+struct RecordingLimiter {
+    inner: Arc<workqueue::ItemExponentialFailureRateLimiter<ObjectKey>>,
+    log: Arc<Mutex<Vec<LimiterCall>>>,
+}
+
+impl Default for RecordingLimiter {
+    fn default() -> Self {
+        RecordingLimiter {
+            inner: Arc::new(workqueue::ItemExponentialFailureRateLimiter::new(
+                Duration::from_millis(5),
+                Duration::from_secs(1000),
+            )),
+            log: Arc::default(),
+        }
+    }
+}
+
+impl RecordingLimiter {
+    fn of(&self, name: &str) -> Vec<Option<Duration>> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|(n, _)| n == name).map(|(_, d)| *d).collect()
+    }
+}
+
+impl RateLimiter<ObjectKey> for RecordingLimiter {
+    fn when(&self, item: &ObjectKey) -> Duration {
+        let delay = self.inner.when(item);
+        self.log.lock().unwrap().push((item.name.clone(), Some(delay)));
+        delay
+    }
+    fn forget(&self, item: &ObjectKey) {
+        self.log.lock().unwrap().push((item.name.clone(), None));
+        self.inner.forget(item);
+    }
+    fn num_requeues(&self, item: &ObjectKey) -> usize {
+        self.inner.num_requeues(item)
+    }
+}
+
+/// When each key was reconciled.
+type Calls = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
+
+fn record(calls: &Calls, name: &str) -> usize {
+    let mut calls = calls.lock().unwrap();
+    let times = calls.entry(name.to_owned()).or_default();
+    times.push(Instant::now());
+    times.len()
+}
+
+fn times(calls: &Calls, name: &str) -> Vec<Instant> {
+    calls.lock().unwrap().get(name).cloned().unwrap_or_default()
+}
+
+async fn create(client: &kube::Client, names: &[&str]) {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in names {
+        cms.create(&PostParams::default(), &configmap("default", name, "1"))
+            .await
+            .unwrap();
+    }
+}
+
+fn counter(registry: &prometheus::Registry, family: &str, controller: &str) -> f64 {
+    sample(&gather(registry), &format!(r#"{family}{{controller="{controller}"}}"#))
+}
+
+fn result(registry: &prometheus::Registry, controller: &str, result: &str) -> f64 {
+    let series = format!(r#"controller_runtime_reconcile_total{{controller="{controller}",result="{result}"}}"#);
+    sample(&gather(registry), &series)
+}
+
+/// An error of the reconciler's own that wraps another: terminal and delayed errors are found
+/// through it.
+#[derive(Debug, thiserror::Error)]
+#[error("reconciling {0}")]
+struct Wrapped(String, #[source] BoxError);
+
+#[tokio::test]
+async fn a_terminal_error_is_logged_counted_and_forgotten_and_not_retried() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let calls: Calls = Arc::default();
+    let reconciler = {
+        let calls = calls.clone();
+        reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+            let n = record(&calls, &req.name);
+            async move {
+                match req.name.as_str() {
+                    // Terminal, found through the reconciler's own wrapper.
+                    "final" => Err(Wrapped(req.name.clone(), terminal("spec is invalid").into())),
+                    // The control: a plain error is retried within the window the test waits.
+                    "plain" if n <= 2 => Err(Wrapped(req.name.clone(), "transient".into())),
+                    _ => Ok(Action::Done),
+                }
+            }
+        })
+    };
+    let limiter = RecordingLimiter::default();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("terminal", &factory)
+            .metrics(controller::Metrics::new(&registry).unwrap())
+            .for_resource::<ConfigMap>()
+            .rate_limiter(limiter.clone())
+            .run(reconciler, shutdown.clone()),
+    );
+    create(&client, &["final", "plain"]).await;
+    eventually(WAIT, "plain retried twice and done", || {
+        let n = times(&calls, "plain").len();
+        async move { n >= 3 }
+    })
+    .await;
+    // A retry of "final" would have come after 5 ms, as plain's did; wait a hundred times that.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(times(&calls, "final").len(), 1, "a terminal error was retried");
+    assert_eq!(limiter.of("final"), [None], "forgotten, never rate-limited");
+    assert_eq!(
+        counter(
+            &registry,
+            "controller_runtime_terminal_reconcile_errors_total",
+            "terminal"
+        ),
+        1.0
+    );
+    // Counted as an error too (controller-runtime counts both).
+    assert_eq!(
+        counter(&registry, "controller_runtime_reconcile_errors_total", "terminal"),
+        3.0
+    );
+    assert_eq!(result(&registry, "terminal", "error"), 3.0);
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_error_policy_sees_the_error_and_its_action_is_followed() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let calls: Calls = Arc::default();
+    let reconciler = {
+        let calls = calls.clone();
+        reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+            let n = record(&calls, &req.name);
+            async move {
+                match n {
+                    1 | 2 => Err(format!("boom {} #{n}", req.name)),
+                    _ => Ok(Action::Done),
+                }
+            }
+        })
+    };
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let limiter = RecordingLimiter::default();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let seen = seen.clone();
+        Controller::new("policy", &factory)
+            .for_resource::<ConfigMap>()
+            .rate_limiter(limiter.clone())
+            .error_policy(move |err, req, ctx| {
+                assert_eq!(ctx.controller_name(), "policy");
+                seen.lock().unwrap().push((req.name.clone(), err.to_string()));
+                match req.name.as_str() {
+                    "drop" => Action::Done,
+                    "later" => Action::RequeueAfter(Duration::from_millis(400)),
+                    _ => Action::Requeue,
+                }
+            })
+            .run(reconciler, shutdown.clone())
+    });
+    create(&client, &["drop", "later", "again"]).await;
+    eventually(WAIT, "later and again failed twice and succeeded", || {
+        let (later, again) = (times(&calls, "later").len(), times(&calls, "again").len());
+        async move { later >= 3 && again >= 3 }
+    })
+    .await;
+    // Requeue: rate-limited, as without a policy (the control for "drop").
+    assert_eq!(
+        limiter.of("again"),
+        [Some(Duration::from_millis(5)), Some(Duration::from_millis(10)), None]
+    );
+    // RequeueAfter: each retry no earlier than the delay, and no rate limiting.
+    let later = times(&calls, "later");
+    for pair in later.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(400),
+            "{:?}",
+            pair[1] - pair[0]
+        );
+    }
+    assert_eq!(limiter.of("later"), [None], "only the final success's forget");
+    // Done: forgotten, never retried (again's retries came within the time waited here).
+    assert_eq!(times(&calls, "drop").len(), 1, "the policy's Done was not followed");
+    assert_eq!(limiter.of("drop"), [None]);
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.contains(&("drop".into(), "boom drop #1".into())), "{seen:?}");
+    assert!(seen.contains(&("later".into(), "boom later #2".into())), "{seen:?}");
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_error_with_a_delay_is_retried_after_it_and_not_before_without_the_rate_limiter() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let calls: Calls = Arc::default();
+    let reconciler = {
+        let calls = calls.clone();
+        reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+            let n = record(&calls, &req.name);
+            async move {
+                match n {
+                    1 | 2 => Err(Wrapped(
+                        req.name.clone(),
+                        RequeueAfterError::new(Duration::from_millis(400), "dependency not ready").into(),
+                    )),
+                    _ => Ok(Action::Done),
+                }
+            }
+        })
+    };
+    let limiter = RecordingLimiter::default();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("delayed", &factory)
+            .metrics(controller::Metrics::new(&registry).unwrap())
+            .for_resource::<ConfigMap>()
+            .rate_limiter(limiter.clone())
+            .run(reconciler, shutdown.clone()),
+    );
+    create(&client, &["waiting"]).await;
+    eventually(WAIT, "waiting retried twice and done", || {
+        let n = times(&calls, "waiting").len();
+        async move { n >= 3 }
+    })
+    .await;
+    let waiting = times(&calls, "waiting");
+    for pair in waiting.windows(2) {
+        // The rate limiter would have retried after 5 ms, then 10 ms.
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(400),
+            "retried early: {:?}",
+            pair[1] - pair[0]
+        );
+    }
+    assert_eq!(limiter.of("waiting"), [None], "the rate limiter was asked");
+    assert_eq!(result(&registry, "delayed", "error"), 2.0);
+    assert_eq!(result(&registry, "delayed", "success"), 1.0);
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+/// Set when the hung reconcile's future is dropped, with whether its token had fired by then.
+struct DropProbe {
+    token: CancellationToken,
+    dropped: Arc<Mutex<Option<bool>>>,
+}
+
+impl Drop for DropProbe {
+    fn drop(&mut self) {
+        *self.dropped.lock().unwrap() = Some(self.token.is_cancelled());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconcile_past_its_timeout_is_cancelled_and_the_worker_takes_the_next_key() {
+    const TIMEOUT: Duration = Duration::from_millis(500);
+    // One scheduling tick, generously: the worker's next `get` after the timer fired.
+    const TICK: Duration = Duration::from_millis(500);
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let calls: Calls = Arc::default();
+    let dropped: Arc<Mutex<Option<bool>>> = Arc::default();
+    let policy_saw_timeout = Arc::new(AtomicBool::new(false));
+    let reconciler = {
+        let (calls, dropped) = (calls.clone(), dropped.clone());
+        reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
+            let n = record(&calls, &req.name);
+            let dropped = dropped.clone();
+            async move {
+                if req.name == "hang" && n == 1 {
+                    let _probe = DropProbe {
+                        token: ctx.token().clone(),
+                        dropped,
+                    };
+                    // Hangs, ignoring its token: only dropping the future frees the worker.
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, BoxError>(Action::Done)
+            }
+        })
+    };
+    let built = Controller::new("timeouts", &factory)
+        .metrics(controller::Metrics::new(&registry).unwrap())
+        .for_resource::<ConfigMap>()
+        .workers(1)
+        .reconcile_timeout(TIMEOUT)
+        .error_policy({
+            let saw = policy_saw_timeout.clone();
+            move |err, _req, _ctx| {
+                if find_in_chain::<ReconcileTimeout>(err).is_some_and(|t| t.timeout == TIMEOUT) {
+                    saw.store(true, Ordering::SeqCst);
+                }
+                Action::Requeue
+            }
+        })
+        .build(reconciler)
+        .unwrap();
+    let queue = built.queue().clone();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let run = tokio::spawn(built.run(shutdown.clone()));
+    create(&client, &["hang"]).await;
+    eventually(WAIT, "hang started", || {
+        let n = times(&calls, "hang").len();
+        async move { n == 1 }
+    })
+    .await;
+    let hang_started = times(&calls, "hang")[0];
+    create(&client, &["next"]).await;
+    // "next" waits in the queue behind the only worker; the test means something only if it
+    // was queued before the timeout.
+    eventually(WAIT, "next queued", || {
+        let n = queue.len();
+        async move { n == 1 }
+    })
+    .await;
+    assert!(
+        hang_started.elapsed() < TIMEOUT,
+        "next was queued only after the timeout: inconclusive"
+    );
+    eventually(TIMEOUT + TICK + Duration::from_millis(100), "next reconciled", || {
+        let n = times(&calls, "next").len();
+        async move { n == 1 }
+    })
+    .await;
+    let next_started = times(&calls, "next")[0];
+    let held = next_started - hang_started;
+    assert!(held >= TIMEOUT, "the single worker took next while hang ran: {held:?}");
+    assert!(held <= TIMEOUT + TICK, "the worker was held past the timeout: {held:?}");
+    assert_eq!(
+        *dropped.lock().unwrap(),
+        Some(true),
+        "the hung future was dropped, its token cancelled first"
+    );
+    // The error path: the policy saw the timeout, and its Requeue retried "hang".
+    eventually(WAIT, "hang retried", || {
+        let n = times(&calls, "hang").len();
+        async move { n == 2 }
+    })
+    .await;
+    assert!(policy_saw_timeout.load(Ordering::SeqCst));
+    assert_eq!(
+        counter(&registry, "controller_runtime_reconcile_timeouts_total", "timeouts"),
+        1.0
+    );
+    assert_eq!(result(&registry, "timeouts", "error"), 1.0);
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovered_panic_reaches_the_error_path_with_its_message() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let calls: Calls = Arc::default();
+    let reconciler = {
+        let calls = calls.clone();
+        reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+            let n = record(&calls, &req.name);
+            async move {
+                if n == 1 {
+                    panic!("kaboom in {}", req.name);
+                }
+                Ok::<_, BoxError>(Action::Done)
+            }
+        })
+    };
+    // The error's text, and the panic message found in its chain.
+    type Seen = Arc<Mutex<Vec<(String, Option<String>)>>>;
+    let seen: Seen = Arc::default();
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let seen = seen.clone();
+        Controller::new("recovered", &factory)
+            .metrics(controller::Metrics::new(&registry).unwrap())
+            .for_resource::<ConfigMap>()
+            .error_policy(move |err, _req, _ctx| {
+                let message = find_in_chain::<ReconcilePanic>(err).map(|p| p.message.clone());
+                seen.lock().unwrap().push((err.to_string(), message));
+                Action::Requeue
+            })
+            .run(reconciler, shutdown.clone())
+    });
+    create(&client, &["bomb"]).await;
+    eventually(WAIT, "bomb retried after its panic", || {
+        let n = times(&calls, "bomb").len();
+        async move { n >= 2 }
+    })
+    .await;
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        [(
+            "panic: kaboom in bomb [recovered]".to_owned(),
+            Some("kaboom in bomb".to_owned())
+        )]
+    );
+    assert_eq!(
+        counter(&registry, "controller_runtime_reconcile_panics_total", "recovered"),
+        1.0
+    );
+    assert_eq!(result(&registry, "recovered", "error"), 1.0);
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_panic_recovery_off_a_panic_ends_the_run_with_an_error() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let registry = prometheus::Registry::new();
+    let calls: Calls = Arc::default();
+    let reconciler = {
+        let calls = calls.clone();
+        reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
+            record(&calls, &req.name);
+            async move {
+                if req.name == "bomb" {
+                    panic!("kaboom unrecovered");
+                }
+                Ok::<_, BoxError>(Action::Done)
+            }
+        })
+    };
+    // Never cancelled: only the panic may end the run.
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(
+        Controller::new("unrecovered", &factory)
+            .metrics(controller::Metrics::new(&registry).unwrap())
+            .for_resource::<ConfigMap>()
+            .recover_panic(false)
+            .run(reconciler, shutdown.clone()),
+    );
+    // The control: a key before the bomb is reconciled, so the controller was running.
+    create(&client, &["fine"]).await;
+    eventually(WAIT, "fine reconciled", || {
+        let n = times(&calls, "fine").len();
+        async move { n == 1 }
+    })
+    .await;
+    assert!(!run.is_finished());
+    create(&client, &["bomb"]).await;
+    let ended = tokio::time::timeout(WAIT, run)
+        .await
+        .expect("the run did not end after an unrecovered panic")
+        .expect("the run's task itself did not panic");
+    match ended {
+        Err(ControllerError::ReconcilePanicked { controller, message }) => {
+            assert_eq!(controller, "unrecovered");
+            assert_eq!(message, "kaboom unrecovered");
+        }
+        other => panic!("expected ReconcilePanicked, got {other:?}"),
+    }
+    assert_eq!(times(&calls, "bomb").len(), 1, "not retried");
+    assert_eq!(
+        counter(&registry, "controller_runtime_reconcile_panics_total", "unrecovered"),
+        1.0
+    );
+    assert_eq!(
+        counter(&registry, "controller_runtime_active_workers", "unrecovered"),
+        0.0
+    );
+    shutdown.cancel();
+    env.shutdown().await;
+}

@@ -63,7 +63,9 @@ pub use controllerutil::{
 pub use event_recorder::{EventRecorder, EventRecorderConfig, EventRecorderStats, EventType, Reporter};
 pub use finalizer::{Event as FinalizerEvent, FinalizerError, finalizer, has_finalizer};
 pub use handler::{Enqueuer, MapFunc};
-pub use leader_election::{LeaderCallbacks, LeaderElectionConfig, LeaderElectionError, LeaderElector, default_identity};
+pub use leader_election::{
+    LeaderCallbacks, LeaderElectionConfig, LeaderElectionError, LeaderElector, default_identity,
+};
 pub use leadership::{Leadership, NotLeader};
 pub use manager::{Manager, ManagerBuilder, ManagerError, ManagerHandle, ManagerStatus};
 pub use metrics::{InformerCollector, InformerStatsSource, Metrics};

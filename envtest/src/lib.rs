@@ -154,6 +154,6 @@ pub use patch::PatchKind;
 pub use resources::{Registry, ResourceInfo, ScalePaths, builtin as builtin_resources};
 pub use selectors::{FieldSelector, Filter, LabelSelector};
 pub use server::Server;
-pub use storage::Snapshot;
 pub use status::ApiError;
+pub use storage::Snapshot;
 pub use tls::HANDSHAKE_TIMEOUT;

@@ -1223,9 +1223,11 @@ mod tests {
                 *failing -= 1;
                 return Box::pin(async { Err(ListWatchError::api(500, "InternalError", "injected")) });
             }
-            let mut page = ListPage::default();
-            page.items = vec![cm("a", self.current)];
-            page.resource_version = self.current.to_string();
+            let page = ListPage {
+                items: vec![cm("a", self.current)],
+                resource_version: self.current.to_string(),
+                ..ListPage::default()
+            };
             Box::pin(async move { Ok(page) })
         }
 

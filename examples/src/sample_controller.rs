@@ -7,13 +7,21 @@
 //! - scales it when `spec.replicas` changes;
 //! - copies the Deployment's `status.availableReplicas` into the Foo's status (status
 //!   subresource);
+//! - keeps one entry per Foo (`<foo>: deployment=<name> replicas=<n>`) in the index ConfigMap
+//!   [`INDEX`] of the Foo's namespace, and removes it when the Foo is deleted: the ConfigMap is
+//!   shared by every Foo, so garbage collection (which deletes the Deployment) cannot do that.
+//!   The [`finalizer`] helper holds the deleted Foo until the entry is gone ([`FINALIZER`]);
 //! - records a `Synced` Event on the Foo after each successful sync, and a Warning
 //!   `ErrResourceExists` when the name is taken by a Deployment it does not own, which it then
-//!   leaves untouched (the reconcile fails and is retried with backoff, as upstream).
+//!   leaves untouched (the reconcile fails and is retried with backoff, as upstream; that Foo
+//!   gets no index entry).
 //!
 //! Reconciles read only from the factory's typed listers (`FooLister` from
 //! `#[derive(Informer)]`, `DeploymentLister` from `cargo xtask codegen`) and write through
-//! `kube::Api`.
+//! `kube::Api`, each write behind `ctx.ensure_leading()?` (against a cluster the controller runs
+//! with leader election). The Deployment source has a typed predicate of its own
+//! ([`deployment_changed_for_foo`]): status writes that change nothing a Foo reads do not
+//! enqueue it.
 
 // The resource is called Foo, as upstream: `foo` names one, not a placeholder.
 #![allow(clippy::disallowed_names)]
@@ -21,11 +29,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kinformer::Informer;
+use kinformer::controller::predicate::ObjectFuncs;
 use kinformer::controller::{
-    Action, BuiltController, Context, ControllerError, EventType, Manager, Reconciler, Request,
+    Action, BuiltController, Context, ControllerError, EventType, FinalizerError, FinalizerEvent, Manager, NotLeader,
+    Reconciler, Request, SourceOptions, finalizer,
 };
 use kinformer::factory::generated::apps::v1::DeploymentLister;
 use kinformer::factory::{FactoryError, SharedInformerFactory};
@@ -67,15 +77,68 @@ pub fn crd() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::
     Foo::crd()
 }
 
+/// The ConfigMap, one per namespace, that lists every Foo of the namespace whose Deployment the
+/// controller manages: `<foo>: deployment=<name> replicas=<n>`.
+pub const INDEX: &str = "foo-index";
+
+/// The controller's finalizer on each Foo: the Foo's deletion waits until its [`INDEX`] entry
+/// was removed.
+pub const FINALIZER: &str = "samplecontroller.k8s.io/index-entry";
+
+/// The [`INDEX`] entry of a Foo whose Deployment is synced.
+pub fn index_entry(deployment: &str, replicas: Option<i32>) -> String {
+    match replicas {
+        Some(replicas) => format!("deployment={deployment} replicas={replicas}"),
+        None => format!("deployment={deployment}"),
+    }
+}
+
 /// Why a sync failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     /// Writing to the API server failed.
     #[error("{0}")]
     Api(#[from] kube::Error),
+    /// Writing the Foo's entry of the index ConfigMap failed.
+    #[error("index ConfigMap {INDEX}: {0}")]
+    Index(#[source] kube::Error),
     /// The Deployment's name belongs to a Deployment this Foo does not control.
     #[error("Resource {0:?} already exists and is not managed by Foo")]
     ResourceExists(String),
+    /// This replica may no longer write (its leader election lease lapsed); the worker logs it
+    /// below ERROR and requeues the key.
+    #[error("{0}")]
+    NotLeader(#[from] NotLeader),
+    /// Adding or removing the finalizer failed.
+    #[error("{0}")]
+    Finalizer(FinalizerError),
+}
+
+impl From<FinalizerError> for SyncError {
+    /// A failed apply or cleanup is the sync's own error, returned as it is (so the log and the
+    /// demo's lines say "Resource \"taken\" already exists", not "apply of default/conflict
+    /// failed"); the finalizer's own failures stay wrapped.
+    fn from(e: FinalizerError) -> Self {
+        match e {
+            FinalizerError::ApplyFailed { source, object } => match source.downcast::<SyncError>() {
+                Ok(sync) => *sync,
+                Err(source) => SyncError::Finalizer(FinalizerError::ApplyFailed { object, source }),
+            },
+            FinalizerError::CleanupFailed {
+                source,
+                object,
+                finalizer,
+            } => match source.downcast::<SyncError>() {
+                Ok(sync) => *sync,
+                Err(source) => SyncError::Finalizer(FinalizerError::CleanupFailed {
+                    object,
+                    finalizer,
+                    source,
+                }),
+            },
+            other => SyncError::Finalizer(other),
+        }
+    }
 }
 
 /// The reconciler: typed listers for reads, the context's client for writes.
@@ -149,42 +212,37 @@ fn is_controlled_by(deployment: &Deployment, foo: &Foo) -> bool {
         .any(|r: &OwnerReference| r.controller == Some(true) && Some(&r.uid) == uid.as_ref())
 }
 
-impl Reconciler<Foo> for SampleController {
-    type Error = SyncError;
-
-    async fn reconcile(&self, req: Request, ctx: &Context<Foo>) -> Result<Action, SyncError> {
-        let namespace = req.namespace.clone().unwrap_or_default();
-        // Gone: its Deployment is garbage-collected through the owner reference.
-        let Some(foo) = self.foos.foos(&namespace).get(&req.name) else {
-            return Ok(Action::Done);
-        };
+impl SampleController {
+    /// [`FinalizerEvent::Apply`]: the Deployment, the index entry, the status, the Event.
+    async fn apply(&self, foo: &Foo, ctx: &Context<Foo>) -> Result<Action, SyncError> {
+        let namespace = foo.namespace().unwrap_or_default();
         let name = &foo.spec.deployment_name;
         if name.is_empty() {
             // Nothing to do until the user fixes the spec; an update will enqueue it again.
-            tracing::warn!(foo = %req, "spec.deploymentName is empty");
+            tracing::warn!(foo = %foo.name_any(), namespace, "spec.deploymentName is empty");
             return Ok(Action::Done);
         }
         let deployments: Api<Deployment> = Api::namespaced(ctx.client().clone(), &namespace);
         let deployment = match self.deployments.deployments(&namespace).get(name) {
             Some(deployment) => deployment,
             None => {
-                let created = deployments
-                    .create(&PostParams::default(), &new_deployment(&foo))
-                    .await?;
+                ctx.ensure_leading()?;
+                let created = deployments.create(&PostParams::default(), &new_deployment(foo)).await?;
                 std::sync::Arc::new(created)
             }
         };
-        if !is_controlled_by(&deployment, &foo) {
+        if !is_controlled_by(&deployment, foo) {
             let message = format!("Resource {name:?} already exists and is not managed by Foo");
             ctx.recorder()
-                .publish(&*foo, EventType::Warning, "ErrResourceExists", "Sync", &message);
+                .publish(foo, EventType::Warning, "ErrResourceExists", "Sync", &message);
             return Err(SyncError::ResourceExists(name.clone()));
         }
         let wanted = foo.spec.replicas;
         let current = deployment.spec.as_ref().and_then(|s| s.replicas);
         let deployment = if wanted.is_some() && wanted != current {
-            tracing::info!(foo = %req, ?wanted, ?current, "scaling deployment");
+            tracing::info!(foo = %foo.name_any(), namespace, ?wanted, ?current, "scaling deployment");
             let patch = serde_json::json!({"spec": {"replicas": wanted}});
+            ctx.ensure_leading()?;
             std::sync::Arc::new(
                 deployments
                     .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -193,6 +251,9 @@ impl Reconciler<Foo> for SampleController {
         } else {
             deployment
         };
+        let entry = index_entry(name, deployment.spec.as_ref().and_then(|s| s.replicas));
+        ctx.ensure_leading()?;
+        write_index_entry(ctx, &namespace, &foo.name_any(), Some(&entry)).await?;
         let available = deployment
             .status
             .as_ref()
@@ -201,13 +262,101 @@ impl Reconciler<Foo> for SampleController {
         if foo.status.as_ref().map(|s| s.available_replicas) != Some(available) {
             let foos: Api<Foo> = Api::namespaced(ctx.client().clone(), &namespace);
             let status = serde_json::json!({"status": {"availableReplicas": available}});
-            foos.patch_status(&req.name, &PatchParams::default(), &Patch::Merge(&status))
+            ctx.ensure_leading()?;
+            foos.patch_status(&foo.name_any(), &PatchParams::default(), &Patch::Merge(&status))
                 .await?;
         }
         ctx.recorder()
-            .publish(&*foo, EventType::Normal, "Synced", "Sync", "Foo synced successfully");
+            .publish(foo, EventType::Normal, "Synced", "Sync", "Foo synced successfully");
         Ok(Action::Done)
     }
+}
+
+/// [`FinalizerEvent::Cleanup`]: removes the Foo's entry from the index (its Deployment is
+/// garbage-collected through the owner reference once the Foo is gone). Idempotent: a missing
+/// entry or a missing index is fine.
+async fn cleanup(foo: &Foo, ctx: &Context<Foo>) -> Result<Action, SyncError> {
+    let namespace = foo.namespace().unwrap_or_default();
+    ctx.ensure_leading()?;
+    write_index_entry(ctx, &namespace, &foo.name_any(), None).await?;
+    tracing::info!(foo = %foo.name_any(), namespace, index = INDEX, "index entry removed");
+    Ok(Action::Done)
+}
+
+/// Sets (`Some`) or removes (`None`) the entry `foo` of the index ConfigMap of `namespace`.
+///
+/// A JSON merge patch of `data.<foo>` alone: two workers writing the entries of two Foos at
+/// once never overwrite each other (no read-modify-write of the whole map), and a repeated
+/// write changes nothing on the server. The index is created on the first entry; it has no
+/// owner, since it belongs to no single Foo.
+async fn write_index_entry(
+    ctx: &Context<Foo>,
+    namespace: &str,
+    foo: &str,
+    entry: Option<&str>,
+) -> Result<(), SyncError> {
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client().clone(), namespace);
+    let patch = Patch::Merge(serde_json::json!({"data": {foo: entry}}));
+    let params = PatchParams::default();
+    let patch_index = || api.patch(INDEX, &params, &patch);
+    match patch_index().await {
+        Ok(_) => return Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(SyncError::Index(e)),
+    }
+    let Some(entry) = entry else {
+        return Ok(()); // no index, so no entry to remove
+    };
+    let index = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(INDEX.into()),
+            namespace: Some(namespace.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(foo.to_owned(), entry.to_owned())])),
+        ..ConfigMap::default()
+    };
+    match api.create(&PostParams::default(), &index).await {
+        Ok(_) => Ok(()),
+        // Another worker created it in between: patch the index it made.
+        Err(kube::Error::Api(e)) if e.code == 409 => patch_index().await.map(drop).map_err(SyncError::Index),
+        Err(e) => Err(SyncError::Index(e)),
+    }
+}
+
+impl Reconciler<Foo> for SampleController {
+    type Error = SyncError;
+
+    async fn reconcile(&self, req: Request, ctx: &Context<Foo>) -> Result<Action, SyncError> {
+        let namespace = req.namespace.clone().unwrap_or_default();
+        // Gone: the finalizer let it go only after the cleanup removed its index entry, and its
+        // Deployment is garbage-collected through the owner reference.
+        let Some(foo) = self.foos.foos(&namespace).get(&req.name) else {
+            return Ok(Action::Done);
+        };
+        let foos: Api<Foo> = Api::namespaced(ctx.client().clone(), &namespace);
+        ctx.ensure_leading()?; // the helper may add or remove the finalizer
+        let action = finalizer(&foos, FINALIZER, foo, |event| async move {
+            match event {
+                FinalizerEvent::Apply(foo) => self.apply(&foo, ctx).await,
+                FinalizerEvent::Cleanup(foo) => cleanup(&foo, ctx).await,
+            }
+        })
+        .await?;
+        Ok(action)
+    }
+}
+
+/// The Deployment source's predicate: an update enqueues the owner only when it changed what
+/// the Foo reads of its Deployment: the spec (a scale), `status.availableReplicas` (copied into
+/// the Foo's status) or the owner references (who to enqueue). The rest of a Deployment's
+/// status churn (conditions, `readyReplicas`, `observedGeneration`…) does not. Creates and
+/// deletes always pass: a deleted Deployment must be recreated.
+pub fn deployment_changed_for_foo(old: &Deployment, new: &Deployment) -> bool {
+    let available = |d: &Deployment| d.status.as_ref().and_then(|s| s.available_replicas);
+    old.spec != new.spec
+        || available(old) != available(new)
+        || old.metadata.owner_references != new.metadata.owner_references
 }
 
 /// The sample-controller on `manager`'s factory: Foos, and the Deployments they own.
@@ -219,7 +368,76 @@ pub fn controller<R: Reconciler<Foo>>(
     manager
         .controller("foo")
         .for_resource::<Foo>()
-        .owns::<Deployment>()
+        .owns_with(
+            SourceOptions::<Deployment>::new().predicate(ObjectFuncs::new().on_update(deployment_changed_for_foo)),
+        )
         .workers(2)
         .build(wrap(reconciler))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::apps::v1::{DeploymentCondition, DeploymentStatus};
+
+    use super::*;
+
+    fn deployment(replicas: i32, available: i32) -> Deployment {
+        let foo = Foo::new(
+            "foo",
+            FooSpec {
+                deployment_name: "web".into(),
+                replicas: Some(replicas),
+            },
+        );
+        Deployment {
+            status: Some(DeploymentStatus {
+                available_replicas: Some(available),
+                ready_replicas: Some(available),
+                ..DeploymentStatus::default()
+            }),
+            ..new_deployment(&foo)
+        }
+    }
+
+    #[test]
+    fn the_deployment_predicate_drops_status_churn_a_foo_does_not_read() {
+        let old = deployment(3, 1);
+        let mut churn = old.clone();
+        if let Some(status) = churn.status.as_mut() {
+            status.ready_replicas = Some(2);
+            status.observed_generation = Some(4);
+            status.conditions = Some(vec![DeploymentCondition {
+                type_: "Progressing".into(),
+                status: "True".into(),
+                ..DeploymentCondition::default()
+            }]);
+        }
+        assert!(!deployment_changed_for_foo(&old, &churn));
+        assert!(!deployment_changed_for_foo(&old, &old.clone()), "a resync");
+        assert!(deployment_changed_for_foo(&old, &deployment(3, 2)), "availableReplicas");
+        assert!(deployment_changed_for_foo(&old, &deployment(5, 1)), "a scale");
+        let mut adopted = old.clone();
+        adopted.metadata.owner_references = Some(vec![OwnerReference {
+            kind: "Foo".into(),
+            name: "foo".into(),
+            uid: "1".into(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        assert!(deployment_changed_for_foo(&old, &adopted), "owner references");
+    }
+
+    #[test]
+    fn a_failed_apply_reads_as_the_sync_error_and_the_finalizers_own_errors_stay_wrapped() {
+        let apply = FinalizerError::ApplyFailed {
+            object: "default/conflict".into(),
+            source: Box::new(SyncError::ResourceExists("taken".into())),
+        };
+        assert_eq!(
+            SyncError::from(apply).to_string(),
+            "Resource \"taken\" already exists and is not managed by Foo"
+        );
+        let other = FinalizerError::UnnamedObject;
+        assert!(matches!(SyncError::from(other), SyncError::Finalizer(_)));
+    }
 }

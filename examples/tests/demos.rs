@@ -1,5 +1,5 @@
-//! The example binaries end to end: the sample-controller demo converges and says so, kubectl
-//! sees what a `--keep-running` demo left behind, the README's walkthrough is the `greeter`
+//! The example binaries end to end: the sample-controller demo converges and says so (its
+//! index ConfigMap included), kubectl sees what a `--keep-running` demo left behind, the README's walkthrough is the `greeter`
 //! binary verbatim, and `greeter` reconciles against an envtest it reaches through KUBECONFIG.
 
 use std::io::{BufRead, BufReader};
@@ -44,6 +44,13 @@ fn sample_controller_demo_converges_and_prints_its_summary() {
         "converged: 4 Foos (foo-1, foo-2, foo-3, foo-5), each with its Deployment scaled and available",
         "recreated: Deployment foo-3 (deleted behind the controller's back)",
         "conflict: Foo conflict reported with Event ErrResourceExists; Deployment taken left untouched",
+        "✓ foo-4 gone after its finalizer removed its index entry; its Deployment garbage-collected",
+        // The index's final content, read back from the server after the scenario: the live,
+        // synced Foos' entries only (foo-4's removed by the finalizer's cleanup).
+        "index: ConfigMap foo-index holds foo-1 (deployment=foo-1 replicas=1), \
+         foo-2 (deployment=foo-2 replicas=7), foo-3 (deployment=foo-3 replicas=3), \
+         foo-5 (deployment=foo-5 replicas=5); none for foo-4 (removed by its finalizer before it \
+         went away) or conflict (no Deployment of its own)",
         "RESULT: converged",
     ] {
         assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
@@ -57,6 +64,7 @@ fn sample_controller_demo_converges_and_prints_its_summary() {
     for row in [
         "│ Foos",
         "│ Deployments",
+        "│ Index entries            │        4 │",
         "│ reconciles",
         "│ errors",
         "│ p50 reconcile latency",
@@ -166,6 +174,23 @@ fn kubectl_sees_the_foos_deployments_and_events_of_a_keep_running_demo() {
         all.contains("foo-5") && all.contains("Synced") && all.contains("ErrResourceExists"),
         "{all}"
     );
+    // The shared index: one entry per synced Foo, foo-4's removed by the finalizer's cleanup.
+    let index = kubectl(&home, &kubeconfig, &["get", "configmap", "foo-index", "-o", "json"]);
+    let index: serde_json::Value = serde_json::from_str(&index).unwrap();
+    assert_eq!(
+        index["data"],
+        serde_json::json!({
+            "foo-1": "deployment=foo-1 replicas=1",
+            "foo-2": "deployment=foo-2 replicas=7",
+            "foo-3": "deployment=foo-3 replicas=3",
+            "foo-5": "deployment=foo-5 replicas=5",
+        }),
+        "{index}"
+    );
+    assert!(
+        index["metadata"]["ownerReferences"].is_null(),
+        "shared, so owned by no Foo: {index}"
+    );
     let _ = std::fs::remove_dir_all(&home);
 }
 
@@ -244,9 +269,10 @@ async fn greeter_reconciles_against_the_cluster_of_its_kubeconfig() {
 
 #[tokio::test]
 async fn sample_controller_runs_against_the_cluster_of_its_kubeconfig_with_leader_election() {
-    use examples::sample_controller::{Foo, FooSpec};
+    use examples::sample_controller::{FINALIZER, Foo, FooSpec, INDEX};
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::DeleteParams;
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let dir = temp_dir("sample-controller-cluster");
     let kubeconfig = dir.join("kubeconfig");
@@ -294,6 +320,41 @@ async fn sample_controller_runs_against_the_cluster_of_its_kubeconfig_with_leade
         .unwrap();
     let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
     assert!(!holder.is_empty(), "the Lease has no holder");
+    // The leader keeps the index and its finalizer on the Foo...
+    let cms: Api<ConfigMap> = Api::namespaced(env.client(), "default");
+    let entry = |cm: Option<ConfigMap>| cm.and_then(|cm| cm.data?.get("remote").cloned());
+    loop {
+        let indexed = entry(cms.get_opt(INDEX).await.unwrap());
+        let finalized = foos
+            .get("remote")
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .unwrap_or_default();
+        if indexed.as_deref() == Some("deployment=remote-web replicas=2") && finalized.iter().any(|f| f == FINALIZER) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no index entry or finalizer: {indexed:?} {finalized:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // ...and on deletion removes the entry, then the finalizer, so the Foo goes away.
+    foos.delete("remote", &DeleteParams::default()).await.unwrap();
+    while foos.get_opt("remote").await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the deleted Foo stayed: its finalizer was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        entry(cms.get_opt(INDEX).await.unwrap()),
+        None,
+        "the deleted Foo's index entry stayed"
+    );
     env.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }

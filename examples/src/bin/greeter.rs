@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             &Patch::Apply(&crd),
         )
         .await?;
-    let mut manager = Manager::builder(client).build()?;
+    let mut manager = Manager::builder(client).handle_signals(true).build()?;
     let greeter = manager
         .controller("greeter")
         .for_resource::<Greeting>()

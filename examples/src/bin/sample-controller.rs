@@ -1,8 +1,10 @@
-//! `sample-controller`: Kubernetes' sample-controller (Foo → Deployment) on kinformer.
+//! `sample-controller`: Kubernetes' sample-controller (Foo → Deployment) on kinformer, with a
+//! finalizer that removes a deleted Foo's entry from the shared index ConfigMap `foo-index`.
 //!
 //! With no KUBECONFIG (or with `--embedded`) it starts envtest in-process, installs the Foo
 //! CRD, runs a scripted scenario against the controller, prints a summary and exits 0 once
-//! the cluster converged (non-zero, with the reason, if it did not within `--timeout`). With
+//! the cluster converged (every Deployment, status and index entry as wanted, the deleted Foo
+//! gone) (non-zero, with the reason, if it did not within `--timeout`). With
 //! `--kubeconfig PATH` or KUBECONFIG it runs against that cluster, with leader election, until
 //! SIGINT or SIGTERM.
 
@@ -19,7 +21,8 @@ use clap::Parser;
 use examples::demo::{self, DemoError, Instrumented, Stats};
 use examples::sample_controller::{self, Foo, FooSpec};
 use k8s_openapi::api::apps::v1::Deployment;
-use kinformer::controller::{Manager, runnable_fn};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kinformer::controller::{Manager, has_finalizer, runnable_fn};
 use kinformer::factory::SharedInformerFactory;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -155,7 +158,12 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
         .items
         .len();
     demo::print_summary(
-        &[("Foos", foos), ("Deployments", deployment_count), ("Events", events)],
+        &[
+            ("Foos", foos),
+            ("Deployments", deployment_count),
+            ("Index entries", report.indexed.len()),
+            ("Events", events),
+        ],
         &summary,
     );
     println!(
@@ -170,6 +178,18 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
     println!(
         "conflict: Foo {} reported with Event ErrResourceExists; Deployment {} left untouched",
         report.conflict_foo, report.conflict_deployment
+    );
+    let entries: Vec<String> = report
+        .indexed
+        .iter()
+        .map(|(foo, entry)| format!("{foo} ({entry})"))
+        .collect();
+    println!(
+        "index: ConfigMap {} holds {}; none for {} (removed by its finalizer before it went away) or {} (no Deployment of its own)",
+        sample_controller::INDEX,
+        entries.join(", "),
+        report.deleted,
+        report.conflict_foo
     );
     println!("RESULT: converged in {:.1?}", started.elapsed());
 
@@ -199,8 +219,12 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
 struct Report {
     converged: Vec<String>,
     recreated: String,
+    /// The Foo deleted: gone, and without an index entry.
+    deleted: String,
     conflict_foo: String,
     conflict_deployment: String,
+    /// The index ConfigMap's entries at the end, in key order.
+    indexed: Vec<(String, String)>,
 }
 
 fn foo(name: &str, deployment: &str, replicas: i32) -> Foo {
@@ -216,6 +240,8 @@ fn foo(name: &str, deployment: &str, replicas: i32) -> Foo {
 async fn scenario(client: &Client, namespace: &str, deadline: Instant) -> Result<Report, DemoError> {
     let foos: Api<Foo> = Api::namespaced(client.clone(), namespace);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let apis = (&foos, &deployments, &configmaps);
     let pp = PostParams::default();
 
     println!("▸ creating five Foos");
@@ -223,15 +249,18 @@ async fn scenario(client: &Client, namespace: &str, deadline: Instant) -> Result
     for (name, replicas) in &wanted {
         foos.create(&pp, &foo(name, name, *replicas)).await?;
     }
-    converge(&foos, &deployments, &wanted, deadline).await?;
-    println!("✓ five Deployments created and available");
+    converge(apis, &wanted, deadline).await?;
+    println!(
+        "✓ five Deployments created and available; each Foo has its entry in ConfigMap {}",
+        sample_controller::INDEX
+    );
 
     println!("▸ scaling foo-2 to 7 replicas");
     let patch = serde_json::json!({"spec": {"replicas": 7}});
     foos.patch("foo-2", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     wanted[1].1 = 7;
-    converge(&foos, &deployments, &wanted, deadline).await?;
+    converge(apis, &wanted, deadline).await?;
     println!("✓ foo-2 scaled");
 
     println!("▸ deleting Deployment foo-3 behind the controller's back");
@@ -243,18 +272,24 @@ async fn scenario(client: &Client, namespace: &str, deadline: Instant) -> Result
         async move { Ok(deployments.get_opt("foo-3").await?.is_some_and(|d| d.uid() != old_uid)) }
     })
     .await?;
-    converge(&foos, &deployments, &wanted, deadline).await?;
+    converge(apis, &wanted, deadline).await?;
     println!("✓ foo-3's Deployment recreated");
 
-    println!("▸ deleting Foo foo-4");
+    println!("▸ deleting Foo foo-4 (its finalizer holds it until its index entry is removed)");
     foos.delete("foo-4", &DeleteParams::default()).await?;
     wanted.retain(|(name, _)| name != "foo-4");
+    demo::wait_until(deadline, "Foo foo-4 to be gone (its finalizer removed)", || {
+        let foos = foos.clone();
+        async move { Ok(foos.get_opt("foo-4").await?.is_none()) }
+    })
+    .await?;
     demo::wait_until(deadline, "Deployment foo-4 to be garbage-collected", || {
         let deployments = deployments.clone();
         async move { Ok(deployments.get_opt("foo-4").await?.is_none()) }
     })
     .await?;
-    println!("✓ foo-4 and its Deployment are gone");
+    converge(apis, &wanted, deadline).await?;
+    println!("✓ foo-4 gone after its finalizer removed its index entry; its Deployment garbage-collected");
 
     println!("▸ creating Foo conflict, whose deploymentName 'taken' belongs to someone else");
     let mut taken = sample_controller::new_deployment(&foo("someone-else", "taken", 1));
@@ -277,28 +312,60 @@ async fn scenario(client: &Client, namespace: &str, deadline: Instant) -> Result
         return Err("the controller modified Deployment 'taken', which it does not own".into());
     }
     println!("✓ conflict reported with an Event; Deployment 'taken' untouched");
-    converge(&foos, &deployments, &wanted, deadline).await?;
+    converge(apis, &wanted, deadline).await?;
+    // The final check: converge saw the index hold exactly the live, synced Foos' entries; the
+    // deleted Foo stays gone and the conflicting one never got an entry.
+    if foos.get_opt("foo-4").await?.is_some() {
+        return Err("Foo foo-4 is still there: its finalizer was not removed".into());
+    }
+    let indexed: Vec<(String, String)> = configmaps
+        .get(sample_controller::INDEX)
+        .await?
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    if indexed.iter().any(|(foo, _)| foo == "foo-4" || foo == "conflict") {
+        return Err(format!("the index holds an entry it must not: {indexed:?}").into());
+    }
     Ok(Report {
         converged: wanted.into_iter().map(|(name, _)| name).collect(),
         recreated: "foo-3".into(),
+        deleted: "foo-4".into(),
         conflict_foo: "conflict".into(),
         conflict_deployment: "taken".into(),
+        indexed,
     })
 }
 
-/// Waits until every `(name, replicas)` Foo has its Deployment, owned, scaled, and reported
-/// available in the Foo's status.
+/// Waits until every `(name, replicas)` Foo carries the controller's finalizer and has its
+/// Deployment, owned, scaled, and reported available in the Foo's status, and the index
+/// ConfigMap holds exactly these Foos' entries (none for a deleted Foo or a conflicting one).
 async fn converge(
-    foos: &Api<Foo>,
-    deployments: &Api<Deployment>,
+    (foos, deployments, configmaps): (&Api<Foo>, &Api<Deployment>, &Api<ConfigMap>),
     wanted: &[(String, i32)],
     deadline: Instant,
 ) -> Result<(), DemoError> {
     demo::wait_until(deadline, "every Foo to converge", || async move {
+        let index = configmaps
+            .get_opt(sample_controller::INDEX)
+            .await?
+            .and_then(|cm| cm.data)
+            .unwrap_or_default();
+        let expected: std::collections::BTreeMap<String, String> = wanted
+            .iter()
+            .map(|(name, replicas)| (name.clone(), sample_controller::index_entry(name, Some(*replicas))))
+            .collect();
+        if index != expected {
+            return Ok(false);
+        }
         for (name, replicas) in wanted {
             let Some(foo) = foos.get_opt(name).await? else {
                 return Ok(false);
             };
+            if !has_finalizer(&foo, sample_controller::FINALIZER) {
+                return Ok(false);
+            }
             let Some(deployment) = deployments.get_opt(name).await? else {
                 return Ok(false);
             };

@@ -1,6 +1,7 @@
 //! Chaos for a controller: a ConfigMap controller with 4 workers over envtest while a writer
 //! churns objects and a seeded fault schedule closes watches, expires resumes, bursts
-//! 500/503/429 (with Retry-After), adds latency, compacts and restarts the watch cache. At the
+//! 500/503/429 (with Retry-After), adds latency, compacts and restarts the watch cache, and
+//! restarts the server on an older backup of its store. At the
 //! end (writer stopped, faults cleared, bounded settle time):
 //! - no key was ever reconciled by two workers at once;
 //! - the last reconcile of every key saw its final state: the server's value, or gone.
@@ -163,9 +164,10 @@ async fn run_seed(seed: u64, chaos: Duration) {
     shutdown.cancel();
     run.await.unwrap().unwrap();
     eprintln!(
-        "controller chaos seed {seed}: {} keys, {} on the server",
+        "controller chaos seed {seed}: {} keys, {} on the server, {} restores from a backup",
         expected.len(),
-        server.len()
+        server.len(),
+        env.faults().restores()
     );
     env.shutdown().await;
 }

@@ -43,15 +43,10 @@ impl From<InformerError> for SourceError {
 /// Where a typed source's cache goes, and its name (`apiVersion/Kind [options]`, as the
 /// factory's).
 pub(crate) fn typed_source<K: FactoryResource>(options: &CacheOptions) -> (SourceKey, String) {
-    let mut name = if K::metadata_api() {
-        format!("{}/{} (metadata)", K::api_version(&()), K::kind(&()))
-    } else {
-        format!("{}/{}", K::api_version(&()), K::kind(&()))
-    };
-    if !options.is_default() {
-        name = format!("{name} [{options}]");
-    }
-    (SourceKey::Typed(TypeId::of::<K>()), name)
+    (
+        SourceKey::Typed(TypeId::of::<K>()),
+        factory::informer_name::<K>(options),
+    )
 }
 
 /// Where a dynamic source's cache goes, and its name (as the factory's).

@@ -35,11 +35,18 @@ pub fn kubeconfig(server: &str, token: Option<&str>, ca_pem: Option<&str>) -> se
 /// is then renamed over it: a file or symlink someone planted at `path` is replaced, never
 /// followed or written through, and a reader never sees half a file.
 pub(crate) fn write(path: &Path, server: &str, token: Option<&str>, ca_pem: Option<&str>) -> Result<(), Error> {
-    use std::io::Write;
     let doc = serde_json::to_vec_pretty(&kubeconfig(server, token, ca_pem))?;
+    write_file(path, &doc, 0o600)
+}
+
+/// Writes `contents` to a new file beside `path` (created exclusively with `mode`) and renames
+/// it over `path`: a reader never sees half a key, and a planted symlink is replaced, not
+/// followed.
+pub(crate) fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), Error> {
+    use std::io::Write;
     let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
     };
     let name = path
         .file_name()
@@ -55,11 +62,13 @@ pub(crate) fn write(path: &Path, server: &str, token: Option<&str>, ca_pem: Opti
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
+        options.mode(mode);
     }
+    #[cfg(not(unix))]
+    let _ = mode;
     let written = (|| -> std::io::Result<()> {
         let mut file = options.open(&temp)?;
-        file.write_all(&doc)?;
+        file.write_all(contents)?;
         file.sync_all()?;
         std::fs::rename(&temp, path)
     })();

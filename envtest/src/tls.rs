@@ -141,8 +141,8 @@ impl Certificates {
             (false, false) => {
                 let key = KeyPair::generate().map_err(tls)?;
                 let ca = ca_params()?.self_signed(&key).map_err(tls)?;
-                write_file(&ca_key_path, key.serialize_pem().as_bytes(), 0o600)?;
-                write_file(&ca_path, ca.pem().as_bytes(), 0o644)?;
+                crate::kubeconfig::write_file(&ca_key_path, key.serialize_pem().as_bytes(), 0o600)?;
+                crate::kubeconfig::write_file(&ca_path, ca.pem().as_bytes(), 0o644)?;
                 tracing::info!(dir = %dir.display(), "created the envtest CA");
                 (ca.pem(), key, true)
             }
@@ -171,8 +171,8 @@ impl Certificates {
         }
         let issuer = Issuer::new(ca_params()?, ca_key);
         let (serving, serving_pem, key) = sign_serving(&issuer, ip)?;
-        write_file(&dir.join(SERVING_KEY), key.serialize_pem().as_bytes(), 0o600)?;
-        write_file(&dir.join(SERVING_CERT), serving_pem.as_bytes(), 0o644)?;
+        crate::kubeconfig::write_file(&dir.join(SERVING_KEY), key.serialize_pem().as_bytes(), 0o600)?;
+        crate::kubeconfig::write_file(&dir.join(SERVING_CERT), serving_pem.as_bytes(), 0o644)?;
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         Ok(Certificates {
             ca_pem,
@@ -225,40 +225,4 @@ fn create_private_dir(dir: &Path) -> Result<(), Error> {
     }
     builder.create(dir)?;
     Ok(())
-}
-
-/// Writes `contents` to a new file beside `path` (created exclusively with `mode`) and renames
-/// it over `path`: a reader never sees half a key, and a planted symlink is replaced, not
-/// followed.
-fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), Error> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = dir.join(format!(
-        ".{name}.{}.{:016x}.tmp",
-        std::process::id(),
-        rand::random::<u64>()
-    ));
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(mode);
-    }
-    #[cfg(not(unix))]
-    let _ = mode;
-    let written = (|| -> std::io::Result<()> {
-        let mut file = options.open(&temp)?;
-        file.write_all(contents)?;
-        file.sync_all()?;
-        std::fs::rename(&temp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    Ok(written?)
 }

@@ -205,6 +205,22 @@ struct Inner {
     state: Mutex<State>,
 }
 
+/// The name the factory gives `K`'s informer with `options`: `apiVersion/Kind`, `(metadata)`
+/// for a metadata-only informer, and the options when they are not the defaults (sync results
+/// and logs are keyed by it, so informers of one type with other options differ).
+pub fn informer_name<K: FactoryResource>(options: &CacheOptions) -> String {
+    let name = if K::metadata_api() {
+        format!("{}/{} (metadata)", K::api_version(&()), K::kind(&()))
+    } else {
+        format!("{}/{}", K::api_version(&()), K::kind(&()))
+    };
+    if options.is_default() {
+        name
+    } else {
+        format!("{name} [{options}]")
+    }
+}
+
 /// Hands out one shared informer per resource type (client-go `SharedInformerFactory`).
 /// Cloning is cheap and shares the informers.
 #[derive(Clone)]
@@ -485,15 +501,7 @@ impl SharedInformerFactory {
             None
         };
         let url_path = K::url_path(&(), namespace);
-        let mut name = if K::metadata_api() {
-            format!("{}/{} (metadata)", K::api_version(&()), K::kind(&()))
-        } else {
-            format!("{}/{}", K::api_version(&()), K::kind(&()))
-        };
-        // Sync results are keyed by name: informers of one type with other options differ.
-        if !options.is_default() {
-            name = format!("{name} [{options}]");
-        }
+        let name = informer_name::<K>(&options);
         let resync = self
             .inner
             .custom_resync

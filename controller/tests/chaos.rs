@@ -9,17 +9,19 @@
 //! A short run (two seeds) is part of `cargo test`; `KINFORMER_CHAOS_SEED=<n>` replays one seed,
 //! `KINFORMER_CHAOS_SECS` sets the chaos time.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod common;
+
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::random_write;
 use controller::{Action, Context, Controller, Request, reconciler_fn};
 use factory::SharedInformerFactory;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
 const NAMES: usize = 30;
@@ -41,28 +43,8 @@ async fn writer(client: kube::Client, seed: u64, stop: CancellationToken) -> Has
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     let mut touched = HashSet::new();
     while !stop.is_cancelled() {
-        let name = format!("cm-{}", rng.random_range(0..NAMES));
+        let name = random_write(&api, &mut rng, NAMES).await;
         touched.insert(format!("default/{name}"));
-        if rng.random_range(0..4) == 0 {
-            let _ = api.delete(&name, &DeleteParams::default()).await;
-        } else {
-            let mut cm = ConfigMap::default();
-            cm.metadata.name = Some(name.clone());
-            cm.data = Some(BTreeMap::from([(
-                "v".to_string(),
-                rng.random_range(0..1_000_000u32).to_string(),
-            )]));
-            match api.get_opt(&name).await {
-                Ok(Some(existing)) => {
-                    cm.metadata.resource_version = existing.metadata.resource_version;
-                    let _ = api.replace(&name, &PostParams::default(), &cm).await;
-                }
-                Ok(None) => {
-                    let _ = api.create(&PostParams::default(), &cm).await;
-                }
-                Err(_) => {}
-            }
-        }
         tokio::time::sleep(Duration::from_millis(3)).await;
     }
     touched

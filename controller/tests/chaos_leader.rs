@@ -20,11 +20,14 @@
 //! (faults cleared, no more stops) the last leader's namespace mirrors the inputs. A short run is part of `cargo test`; `controller_leader_chaos_long` runs 20 seeds
 //! (`KINFORMER_CHAOS_SEED=<n>` replays one, `KINFORMER_CHAOS_SECS` sets the chaos time).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::random_write;
 use controller::{Action, BoxError, Context, LeaderElectionConfig, Manager, ManagerStatus, Request, reconciler_fn};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Api;
@@ -211,27 +214,7 @@ async fn writer(client: kube::Client, seed: u64, stop: CancellationToken) {
     let mut rng = StdRng::seed_from_u64(seed);
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     while !stop.is_cancelled() {
-        let name = format!("cm-{}", rng.random_range(0..NAMES));
-        if rng.random_range(0..4) == 0 {
-            let _ = api.delete(&name, &DeleteParams::default()).await;
-        } else {
-            let mut cm = ConfigMap::default();
-            cm.metadata.name = Some(name.clone());
-            cm.data = Some(BTreeMap::from([(
-                "v".to_string(),
-                rng.random_range(0..1_000_000u32).to_string(),
-            )]));
-            match api.get_opt(&name).await {
-                Ok(Some(existing)) => {
-                    cm.metadata.resource_version = existing.metadata.resource_version;
-                    let _ = api.replace(&name, &PostParams::default(), &cm).await;
-                }
-                Ok(None) => {
-                    let _ = api.create(&PostParams::default(), &cm).await;
-                }
-                Err(_) => {}
-            }
-        }
+        random_write(&api, &mut rng, NAMES).await;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

@@ -10,7 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Widget, WidgetSpec, configmap, envtest_with_widgets, eventually, gather, sample};
+use common::{
+    Calls, RecordingLimiter, Widget, WidgetSpec, configmap, create_configmaps, envtest_with_factory,
+    envtest_with_widgets, eventually, gather, sample,
+};
 use controller::predicate::LabelsChanged;
 use controller::{Action, Context, Controller, ControllerError, ObjectKey, Request, reconciler_fn};
 use factory::SharedInformerFactory;
@@ -176,52 +179,20 @@ async fn reconciles_primary_and_owned_children_and_a_deleted_primary_once() {
     env.shutdown().await;
 }
 
-/// The controller's rate limiter (client-go's default), recording what the controller asks of
-/// it: `when` with the delay it returned, and `forget`.
-#[derive(Clone)]
-struct RecordingLimiter {
-    inner: Arc<workqueue::MaxOfRateLimiter<ObjectKey>>,
-    log: Arc<Mutex<Vec<LimiterCall>>>,
-}
-
-/// A key's name, and the delay `when` returned (`None`: a `forget`).
-type LimiterCall = (String, Option<Duration>);
-
-impl workqueue::RateLimiter<ObjectKey> for RecordingLimiter {
-    fn when(&self, item: &ObjectKey) -> Duration {
-        let delay = self.inner.when(item);
-        self.log.lock().unwrap().push((item.name.clone(), Some(delay)));
-        delay
-    }
-    fn forget(&self, item: &ObjectKey) {
-        self.log.lock().unwrap().push((item.name.clone(), None));
-        self.inner.forget(item);
-    }
-    fn num_requeues(&self, item: &ObjectKey) -> usize {
-        self.inner.num_requeues(item)
-    }
-}
-
 #[tokio::test]
 async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_resets() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let (env, factory) = envtest_with_factory().await;
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
     let registry = prometheus::Registry::new();
     let metrics = controller::Metrics::new(&registry).unwrap();
-    let calls: Arc<Mutex<HashMap<String, Vec<Instant>>>> = Arc::default();
+    let calls = Calls::default();
     let fail_again = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reconciler = {
         let (calls, fail_again) = (calls.clone(), fail_again.clone());
         reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
-            let (calls, fail_again) = (calls.clone(), fail_again.clone());
+            let n = calls.record(&req.name);
+            let fail_again = fail_again.clone();
             async move {
-                let n = {
-                    let mut calls = calls.lock().unwrap();
-                    let times = calls.entry(req.name.clone()).or_default();
-                    times.push(Instant::now());
-                    times.len()
-                };
                 match req.name.as_str() {
                     // Fails five times, then succeeds; fails once more when told to.
                     "flaky" if n <= 5 => Err(format!("attempt {n} failed")),
@@ -233,10 +204,8 @@ async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_re
             }
         })
     };
-    let limiter = RecordingLimiter {
-        inner: Arc::new(workqueue::default_controller_rate_limiter()),
-        log: Arc::default(),
-    };
+    // The controller's rate limiter (client-go's default), recording what it is asked.
+    let limiter = RecordingLimiter::new(workqueue::default_controller_rate_limiter());
     let built = Controller::new("backoff", &factory)
         .metrics(metrics)
         .for_resource::<ConfigMap>()
@@ -246,16 +215,9 @@ async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_re
     let shutdown = CancellationToken::new();
     factory.start(&shutdown);
     let run = tokio::spawn(built.run(shutdown.clone()));
+    create_configmaps(&client, &["flaky", "poll", "again"]).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    for name in ["flaky", "poll", "again"] {
-        cms.create(&PostParams::default(), &configmap("default", name, "1"))
-            .await
-            .unwrap();
-    }
-    let of = |name: &str| -> Vec<Option<Duration>> {
-        let log = limiter.log.lock().unwrap();
-        log.iter().filter(|(n, _)| n == name).map(|(_, d)| *d).collect()
-    };
+    let of = |name: &str| limiter.of(name);
     let ms = |m: u64| Some(Duration::from_millis(m));
     // client-go's per-item exponential limiter, asked once per failure, then forgotten once
     // by the success: 5 ms, 10 ms, 20 ms, 40 ms, 80 ms.
@@ -266,7 +228,7 @@ async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_re
     .await;
     assert_eq!(of("flaky"), [ms(5), ms(10), ms(20), ms(40), ms(80), None]);
     // A delayed add never fires early: each retry came at least its delay after the failure.
-    let flaky = calls.lock().unwrap()["flaky"].clone();
+    let flaky = calls.times("flaky");
     assert_eq!(flaky.len(), 6);
     for (i, pair) in flaky.windows(2).enumerate() {
         let wanted = Duration::from_millis(5 << i);
@@ -292,11 +254,11 @@ async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_re
 
     // RequeueAfter: forgotten, then one more reconcile no earlier than the delay.
     eventually(WAIT, "poll requeued after its delay", || {
-        let n = calls.lock().unwrap().get("poll").map_or(0, Vec::len);
+        let n = calls.times("poll").len();
         async move { n >= 2 }
     })
     .await;
-    let poll = calls.lock().unwrap()["poll"].clone();
+    let poll = calls.times("poll");
     assert!(
         poll[1] - poll[0] >= Duration::from_millis(400),
         "{:?}",
@@ -310,11 +272,7 @@ async fn failures_back_off_exponentially_requeue_after_fires_once_and_success_re
     .await;
     // A third reconcile of poll would come from a second requeue; give it twice the delay.
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(
-        calls.lock().unwrap()["poll"].len(),
-        2,
-        "RequeueAfter fired more than once"
-    );
+    assert_eq!(calls.times("poll").len(), 2, "RequeueAfter fired more than once");
     assert_eq!(
         of("poll"),
         [None, None],
@@ -437,9 +395,8 @@ async fn eight_workers_never_reconcile_one_key_concurrently_and_see_the_final_st
 
 #[tokio::test]
 async fn a_panicking_reconcile_is_counted_and_retried_and_the_worker_survives() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let (env, factory) = envtest_with_factory().await;
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
     let registry = prometheus::Registry::new();
     let metrics = controller::Metrics::new(&registry).unwrap();
     let attempts: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
@@ -517,9 +474,8 @@ async fn a_panicking_reconcile_is_counted_and_retried_and_the_worker_survives() 
 
 #[tokio::test]
 async fn event_filters_drop_updates_that_do_not_pass() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let (env, factory) = envtest_with_factory().await;
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let reconciler = {
         let seen = seen.clone();
@@ -624,9 +580,8 @@ async fn two_controllers_on_one_type_share_one_list_and_watch() {
 
 #[tokio::test]
 async fn a_dynamic_primary_is_reconciled_like_a_typed_one() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let (env, factory) = envtest_with_factory().await;
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
     let resource = ApiResource::erase::<ConfigMap>(&());
     type Log = Arc<Mutex<Vec<(String, Option<String>)>>>;
     let seen: Log = Arc::default();

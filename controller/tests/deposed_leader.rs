@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{configmap, eventually, http_get};
+use common::{configmap, create_configmaps, eventually, http_get, until_leading};
 use controller::{
     Action, BoxError, Context, EventRecorder, EventRecorderConfig, EventType, LeaderElectionConfig, Manager,
     ManagerError, NotLeader, ObjectKey, Reporter, Request, reconciler_fn,
@@ -124,19 +124,12 @@ async fn a_lapsed_lease_fires_the_token_at_the_deadline_and_refuses_every_write(
     let (manager, _queue) = paused_manager(client.clone(), probe.clone(), recorder.clone());
     let status = manager.status();
     let run = tokio::spawn(manager.run(CancellationToken::new()));
-    eventually(WAIT, "leading", || {
-        let ok = status.is_leader();
-        async move { ok }
-    })
-    .await;
+    until_leading(WAIT, &status).await;
 
     // The slow reconcile's event fails once (500, not retried by kube's client): its retry is
     // due after the deadline.
     env.faults().fail_next(EVENTS_PATH, 500, 1, 0);
-    Api::<ConfigMap>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &configmap("default", "slow", "1"))
-        .await
-        .unwrap();
+    create_configmaps(&client, &["slow"]).await;
     eventually(WAIT, "the slow reconcile is in flight", || {
         let ok = probe.slow.lock().unwrap().is_some();
         async move { ok }
@@ -230,15 +223,8 @@ async fn a_key_taken_after_the_clock_jumped_past_the_deadline_is_not_reconciled(
     let (manager, queue) = paused_manager(client.clone(), probe.clone(), recorder);
     let status = manager.status();
     let run = tokio::spawn(manager.run(CancellationToken::new()));
-    eventually(WAIT, "leading", || {
-        let ok = status.is_leader();
-        async move { ok }
-    })
-    .await;
-    Api::<ConfigMap>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &configmap("default", "before", "1"))
-        .await
-        .unwrap();
+    until_leading(WAIT, &status).await;
+    create_configmaps(&client, &["before"]).await;
     eventually(WAIT, "reconciled while leading", || {
         let ok = probe.started("before");
         async move { ok }
@@ -482,13 +468,8 @@ async fn a_stopped_and_resumed_leader_sends_no_write_after_another_took_over() {
             .await
             .unwrap();
     }
+    create_configmaps(&client, &["a", "b"]).await;
     let inputs: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    for name in ["a", "b"] {
-        inputs
-            .create(&PostParams::default(), &configmap("default", name, "1"))
-            .await
-            .unwrap();
-    }
 
     let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
         .args([

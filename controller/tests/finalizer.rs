@@ -135,6 +135,15 @@ async fn finalizers_on_server(api: &Api<Widget>, name: &str) -> Option<Vec<Strin
     api.get_opt(name).await.unwrap().map(|w| w.finalizers().to_vec())
 }
 
+/// Waits until the probe's controller has applied at least once.
+async fn until_applied(probe: &Probe, what: &str) {
+    eventually(WAIT, what, || {
+        let n = probe.applies().len();
+        async move { n >= 1 }
+    })
+    .await;
+}
+
 /// Starts one controller of Widgets behind `name` on `factory`.
 fn start(
     factory: &SharedInformerFactory,
@@ -160,11 +169,7 @@ async fn the_finalizer_is_on_the_server_before_the_first_apply() {
     let api: Api<Widget> = Api::namespaced(env.client(), "default");
     api.create(&PostParams::default(), &widget("w", &[])).await.unwrap();
 
-    eventually(WAIT, "applied", || {
-        let n = probe.applies().len();
-        async move { n >= 1 }
-    })
-    .await;
+    until_applied(&probe, "applied").await;
     let applies = probe.applies();
     assert!(
         applies.iter().all(|on_server| *on_server),
@@ -191,11 +196,7 @@ async fn a_failed_cleanup_keeps_the_finalizer_and_is_retried() {
     let run = start(&factory, "failing-cleanup", OURS, &probe, &shutdown);
     let api: Api<Widget> = Api::namespaced(env.client(), "default");
     api.create(&PostParams::default(), &widget("w", &[])).await.unwrap();
-    eventually(WAIT, "finalizer added and applied", || {
-        let n = probe.applies().len();
-        async move { n >= 1 }
-    })
-    .await;
+    until_applied(&probe, "finalizer added and applied").await;
 
     api.delete("w", &DeleteParams::default()).await.unwrap();
     eventually(WAIT, "three failed cleanups (retried with backoff)", || {

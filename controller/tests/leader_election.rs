@@ -70,6 +70,17 @@ fn renewing(elector: &LeaderElector, shutdown: &CancellationToken) -> JoinHandle
     tokio::spawn(async move { elector.renew(&shutdown).await })
 }
 
+/// Acquires with `elector`, starts its renewals, and lets two renewal rounds pass.
+async fn acquired_and_renewing(
+    elector: &LeaderElector,
+    shutdown: &CancellationToken,
+) -> JoinHandle<Result<(), LeaderElectionError>> {
+    assert!(elector.acquire(shutdown).await);
+    let task = renewing(elector, shutdown);
+    tokio::time::sleep(RETRY * 2).await;
+    task
+}
+
 /// Polls `cond` every 5 ms; returns when it first held. Fails after `timeout`.
 async fn until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) -> Instant {
     let start = Instant::now();
@@ -403,9 +414,7 @@ async fn cancel_without_release_leaves_the_lease_to_expire() {
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let a = LeaderElector::new(env.client(), config("kept", "a").release_on_cancel(false)).unwrap();
     let stop = CancellationToken::new();
-    assert!(a.acquire(&stop).await);
-    let task = renewing(&a, &stop);
-    tokio::time::sleep(RETRY * 2).await;
+    let task = acquired_and_renewing(&a, &stop).await;
     stop.cancel();
     task.await.unwrap().expect("clean stop");
     assert!(!a.is_leader(), "stopped leading at once");
@@ -471,9 +480,7 @@ async fn another_writer_taking_the_lease_ends_leadership_at_the_next_renewal() {
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let a = elector(&env, "stolen", "a");
     let stop = CancellationToken::new();
-    assert!(a.acquire(&stop).await);
-    let task = renewing(&a, &stop);
-    tokio::time::sleep(RETRY * 2).await;
+    let task = acquired_and_renewing(&a, &stop).await;
 
     let taken = loop {
         let mut lease = api.get("stolen").await.unwrap();
@@ -631,9 +638,7 @@ async fn release_reads_the_lease_first_and_retries_after_a_conflict() {
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let a = elector(&env, "stale", "a");
     let stop = CancellationToken::new();
-    assert!(a.acquire(&stop).await);
-    let task = renewing(&a, &stop);
-    tokio::time::sleep(RETRY * 2).await;
+    let task = acquired_and_renewing(&a, &stop).await;
     let before = lease_spec(&api, "stale").await;
     // A write the elector did not make: its cached resourceVersion is stale now, so a release
     // conditional on it would get 409 Conflict and leave the lease held.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{configmap, eventually, http_get, sample};
+use common::{configmap, create_configmaps, eventually, http_get, sample, until_leading};
 use controller::{Action, Context, LeaderElectionConfig, Manager, ManagerStatus, Request, reconciler_fn};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -95,12 +95,7 @@ async fn metrics_have_reconcile_and_workqueue_series_and_readyz_flips_after_sync
     assert_eq!(http_get(probes, "/metrics").await.0, 404);
     assert!(status.is_ready() && status.is_leader());
 
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    for name in ["a", "b", "bad"] {
-        cms.create(&PostParams::default(), &configmap("default", name, "1"))
-            .await
-            .unwrap();
-    }
+    create_configmaps(&client, &["a", "b", "bad"]).await;
     eventually(WAIT, "three successes and one error", || {
         let o = outcomes.lock().unwrap().clone();
         async move { o.get("success") == Some(&3) && o.get("error") == Some(&1) }
@@ -427,28 +422,16 @@ async fn losing_the_lease_stops_the_controllers_at_once_and_fails_the_manager() 
     let status = manager.status();
     let metrics = manager.metrics().clone();
     let run = tokio::spawn(manager.run(CancellationToken::new()));
-    eventually(WAIT, "leading", || {
-        let ok = status.is_leader();
-        async move { ok }
-    })
-    .await;
+    until_leading(WAIT, &status).await;
     // A reconcile in flight (it would take 30 s) when the lease goes.
-    Api::<ConfigMap>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &configmap("default", "slow", "1"))
-        .await
-        .unwrap();
+    create_configmaps(&client, &["slow"]).await;
     eventually(WAIT, "slow reconcile started", || {
         let ok = !reconciles.lock().unwrap().is_empty();
         async move { ok }
     })
     .await;
     // Keys queued behind it: a graceful shutdown would reconcile them, a lost lease must not.
-    for name in ["queued-0", "queued-1", "queued-2"] {
-        Api::<ConfigMap>::namespaced(client.clone(), "default")
-            .create(&PostParams::default(), &configmap("default", name, "1"))
-            .await
-            .unwrap();
-    }
+    create_configmaps(&client, &["queued-0", "queued-1", "queued-2"]).await;
     eventually(WAIT, "keys queued", || {
         let depth = sample(&metrics.encode(), r#"workqueue_depth{name="cms-loser"}"#);
         async move { depth == 3.0 }

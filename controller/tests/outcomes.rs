@@ -4,92 +4,28 @@
 
 mod common;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{configmap, eventually, gather, sample};
+use common::{Calls, RecordingLimiter, create_configmaps, envtest_with_factory, eventually, gather, sample};
 use controller::outcome::find_in_chain;
 use controller::{
     Action, BoxError, Context, Controller, ControllerError, ObjectKey, ReconcilePanic, ReconcileTimeout, Request,
     RequeueAfterError, reconciler_fn, terminal,
 };
-use factory::SharedInformerFactory;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, PostParams};
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use workqueue::RateLimiter;
+use workqueue::ItemExponentialFailureRateLimiter;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// A key's name and the delay `when` returned (`None`: a `forget`).
-type LimiterCall = (String, Option<Duration>);
-
-/// Records what the work queue asks its rate limiter: `when` (a rate-limited retry, with its
-/// delay) and `forget` (`None`). Per item: 5 ms doubling, as client-go's.
-#[derive(Clone)]
-struct RecordingLimiter {
-    inner: Arc<workqueue::ItemExponentialFailureRateLimiter<ObjectKey>>,
-    log: Arc<Mutex<Vec<LimiterCall>>>,
-}
-
-impl Default for RecordingLimiter {
-    fn default() -> Self {
-        RecordingLimiter {
-            inner: Arc::new(workqueue::ItemExponentialFailureRateLimiter::new(
-                Duration::from_millis(5),
-                Duration::from_secs(1000),
-            )),
-            log: Arc::default(),
-        }
-    }
-}
-
-impl RecordingLimiter {
-    fn of(&self, name: &str) -> Vec<Option<Duration>> {
-        let log = self.log.lock().unwrap();
-        log.iter().filter(|(n, _)| n == name).map(|(_, d)| *d).collect()
-    }
-}
-
-impl RateLimiter<ObjectKey> for RecordingLimiter {
-    fn when(&self, item: &ObjectKey) -> Duration {
-        let delay = self.inner.when(item);
-        self.log.lock().unwrap().push((item.name.clone(), Some(delay)));
-        delay
-    }
-    fn forget(&self, item: &ObjectKey) {
-        self.log.lock().unwrap().push((item.name.clone(), None));
-        self.inner.forget(item);
-    }
-    fn num_requeues(&self, item: &ObjectKey) -> usize {
-        self.inner.num_requeues(item)
-    }
-}
-
-/// When each key was reconciled.
-type Calls = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
-
-fn record(calls: &Calls, name: &str) -> usize {
-    let mut calls = calls.lock().unwrap();
-    let times = calls.entry(name.to_owned()).or_default();
-    times.push(Instant::now());
-    times.len()
-}
-
-fn times(calls: &Calls, name: &str) -> Vec<Instant> {
-    calls.lock().unwrap().get(name).cloned().unwrap_or_default()
-}
-
-async fn create(client: &kube::Client, names: &[&str]) {
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    for name in names {
-        cms.create(&PostParams::default(), &configmap("default", name, "1"))
-            .await
-            .unwrap();
-    }
+/// Per item: 5 ms doubling, as client-go's.
+fn recording_limiter() -> RecordingLimiter<ItemExponentialFailureRateLimiter<ObjectKey>> {
+    RecordingLimiter::new(ItemExponentialFailureRateLimiter::new(
+        Duration::from_millis(5),
+        Duration::from_secs(1000),
+    ))
 }
 
 fn counter(registry: &prometheus::Registry, family: &str, controller: &str) -> f64 {
@@ -109,15 +45,14 @@ struct Wrapped(String, #[source] BoxError);
 
 #[tokio::test]
 async fn a_terminal_error_is_logged_counted_and_forgotten_and_not_retried() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let (env, factory) = envtest_with_factory().await;
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
     let registry = prometheus::Registry::new();
-    let calls: Calls = Arc::default();
+    let calls = Calls::default();
     let reconciler = {
         let calls = calls.clone();
         reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
-            let n = record(&calls, &req.name);
+            let n = calls.record(&req.name);
             async move {
                 match req.name.as_str() {
                     // Terminal, found through the reconciler's own wrapper.
@@ -129,7 +64,7 @@ async fn a_terminal_error_is_logged_counted_and_forgotten_and_not_retried() {
             }
         })
     };
-    let limiter = RecordingLimiter::default();
+    let limiter = recording_limiter();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(
         Controller::new("terminal", &factory)
@@ -138,15 +73,15 @@ async fn a_terminal_error_is_logged_counted_and_forgotten_and_not_retried() {
             .rate_limiter(limiter.clone())
             .run(reconciler, shutdown.clone()),
     );
-    create(&client, &["final", "plain"]).await;
+    create_configmaps(&client, &["final", "plain"]).await;
     eventually(WAIT, "plain retried twice and done", || {
-        let n = times(&calls, "plain").len();
+        let n = calls.times("plain").len();
         async move { n >= 3 }
     })
     .await;
     // A retry of "final" would have come after 5 ms, as plain's did; wait a hundred times that.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(times(&calls, "final").len(), 1, "a terminal error was retried");
+    assert_eq!(calls.times("final").len(), 1, "a terminal error was retried");
     assert_eq!(limiter.of("final"), [None], "forgotten, never rate-limited");
     assert_eq!(
         counter(
@@ -169,14 +104,13 @@ async fn a_terminal_error_is_logged_counted_and_forgotten_and_not_retried() {
 
 #[tokio::test]
 async fn the_error_policy_sees_the_error_and_its_action_is_followed() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let (env, factory) = envtest_with_factory().await;
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
-    let calls: Calls = Arc::default();
+    let calls = Calls::default();
     let reconciler = {
         let calls = calls.clone();
         reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
-            let n = record(&calls, &req.name);
+            let n = calls.record(&req.name);
             async move {
                 match n {
                     1 | 2 => Err(format!("boom {} #{n}", req.name)),
@@ -186,7 +120,7 @@ async fn the_error_policy_sees_the_error_and_its_action_is_followed() {
         })
     };
     let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
-    let limiter = RecordingLimiter::default();
+    let limiter = recording_limiter();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn({
         let seen = seen.clone();
@@ -204,9 +138,9 @@ async fn the_error_policy_sees_the_error_and_its_action_is_followed() {
             })
             .run(reconciler, shutdown.clone())
     });
-    create(&client, &["drop", "later", "again"]).await;
+    create_configmaps(&client, &["drop", "later", "again"]).await;
     eventually(WAIT, "later and again failed twice and succeeded", || {
-        let (later, again) = (times(&calls, "later").len(), times(&calls, "again").len());
+        let (later, again) = (calls.times("later").len(), calls.times("again").len());
         async move { later >= 3 && again >= 3 }
     })
     .await;
@@ -216,7 +150,7 @@ async fn the_error_policy_sees_the_error_and_its_action_is_followed() {
         [Some(Duration::from_millis(5)), Some(Duration::from_millis(10)), None]
     );
     // RequeueAfter: each retry no earlier than the delay, and no rate limiting.
-    let later = times(&calls, "later");
+    let later = calls.times("later");
     for pair in later.windows(2) {
         assert!(
             pair[1] - pair[0] >= Duration::from_millis(400),
@@ -226,7 +160,7 @@ async fn the_error_policy_sees_the_error_and_its_action_is_followed() {
     }
     assert_eq!(limiter.of("later"), [None], "only the final success's forget");
     // Done: forgotten, never retried (again's retries came within the time waited here).
-    assert_eq!(times(&calls, "drop").len(), 1, "the policy's Done was not followed");
+    assert_eq!(calls.times("drop").len(), 1, "the policy's Done was not followed");
     assert_eq!(limiter.of("drop"), [None]);
     let seen = seen.lock().unwrap().clone();
     assert!(seen.contains(&("drop".into(), "boom drop #1".into())), "{seen:?}");
@@ -238,15 +172,14 @@ async fn the_error_policy_sees_the_error_and_its_action_is_followed() {
 
 #[tokio::test]
 async fn an_error_with_a_delay_is_retried_after_it_and_not_before_without_the_rate_limiter() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let (env, factory) = envtest_with_factory().await;
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
     let registry = prometheus::Registry::new();
-    let calls: Calls = Arc::default();
+    let calls = Calls::default();
     let reconciler = {
         let calls = calls.clone();
         reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
-            let n = record(&calls, &req.name);
+            let n = calls.record(&req.name);
             async move {
                 match n {
                     1 | 2 => Err(Wrapped(
@@ -258,7 +191,7 @@ async fn an_error_with_a_delay_is_retried_after_it_and_not_before_without_the_ra
             }
         })
     };
-    let limiter = RecordingLimiter::default();
+    let limiter = recording_limiter();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(
         Controller::new("delayed", &factory)
@@ -267,13 +200,13 @@ async fn an_error_with_a_delay_is_retried_after_it_and_not_before_without_the_ra
             .rate_limiter(limiter.clone())
             .run(reconciler, shutdown.clone()),
     );
-    create(&client, &["waiting"]).await;
+    create_configmaps(&client, &["waiting"]).await;
     eventually(WAIT, "waiting retried twice and done", || {
-        let n = times(&calls, "waiting").len();
+        let n = calls.times("waiting").len();
         async move { n >= 3 }
     })
     .await;
-    let waiting = times(&calls, "waiting");
+    let waiting = calls.times("waiting");
     for pair in waiting.windows(2) {
         // The rate limiter would have retried after 5 ms, then 10 ms.
         assert!(
@@ -307,17 +240,16 @@ async fn a_reconcile_past_its_timeout_is_cancelled_and_the_worker_takes_the_next
     const TIMEOUT: Duration = Duration::from_millis(500);
     // One scheduling tick, generously: the worker's next `get` after the timer fired.
     const TICK: Duration = Duration::from_millis(500);
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let (env, factory) = envtest_with_factory().await;
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
     let registry = prometheus::Registry::new();
-    let calls: Calls = Arc::default();
+    let calls = Calls::default();
     let dropped: Arc<Mutex<Option<bool>>> = Arc::default();
     let policy_saw_timeout = Arc::new(AtomicBool::new(false));
     let reconciler = {
         let (calls, dropped) = (calls.clone(), dropped.clone());
         reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
-            let n = record(&calls, &req.name);
+            let n = calls.record(&req.name);
             let dropped = dropped.clone();
             async move {
                 if req.name == "hang" && n == 1 {
@@ -352,14 +284,14 @@ async fn a_reconcile_past_its_timeout_is_cancelled_and_the_worker_takes_the_next
     let shutdown = CancellationToken::new();
     factory.start(&shutdown);
     let run = tokio::spawn(built.run(shutdown.clone()));
-    create(&client, &["hang"]).await;
+    create_configmaps(&client, &["hang"]).await;
     eventually(WAIT, "hang started", || {
-        let n = times(&calls, "hang").len();
+        let n = calls.times("hang").len();
         async move { n == 1 }
     })
     .await;
-    let hang_started = times(&calls, "hang")[0];
-    create(&client, &["next"]).await;
+    let hang_started = calls.times("hang")[0];
+    create_configmaps(&client, &["next"]).await;
     // "next" waits in the queue behind the only worker; the test means something only if it
     // was queued before the timeout.
     eventually(WAIT, "next queued", || {
@@ -372,11 +304,11 @@ async fn a_reconcile_past_its_timeout_is_cancelled_and_the_worker_takes_the_next
         "next was queued only after the timeout: inconclusive"
     );
     eventually(TIMEOUT + TICK + Duration::from_millis(100), "next reconciled", || {
-        let n = times(&calls, "next").len();
+        let n = calls.times("next").len();
         async move { n == 1 }
     })
     .await;
-    let next_started = times(&calls, "next")[0];
+    let next_started = calls.times("next")[0];
     let held = next_started - hang_started;
     assert!(held >= TIMEOUT, "the single worker took next while hang ran: {held:?}");
     assert!(held <= TIMEOUT + TICK, "the worker was held past the timeout: {held:?}");
@@ -387,7 +319,7 @@ async fn a_reconcile_past_its_timeout_is_cancelled_and_the_worker_takes_the_next
     );
     // The error path: the policy saw the timeout, and its Requeue retried "hang".
     eventually(WAIT, "hang retried", || {
-        let n = times(&calls, "hang").len();
+        let n = calls.times("hang").len();
         async move { n == 2 }
     })
     .await;
@@ -404,15 +336,14 @@ async fn a_reconcile_past_its_timeout_is_cancelled_and_the_worker_takes_the_next
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recovered_panic_reaches_the_error_path_with_its_message() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let (env, factory) = envtest_with_factory().await;
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
     let registry = prometheus::Registry::new();
-    let calls: Calls = Arc::default();
+    let calls = Calls::default();
     let reconciler = {
         let calls = calls.clone();
         reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
-            let n = record(&calls, &req.name);
+            let n = calls.record(&req.name);
             async move {
                 if n == 1 {
                     panic!("kaboom in {}", req.name);
@@ -437,9 +368,9 @@ async fn a_recovered_panic_reaches_the_error_path_with_its_message() {
             })
             .run(reconciler, shutdown.clone())
     });
-    create(&client, &["bomb"]).await;
+    create_configmaps(&client, &["bomb"]).await;
     eventually(WAIT, "bomb retried after its panic", || {
-        let n = times(&calls, "bomb").len();
+        let n = calls.times("bomb").len();
         async move { n >= 2 }
     })
     .await;
@@ -462,15 +393,14 @@ async fn a_recovered_panic_reaches_the_error_path_with_its_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_panic_recovery_off_a_panic_ends_the_run_with_an_error() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let (env, factory) = envtest_with_factory().await;
     let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
     let registry = prometheus::Registry::new();
-    let calls: Calls = Arc::default();
+    let calls = Calls::default();
     let reconciler = {
         let calls = calls.clone();
         reconciler_fn(move |req: Request, _ctx: Context<ConfigMap>| {
-            record(&calls, &req.name);
+            calls.record(&req.name);
             async move {
                 if req.name == "bomb" {
                     panic!("kaboom unrecovered");
@@ -489,14 +419,14 @@ async fn with_panic_recovery_off_a_panic_ends_the_run_with_an_error() {
             .run(reconciler, shutdown.clone()),
     );
     // The control: a key before the bomb is reconciled, so the controller was running.
-    create(&client, &["fine"]).await;
+    create_configmaps(&client, &["fine"]).await;
     eventually(WAIT, "fine reconciled", || {
-        let n = times(&calls, "fine").len();
+        let n = calls.times("fine").len();
         async move { n == 1 }
     })
     .await;
     assert!(!run.is_finished());
-    create(&client, &["bomb"]).await;
+    create_configmaps(&client, &["bomb"]).await;
     let ended = tokio::time::timeout(WAIT, run)
         .await
         .expect("the run did not end after an unrecovered panic")
@@ -508,7 +438,7 @@ async fn with_panic_recovery_off_a_panic_ends_the_run_with_an_error() {
         }
         other => panic!("expected ReconcilePanicked, got {other:?}"),
     }
-    assert_eq!(times(&calls, "bomb").len(), 1, "not retried");
+    assert_eq!(calls.times("bomb").len(), 1, "not retried");
     assert_eq!(
         counter(&registry, "controller_runtime_reconcile_panics_total", "unrecovered"),
         1.0

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Widget, WidgetSpec, configmap, envtest_with_widgets, eventually};
+use common::{Widget, WidgetSpec, configmap, envtest_with_factory, envtest_with_widgets, eventually};
 use controller::predicate::LabelSelectorPredicate;
 use controller::{Action, Context, Controller, ObjectKey, Request, SourceOptions, reconciler_fn};
 use factory::{PartialObjectMeta, SharedInformerFactory};
@@ -243,9 +243,7 @@ async fn metadata_children_wake_their_owner_without_a_typed_cache_of_them() {
 #[tokio::test]
 async fn a_key_with_a_namespace_finds_a_cluster_scoped_primary() {
     use k8s_openapi::api::core::v1::Namespace;
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
-    let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let (env, factory) = envtest_with_factory().await;
     let found: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
     let reconciler = {
         let found = found.clone();

@@ -1,17 +1,25 @@
 //! Helpers shared by the controller integration tests: envtest with a test CRD, polling with a
-//! deadline, configmaps, and a tiny HTTP GET for scraping the manager's endpoints.
+//! deadline, configmaps, recorders of reconciles and of rate-limiter calls, a seeded writer of
+//! random ConfigMap changes, and a tiny HTTP GET for scraping the manager's endpoints.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use controller::{ManagerStatus, ObjectKey};
+use factory::SharedInformerFactory;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::{CustomResource, CustomResourceExt};
+use rand::Rng;
+use rand::rngs::StdRng;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use workqueue::RateLimiter;
 
 /// A namespaced test CRD whose reconciles may create owned ConfigMaps.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -32,6 +40,15 @@ where
         assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// envtest, and an informer factory over its client (no resync).
+pub async fn envtest_with_factory() -> (envtest::Server, SharedInformerFactory) {
+    let env = envtest::Server::start(envtest::Config::default())
+        .await
+        .expect("envtest");
+    let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
+    (env, factory)
 }
 
 /// envtest with the Widget CRD installed and served.
@@ -62,6 +79,125 @@ pub fn configmap(ns: &str, name: &str, value: &str) -> ConfigMap {
         data: Some(BTreeMap::from([("v".to_string(), value.to_string())])),
         ..ConfigMap::default()
     }
+}
+
+/// Creates ConfigMaps `names` in "default", each with `v: "1"`.
+pub async fn create_configmaps(client: &kube::Client, names: &[&str]) {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in names {
+        cms.create(&PostParams::default(), &configmap("default", name, "1"))
+            .await
+            .unwrap();
+    }
+}
+
+/// Waits until the manager behind `status` holds its lease.
+pub async fn until_leading(timeout: Duration, status: &ManagerStatus) {
+    eventually(timeout, "leading", || {
+        let ok = status.is_leader();
+        async move { ok }
+    })
+    .await;
+}
+
+/// When each key (by name) was reconciled: a reconciler calls `record`, the test reads `times`.
+#[derive(Clone, Default)]
+pub struct Calls(Arc<Mutex<HashMap<String, Vec<Instant>>>>);
+
+impl Calls {
+    /// Records a reconcile of `name` now; returns how many `name` has had, this one included.
+    pub fn record(&self, name: &str) -> usize {
+        let mut calls = self.0.lock().unwrap();
+        let times = calls.entry(name.to_owned()).or_default();
+        times.push(Instant::now());
+        times.len()
+    }
+
+    pub fn times(&self, name: &str) -> Vec<Instant> {
+        self.0.lock().unwrap().get(name).cloned().unwrap_or_default()
+    }
+}
+
+/// A key's name and the delay `when` returned (`None`: a `forget`).
+pub type LimiterCall = (String, Option<Duration>);
+
+/// Wraps a controller's rate limiter and records what the work queue asks of it: `when` (a
+/// rate-limited retry, with its delay) and `forget` (`None`).
+pub struct RecordingLimiter<L> {
+    inner: Arc<L>,
+    log: Arc<Mutex<Vec<LimiterCall>>>,
+}
+
+impl<L> Clone for RecordingLimiter<L> {
+    fn clone(&self) -> Self {
+        RecordingLimiter {
+            inner: self.inner.clone(),
+            log: self.log.clone(),
+        }
+    }
+}
+
+impl<L> RecordingLimiter<L> {
+    pub fn new(inner: L) -> Self {
+        RecordingLimiter {
+            inner: Arc::new(inner),
+            log: Arc::default(),
+        }
+    }
+
+    /// Every call, in order.
+    pub fn log(&self) -> Vec<LimiterCall> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// The calls for one key's name, in order.
+    pub fn of(&self, name: &str) -> Vec<Option<Duration>> {
+        let log = self.log.lock().unwrap();
+        log.iter().filter(|(n, _)| n == name).map(|(_, d)| *d).collect()
+    }
+}
+
+impl<L: RateLimiter<ObjectKey>> RateLimiter<ObjectKey> for RecordingLimiter<L> {
+    fn when(&self, item: &ObjectKey) -> Duration {
+        let delay = self.inner.when(item);
+        self.log.lock().unwrap().push((item.name.clone(), Some(delay)));
+        delay
+    }
+    fn forget(&self, item: &ObjectKey) {
+        self.log.lock().unwrap().push((item.name.clone(), None));
+        self.inner.forget(item);
+    }
+    fn num_requeues(&self, item: &ObjectKey) -> usize {
+        self.inner.num_requeues(item)
+    }
+}
+
+/// One random write to ConfigMap `cm-<0..names>` in `api`'s namespace, as the chaos tests'
+/// writers make them: a delete one time in four, else a create or a replace with a random `v`.
+/// Errors (conflicts, not found) are ignored. Returns the name written.
+pub async fn random_write(api: &Api<ConfigMap>, rng: &mut StdRng, names: usize) -> String {
+    let name = format!("cm-{}", rng.random_range(0..names));
+    if rng.random_range(0..4) == 0 {
+        let _ = api.delete(&name, &DeleteParams::default()).await;
+    } else {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.clone());
+        cm.data = Some(BTreeMap::from([(
+            "v".to_string(),
+            rng.random_range(0..1_000_000u32).to_string(),
+        )]));
+        match api.get_opt(&name).await {
+            Ok(Some(existing)) => {
+                cm.metadata.resource_version = existing.metadata.resource_version;
+                let _ = api.replace(&name, &PostParams::default(), &cm).await;
+            }
+            Ok(None) => {
+                let _ = api.create(&PostParams::default(), &cm).await;
+            }
+            Err(_) => {}
+        }
+    }
+    name
 }
 
 /// `GET path` on a local HTTP server: (status, body).

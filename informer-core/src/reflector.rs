@@ -1251,7 +1251,10 @@ mod tests {
         let reflector = Reflector::new(server.clone(), Arc::new(Calls::default()), ReflectorConfig::default());
         let start = Instant::now();
         let transition = reflector.step_watch("100".into()).await;
-        assert_eq!(transition, Transition::AfterBackoff(State::List { rv_unavailable: true }));
+        assert_eq!(
+            transition,
+            Transition::AfterBackoff(State::List { rv_unavailable: true })
+        );
         // Checked once, after the configured wait, with a consistent read of one object.
         assert_eq!(start.elapsed(), DEFAULT_SERVER_BEHIND_CHECK);
         assert_eq!(*server.lists.lock().unwrap(), [(None, Some(1))]);
@@ -1266,7 +1269,10 @@ mod tests {
         let reflector = Reflector::new(server.clone(), Arc::new(Calls::default()), ReflectorConfig::default());
         let start = Instant::now();
         let transition = reflector.step_watch("100".into()).await;
-        assert_eq!(transition, Transition::AfterBackoff(State::List { rv_unavailable: true }));
+        assert_eq!(
+            transition,
+            Transition::AfterBackoff(State::List { rv_unavailable: true })
+        );
         assert_eq!(start.elapsed(), DEFAULT_SERVER_BEHIND_CHECK * (1 + 2 + 4));
         assert_eq!(server.lists.lock().unwrap().len(), 3);
         assert_eq!(ReflectorMetrics::get(&reflector.metrics().server_behind_checks), 3);

@@ -20,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(20);
 
+/// The `Accept` of a metadata-only list and watch, as informer-core's listwatch sends them.
+const ACCEPT_METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+const ACCEPT_METADATA: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
 /// Reconciles per key.
 type Counts = Arc<Mutex<HashMap<String, usize>>>;
 
@@ -235,6 +239,31 @@ async fn metadata_children_wake_their_owner_without_a_typed_cache_of_them() {
         "{informers:?}"
     );
     assert!(!informers.iter().any(|i| i == "v1/ConfigMap"), "{informers:?}");
+    // On the wire: the ConfigMaps' list and watch asked for `PartialObjectMetadata`, the typed
+    // primary's did not.
+    let requests = env.requests();
+    let accepts = |path: &str, watch: bool| -> Vec<String> {
+        let of = requests
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == path && r.is_watch == watch);
+        let accepts: Vec<String> = of.map(|r| r.accept.clone()).collect();
+        assert!(!accepts.is_empty(), "no {path} (watch: {watch}) in {requests:#?}");
+        accepts
+    };
+    for accept in accepts("/api/v1/configmaps", false) {
+        assert_eq!(accept, ACCEPT_METADATA_LIST);
+    }
+    for accept in accepts("/api/v1/configmaps", true) {
+        assert_eq!(accept, ACCEPT_METADATA);
+    }
+    for watch in [false, true] {
+        for accept in accepts("/apis/test.kinformer.dev/v1/widgets", watch) {
+            assert!(
+                !accept.contains("PartialObjectMetadata"),
+                "typed widgets asked for {accept}"
+            );
+        }
+    }
     shutdown.cancel();
     run.await.unwrap().unwrap();
     env.shutdown().await;

@@ -20,12 +20,12 @@
 //! [`MAX_RETRY_AFTER_SECS`]) and added with saturating arithmetic, so no value a client sends
 //! can overflow or stall the server for good. With a token set, these routes require it.
 //!
-//! The request log records every API request (method, path, query, watch?) so tests can assert
-//! on what a client actually sent. It is bounded twice, oldest entries dropped first: by entries
-//! (`Config::request_log_capacity`, default 100,000) and by bytes (`Config::request_log_bytes`,
-//! default 64 MiB, counting each entry's strings and fixed size), since 100,000 requests with
-//! 60 KB query strings would otherwise hold ~6 GB. An entry larger than the whole byte budget
-//! is not recorded.
+//! The request log records every API request (method, path, query, watch?, `Accept`) so tests
+//! can assert on what a client actually sent. It is bounded twice, oldest entries dropped
+//! first: by entries (`Config::request_log_capacity`, default 100,000) and by bytes
+//! (`Config::request_log_bytes`, default 64 MiB, counting each entry's strings and fixed
+//! size), since 100,000 requests with 60 KB query strings would otherwise hold ~6 GB. An entry
+//! larger than the whole byte budget is not recorded.
 
 use crate::status::ApiError;
 use crate::storage::{Snapshot, Storage};
@@ -42,8 +42,9 @@ pub const MAX_FAULT_COUNT: usize = 1_000_000;
 /// The longest `Retry-After` a failure fault sends.
 pub const MAX_RETRY_AFTER_SECS: u32 = 3600;
 
-/// One request as the server received it.
+/// One request as the server received it. Only the server makes these; fields may be added.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecordedRequest {
     /// HTTP method (`GET`, `POST`, ...).
     pub method: String,
@@ -53,12 +54,15 @@ pub struct RecordedRequest {
     pub query: String,
     /// Whether it was a watch (`watch=true`/`1`).
     pub is_watch: bool,
+    /// The (first) `Accept` header (`""` if absent or not visible ASCII), e.g. a metadata-only
+    /// client's `application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,...`.
+    pub accept: String,
 }
 
 impl RecordedRequest {
     /// What this entry costs the request log's byte budget: its strings and its fixed size.
     fn log_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.method.len() + self.path.len() + self.query.len()
+        std::mem::size_of::<Self>() + self.method.len() + self.path.len() + self.query.len() + self.accept.len()
     }
 
     /// The decoded value of a query parameter.
@@ -309,7 +313,15 @@ pub(crate) fn admin(faults: &Faults, method: &http::Method, op: &str, query: &st
         let log: Vec<_> = faults
             .requests()
             .into_iter()
-            .map(|r| json!({"method": r.method, "path": r.path, "query": r.query, "watch": r.is_watch}))
+            .map(|r| {
+                json!({
+                    "method": r.method,
+                    "path": r.path,
+                    "query": r.query,
+                    "watch": r.is_watch,
+                    "accept": r.accept,
+                })
+            })
             .collect();
         return json_response(StatusCode::OK, &json!(log));
     }

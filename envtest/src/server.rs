@@ -333,6 +333,12 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         path: path.clone(),
         query: query.clone(),
         is_watch,
+        accept: req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned(),
     });
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;

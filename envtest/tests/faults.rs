@@ -182,5 +182,6 @@ async fn admin_endpoint_and_request_log() {
     let (c, log) = common::raw(env.base_url(), "GET", "/_envtest/requests", "application/json", vec![]).await;
     assert_eq!(c, 200);
     assert!(log.as_array().unwrap().iter().any(|r| r["watch"] == true));
+    assert!(log.as_array().unwrap().iter().all(|r| r["accept"].is_string()), "{log}");
     env.shutdown().await;
 }

@@ -1,6 +1,7 @@
 //! Reconcile outcomes over envtest: terminal errors, the error policy, an error with a delay,
-//! the reconcile timeout, and panic recovery on and off. Each test has a control that shows
-//! the window it waits in is long enough for the behaviour it rules out.
+//! the reconcile timeout (the Manager's default and a controller's own), and panic recovery on
+//! and off. Each test has a control that shows the window it waits in is long enough for the
+//! behaviour it rules out.
 
 mod common;
 
@@ -329,6 +330,90 @@ async fn a_reconcile_past_its_timeout_is_cancelled_and_the_worker_takes_the_next
         1.0
     );
     assert_eq!(result(&registry, "timeouts", "error"), 1.0);
+    shutdown.cancel();
+    run.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+/// A reconciler that never finishes and ignores its token: only a timeout frees its worker.
+fn hanging() -> impl controller::Reconciler<ConfigMap> {
+    reconciler_fn(|_req: Request, _ctx: Context<ConfigMap>| async {
+        std::future::pending::<()>().await;
+        Ok::<_, BoxError>(Action::Done)
+    })
+}
+
+/// The timeouts of the [`ReconcileTimeout`]s one controller's error policy saw.
+type SeenTimeouts = Arc<Mutex<Vec<Duration>>>;
+
+/// An error policy that records the timeout of every [`ReconcileTimeout`] it sees, and does
+/// not retry.
+fn recording_timeouts(
+    seen: &SeenTimeouts,
+) -> impl Fn(&(dyn std::error::Error + Send + Sync + 'static), &Request, &Context<ConfigMap>) -> Action + Send + Sync + 'static
+{
+    let seen = seen.clone();
+    move |err, _req, _ctx| {
+        if let Some(timeout) = find_in_chain::<ReconcileTimeout>(err) {
+            seen.lock().unwrap().push(timeout.timeout);
+        }
+        Action::Done
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_managers_reconcile_timeout_applies_to_its_controllers_unless_they_set_their_own() {
+    const MANAGER_TIMEOUT: Duration = Duration::from_millis(300);
+    // Longer than the manager's: a manager default that overrode it, or the shorter of the two
+    // winning, would show up as MANAGER_TIMEOUT.
+    const OWN_TIMEOUT: Duration = Duration::from_millis(600);
+    let (env, factory) = envtest_with_factory().await;
+    let client = env.client();
+    let registry = prometheus::Registry::new();
+    let mut manager = controller::Manager::builder(client.clone())
+        .factory(factory)
+        .registry(registry.clone())
+        .no_http_servers()
+        .reconcile_timeout(MANAGER_TIMEOUT)
+        .build()
+        .unwrap();
+    let (inherited, own) = (SeenTimeouts::default(), SeenTimeouts::default());
+    let inheriting = manager
+        .controller("inherits")
+        .for_resource::<ConfigMap>()
+        .error_policy(recording_timeouts(&inherited))
+        .build(hanging())
+        .unwrap();
+    let overriding = manager
+        .controller("overrides")
+        .for_resource::<ConfigMap>()
+        .reconcile_timeout(OWN_TIMEOUT)
+        .error_policy(recording_timeouts(&own))
+        .build(hanging())
+        .unwrap();
+    manager.add(inheriting);
+    manager.add(overriding);
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(manager.run(shutdown.clone()));
+    create_configmaps(&client, &["hang"]).await;
+    // Without a timeout, "hang" would hold its controller's only worker for good and the
+    // policy would see nothing.
+    for (seen, what) in [(&inherited, "inherits timed out"), (&own, "overrides timed out")] {
+        eventually(WAIT, what, || {
+            let done = !seen.lock().unwrap().is_empty();
+            async move { done }
+        })
+        .await;
+    }
+    assert_eq!(*inherited.lock().unwrap(), [MANAGER_TIMEOUT], "the manager's default");
+    assert_eq!(*own.lock().unwrap(), [OWN_TIMEOUT], "the controller's own");
+    for name in ["inherits", "overrides"] {
+        assert_eq!(
+            counter(&registry, "controller_runtime_reconcile_timeouts_total", name),
+            1.0,
+            "{name}"
+        );
+    }
     shutdown.cancel();
     run.await.unwrap().unwrap();
     env.shutdown().await;

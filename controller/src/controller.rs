@@ -70,6 +70,12 @@
 //! `kinformer_controller_dropped_keys_total`: nothing is dropped silently. (A restarted
 //! controller reconciles every object again from its initial list.)
 //!
+//! A controller owns every task it spawns: its workers (a `JoinSet`), its event recorder's sink,
+//! its triggers' forwarders (`source.rs`) and its work queue's timer and metrics tasks are all
+//! joined before `run` returns, so a stopped controller leaves nothing running. A panic in one
+//! of them is logged at ERROR with the controller's name and the task's (a reconcile's panic
+//! takes the error path, see above).
+//!
 //! [`run_with_stop_now`](BuiltController::run_with_stop_now) adds a second token for when
 //! finishing the work would be wrong, such as a lost leader election lease (another process
 //! may lead already): once it fires, no worker takes another key, queued or not, and the
@@ -282,13 +288,39 @@ where
         });
         let result = self.run_workers(&shutdown, &stop_now, &context).await;
         recorder_stop.cancel();
-        if let Some(task) = recorder_task
-            && tokio::time::timeout(Duration::from_secs(5), task).await.is_err()
-        {
-            warn!(controller = %self.name, "event recorder did not finish writing within 5s");
+        if let Some(mut task) = recorder_task {
+            let ended = match tokio::time::timeout(Duration::from_secs(5), &mut task).await {
+                Ok(ended) => ended,
+                Err(_) => {
+                    warn!(controller = %self.name, "event recorder did not finish writing within 5s: aborted");
+                    task.abort();
+                    task.await
+                }
+            };
+            if let Err(e) = ended
+                && e.is_panic()
+            {
+                error!(controller = %self.name, task = "event recorder", panic = %panic_message(&*e.into_panic()),
+                    "controller task panicked");
+            }
         }
         self.registrations.iter().for_each(|r| r.remove());
+        self.join_tasks().await;
         result
+    }
+
+    /// Joins the tasks the controller's parts spawned, once they were told to stop (handlers
+    /// removed, queue shut down): the triggers' and the work queue's. Their panics were logged
+    /// when they happened; the queue's is logged again here with the controller's name.
+    async fn join_tasks(&self) {
+        self.queue.shut_down(); // already, on every path; the queue's tasks end with it
+        for task in self.registrations.iter().filter_map(|r| r.take_task()) {
+            // A trigger catches and logs its own panic; an abort (runtime shutdown) is no news.
+            let _ = task.await;
+        }
+        if let Err(e) = self.queue.join_tasks().await {
+            error!(controller = %self.name, task = e.task, panic = %e.message, "work queue task panicked");
+        }
     }
 
     async fn wait_for_sync(
@@ -733,7 +765,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     chain
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> &str {
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {
     panic
         .downcast_ref::<&str>()
         .copied()
@@ -790,3 +822,6 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

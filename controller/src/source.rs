@@ -6,18 +6,20 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use factory::{CacheOptions, FactoryResource};
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use informer_core::{
     HandlerOptions, Indexer, InformerError, ResourceEventHandler, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 use workqueue::RateLimitingQueue;
 
 use crate::handler::{EnqueueHandler, Enqueuer, Mapping};
@@ -181,6 +183,11 @@ pub(crate) trait ErasedRegistration: Send + Sync {
     fn has_synced(&self) -> bool;
     fn remove(&self);
     fn informer_name(&self) -> String;
+    /// The task the registration spawned, if any (a trigger's), taken once so the controller
+    /// joins it after [`remove`](Self::remove) ended it.
+    fn take_task(&self) -> Option<JoinHandle<()>> {
+        None
+    }
 }
 
 struct Registration<C> {
@@ -219,7 +226,10 @@ pub(crate) type PrimaryKeys = Arc<dyn Fn() -> Vec<ObjectKey> + Send + Sync>;
 /// A stream of external signals feeding the queue (controller-runtime's `source.Channel`,
 /// kube-runtime's `reconcile_on`). Its task is spawned when the controller is built, on the
 /// caller's runtime, and ends when the stream ends or the controller's handlers are removed
-/// (shutdown, or the built controller dropped), like an informer handler's registration.
+/// (shutdown, or the built controller dropped), like an informer handler's registration. The
+/// registration holds the task and the controller joins it when it stops; a panic in it (the
+/// stream is the user's) is logged at ERROR with the controller's and the trigger's names when it
+/// happens, and ends the trigger.
 pub(crate) struct Trigger {
     pub(crate) name: &'static str,
     pub(crate) signals: std::sync::Mutex<Option<BoxStream<'static, Signal>>>,
@@ -243,8 +253,10 @@ impl ErasedSource for Trigger {
         };
         let stop = CancellationToken::new();
         let (queue, keys, done) = (queue.clone(), self.primary_keys.clone(), stop.clone());
-        let controller = controller.to_owned();
-        runtime.spawn(async move {
+        let (controller, trigger) = (controller.to_owned(), self.name);
+        let name = controller.clone();
+        let forward = async move {
+            let controller = name;
             loop {
                 let signal = tokio::select! {
                     () = done.cancelled() => return,
@@ -263,8 +275,18 @@ impl ErasedSource for Trigger {
                     }
                 }
             }
+        };
+        let task = runtime.spawn(async move {
+            if let Err(panic) = AssertUnwindSafe(forward).catch_unwind().await {
+                error!(controller = %controller, trigger, panic = %crate::controller::panic_message(&*panic),
+                    "trigger task panicked: no more external reconciles from it");
+            }
         });
-        Ok(Box::new(TriggerRegistration { stop, name: self.name }))
+        Ok(Box::new(TriggerRegistration {
+            stop,
+            name: self.name,
+            task: std::sync::Mutex::new(Some(task)),
+        }))
     }
 
     fn add_to_context(
@@ -275,10 +297,12 @@ impl ErasedSource for Trigger {
     }
 }
 
-/// A trigger's task, stopped by `remove` (or when dropped with the controller).
+/// A trigger's task, stopped by `remove` (or when dropped with the controller) and joined by
+/// the controller through `take_task`.
 struct TriggerRegistration {
     stop: CancellationToken,
     name: &'static str,
+    task: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl ErasedRegistration for TriggerRegistration {
@@ -292,6 +316,10 @@ impl ErasedRegistration for TriggerRegistration {
 
     fn informer_name(&self) -> String {
         self.name.to_owned()
+    }
+
+    fn take_task(&self) -> Option<JoinHandle<()>> {
+        self.task.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
 

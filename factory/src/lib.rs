@@ -7,6 +7,10 @@
 //! so far (call it again after requesting more); `wait_for_cache_sync` waits for their caches;
 //! `shutdown` stops them all and waits.
 //!
+//! The factory owns every task it spawns: each informer's task and the task linking each
+//! `start` caller's token to the factory's own are held by the factory and joined by `shutdown`,
+//! so none outlives it; an informer's task that panics is logged at ERROR with its name.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use factory::SharedInformerFactory;
@@ -47,9 +51,11 @@ pub mod __private {
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
 use informer_core::{
     ApiListerWatcher, InformerConfig, InformerError, InformerStats, ReflectorConfig, SharedIndexInformer, TransformFunc,
@@ -60,7 +66,7 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info};
+use tracing::{debug, error, info};
 
 /// A typed resource the factory can make informers for: any `kube::Resource` with a static
 /// type (k8s-openapi types, `#[derive(CustomResource)]` types).
@@ -186,6 +192,9 @@ struct State {
     /// those of `by_object`, else those of the first request for it.
     shared: HashMap<TypeId, CacheOptions>,
     shut_down: bool,
+    /// The tasks `start` spawned to stop the factory when its caller's token fires, one per
+    /// call still waiting; joined by `shutdown` with the informers' tasks.
+    links: Vec<JoinHandle<()>>,
 }
 
 struct Inner {
@@ -329,6 +338,7 @@ impl SharedInformerFactoryBuilder {
                     informers: HashMap::new(),
                     shared: self.by_object.clone(),
                     shut_down: false,
+                    links: Vec::new(),
                 }),
             }),
         }
@@ -604,7 +614,8 @@ impl SharedInformerFactory {
     }
 
     /// Starts every informer requested so far and not yet started; safe to call again after
-    /// requesting more. Cancelling `shutdown` stops every informer of the factory.
+    /// requesting more. Cancelling `shutdown` stops every informer of the factory. An
+    /// informer's task that panics is logged at ERROR with the informer's name.
     pub fn start(&self, shutdown: &CancellationToken) {
         let mut state = self.state();
         if state.shut_down {
@@ -612,16 +623,22 @@ impl SharedInformerFactory {
         }
         let stop = self.inner.stop.clone();
         let external = shutdown.clone();
-        tokio::spawn(async move {
+        state.links.retain(|link| !link.is_finished());
+        state.links.push(tokio::spawn(async move {
             tokio::select! {
                 _ = external.cancelled() => stop.cancel(),
                 _ = stop.cancelled() => {}
             }
-        });
+        }));
         for entry in state.informers.values_mut() {
             if entry.task.is_none() {
                 info!(informer = %entry.name, "starting informer");
-                entry.task = Some(tokio::spawn(entry.runnable.run(self.inner.stop.child_token())));
+                let (informer, run) = (entry.name.clone(), entry.runnable.run(self.inner.stop.child_token()));
+                entry.task = Some(tokio::spawn(async move {
+                    if let Err(panic) = AssertUnwindSafe(run).catch_unwind().await {
+                        error!(informer = %informer, panic = %panic_message(&*panic), "informer task panicked: it stays stopped");
+                    }
+                }));
             }
         }
     }
@@ -637,23 +654,21 @@ impl SharedInformerFactory {
             .filter(|e| e.task.is_some())
             .map(|e| (e.name.clone(), e.runnable.clone()))
             .collect();
-        // Give up when the caller's token or the factory's own shutdown fires.
+        // Give up when the caller's token or the factory's own shutdown fires (forwarded here,
+        // in the caller's task: nothing is spawned that could outlive this call).
         let give_up = self.inner.stop.child_token();
-        let _link = {
-            let (caller, give_up) = (shutdown.clone(), give_up.clone());
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = caller.cancelled() => give_up.cancel(),
-                    _ = give_up.cancelled() => {}
-                }
-            })
-        };
-        let mut results = BTreeMap::new();
-        for (name, informer) in started {
-            results.insert(name, informer.wait_for_cache_sync(give_up.clone()).await);
+        let mut waits = std::pin::pin!(async {
+            let mut results = BTreeMap::new();
+            for (name, informer) in started {
+                results.insert(name, informer.wait_for_cache_sync(give_up.clone()).await);
+            }
+            results
+        });
+        tokio::select! {
+            results = &mut waits => return results,
+            () = shutdown.cancelled() => give_up.cancel(),
         }
-        give_up.cancel(); // ends the link task
-        results
+        waits.await
     }
 
     /// [`wait_for_cache_sync`](Self::wait_for_cache_sync) with a time limit: `Ok` when every
@@ -686,17 +701,32 @@ impl SharedInformerFactory {
         }
     }
 
-    /// Stops every informer and waits for them to finish. Later requests for informers fail.
+    /// Stops every informer and waits for them to finish, with every other task the factory
+    /// spawned: when this returns, none is left running. Later requests for informers fail.
     pub async fn shutdown(&self) {
-        let tasks: Vec<JoinHandle<()>> = {
+        let (tasks, links) = {
             let mut state = self.state();
             state.shut_down = true;
-            state.informers.values_mut().filter_map(|e| e.task.take()).collect()
+            let tasks: Vec<JoinHandle<()>> = state.informers.values_mut().filter_map(|e| e.task.take()).collect();
+            (tasks, std::mem::take(&mut state.links))
         };
         self.inner.stop.cancel();
-        for task in tasks {
+        // An informer's panic was logged when it happened (`start`); links cannot panic.
+        for task in tasks.into_iter().chain(links) {
             let _ = task.await;
         }
         info!("informer factory shut down");
     }
 }
+
+/// The message of a panic's payload.
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(non-string panic payload)")
+}
+
+#[cfg(test)]
+mod tests;

@@ -36,6 +36,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::queue::{Queue, QueueConfig};
+use crate::tasks::{TaskPanicked, spawn_owned};
 
 /// Stand-in deadline for delays too large to add to `Instant::now()` (30 years, like Tokio's own
 /// far future). Such items effectively never become ready.
@@ -44,7 +45,8 @@ const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 /// A [`Queue`] with [`add_after`](Self::add_after) (client-go's `delayingType`).
 ///
 /// A cheaply cloneable handle. Creating one spawns the timer task, which stops when the queue
-/// shuts down or the last handle is dropped.
+/// shuts down or the last handle is dropped; the queue holds its handle, and
+/// [`join_tasks`](Self::join_tasks) waits for it after shutdown.
 pub struct DelayingQueue<T> {
     queue: Queue<T>,
     shared: Arc<Waiting<T>>,
@@ -96,7 +98,13 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> DelayingQueue<T> {
         });
         // Cancelled by the queue's shutdown (parent) or by dropping the last handle.
         let stop = queue.shutdown_token().child_token();
-        tokio::spawn(waiting_loop(queue.clone(), Arc::clone(&shared), stop.clone()));
+        let timer = spawn_owned(
+            &tokio::runtime::Handle::current(),
+            queue.name().to_owned(),
+            "delaying queue timer",
+            waiting_loop(queue.clone(), Arc::clone(&shared), stop.clone()),
+        );
+        queue.own_task(timer);
         Self {
             queue,
             shared,
@@ -162,6 +170,13 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> DelayingQueue<T> {
     /// [`Queue::shut_down_with_drain`].
     pub async fn shut_down_with_drain(&self) {
         self.queue.shut_down_with_drain().await;
+    }
+
+    /// Waits for the timer task (and a named queue's metrics task) to end after
+    /// [`shut_down`](Self::shut_down); the first that panicked, if any. See
+    /// [`Queue::join_tasks`].
+    pub async fn join_tasks(&self) -> Result<(), TaskPanicked> {
+        self.queue.join_tasks().await
     }
 
     /// Every item accepted and not yet finished: those of [`Queue::unfinished`] and those still

@@ -13,6 +13,11 @@
 //! returns `None` only when none is left, so a `while let Some(key) = queue.get().await` worker
 //! finishes the accepted work and then stops (see [`queue`](mod@queue#shutdown)).
 //!
+//! A queue owns the tasks it spawns (a delaying queue's timer, a named queue's metrics refresher):
+//! they end at shutdown or when the last handle is dropped, a panic in one is logged at ERROR with
+//! the queue's name, and [`join_tasks`](Queue::join_tasks) waits for them after shutdown and
+//! returns that panic as a [`TaskPanicked`].
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -40,6 +45,7 @@ pub mod delaying_queue;
 pub mod metrics;
 pub mod queue;
 pub mod rate_limiting_queue;
+mod tasks;
 
 pub use default_rate_limiters::{
     BucketRateLimiter, ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter, MaxOfRateLimiter, RateLimiter,
@@ -49,3 +55,4 @@ pub use delaying_queue::DelayingQueue;
 pub use metrics::{MetricsProvider, PrometheusMetricsProvider};
 pub use queue::{Queue, QueueConfig};
 pub use rate_limiting_queue::RateLimitingQueue;
+pub use tasks::TaskPanicked;

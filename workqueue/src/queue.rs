@@ -50,6 +50,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
+use crate::tasks::{OwnedTask, TaskPanicked, spawn_owned};
 
 /// Configuration of a queue (client-go's `QueueConfig`).
 ///
@@ -115,6 +116,9 @@ struct Shared<T> {
     /// Cancelled on shutdown; stops the tasks serving this queue (metrics refresher, the
     /// delaying queue's timer).
     shutdown: CancellationToken,
+    /// Those tasks, joined by `join_tasks` (see [`crate::tasks`]). Touched only when a task is
+    /// spawned or joined, never on the hot path.
+    tasks: Mutex<Vec<OwnedTask>>,
 }
 
 /// The queue proper, reachable only through `Shared::lock`.
@@ -173,7 +177,8 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
     /// Creates a queue from `config`.
     ///
     /// A queue with a name and a metrics provider spawns a Tokio task refreshing its
-    /// unfinished-work gauges every 500 ms, until shutdown or until the last handle is dropped.
+    /// unfinished-work gauges every 500 ms, until shutdown or until the last handle is dropped
+    /// (see [`join_tasks`](Self::join_tasks)).
     /// Outside a Tokio runtime those two gauges stay at zero (and a warning is logged).
     pub fn with_config(config: QueueConfig) -> Self {
         let name = config.name.unwrap_or_default();
@@ -197,6 +202,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
                 }),
                 drained: Notify::new(),
                 shutdown: CancellationToken::new(),
+                tasks: Mutex::new(Vec::new()),
             }),
         };
         if has_metrics {
@@ -373,22 +379,42 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
         // The task holds a weak handle so that dropping every queue handle also ends it.
         let shared: Weak<Shared<T>> = Arc::downgrade(&self.shared);
         let shutdown = self.shared.shutdown.clone();
-        runtime.spawn(async move {
-            let mut ticker = tokio::time::interval(UNFINISHED_WORK_UPDATE_PERIOD);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    _ = ticker.tick() => {}
+        let task = spawn_owned(
+            &runtime,
+            self.shared.name.clone(),
+            "unfinished-work metrics",
+            async move {
+                let mut ticker = tokio::time::interval(UNFINISHED_WORK_UPDATE_PERIOD);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        _ = ticker.tick() => {}
+                    }
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    if let Some(metrics) = &shared.lock().metrics {
+                        metrics.update_unfinished_work();
+                    }
                 }
-                let Some(shared) = shared.upgrade() else {
-                    return;
-                };
-                if let Some(metrics) = &shared.lock().metrics {
-                    metrics.update_unfinished_work();
-                }
-            }
-        });
+            },
+        );
+        self.own_task(task);
+    }
+
+    /// Keeps `task` (spawned to serve this queue, ending at shutdown) for `join_tasks`.
+    pub(crate) fn own_task(&self, task: OwnedTask) {
+        self.shared.tasks.lock().unwrap_or_else(|p| p.into_inner()).push(task);
+    }
+
+    /// Waits for the tasks this queue spawned (a named queue's metrics refresher, a delaying
+    /// queue's timer) to end, and reports the first that panicked (each panic was also logged at
+    /// ERROR when it happened). They end at [`shut_down`](Self::shut_down), so call it after
+    /// that: before, it waits until then. Joins each task once; a later call returns `Ok` at once.
+    pub async fn join_tasks(&self) -> Result<(), TaskPanicked> {
+        let tasks = std::mem::take(&mut *self.shared.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        crate::tasks::join(&self.shared.name, tasks).await
     }
 
     /// Panics if the state invariants do not hold.
@@ -416,6 +442,13 @@ impl<T> fmt::Debug for Queue<T> {
 /// the throughput bench: shorter back-offs (8 retries up to 64) lose most of the gain.
 const LOCK_RETRIES: u32 = 12;
 const MAX_BACKOFF_SPINS: u32 = 256;
+
+/// The last handle is gone: stop the tasks serving the queue now rather than at their next tick.
+impl<T> Drop for Shared<T> {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
 
 impl<T> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {

@@ -132,6 +132,13 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> RateLimitingQueue<T> {
         self.queue.shut_down_with_drain().await;
     }
 
+    /// Waits for the queue's tasks (the timer of its retries, a named queue's metrics task) to
+    /// end after [`shut_down`](Self::shut_down); the first that panicked, if any. See
+    /// [`Queue::join_tasks`](crate::Queue::join_tasks).
+    pub async fn join_tasks(&self) -> Result<(), crate::TaskPanicked> {
+        self.queue.join_tasks().await
+    }
+
     /// Every item accepted and not yet finished, including those waiting for a delayed or
     /// rate-limited add. See [`DelayingQueue::unfinished`].
     pub fn unfinished(&self) -> Vec<T> {

@@ -295,3 +295,90 @@ async fn unfinished_lists_queued_processing_dirty_and_waiting_items_once() {
     }
     assert!(queue.unfinished().is_empty());
 }
+
+/// Tasks alive on the current runtime.
+fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current().metrics().num_alive_tasks()
+}
+
+/// Yields until `alive_tasks() == want` or 1,000 yields passed; the last count seen.
+async fn until_alive(want: usize) -> usize {
+    for _ in 0..1_000 {
+        if alive_tasks() == want {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    alive_tasks()
+}
+
+fn named_config() -> QueueConfig {
+    let provider = crate::PrometheusMetricsProvider::new(&prometheus::Registry::new()).unwrap();
+    QueueConfig::default()
+        .name("owned")
+        .metrics_provider(Arc::new(provider))
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn shutdown_and_join_leave_no_task_running() {
+    let before = alive_tasks();
+    let queue = DelayingQueue::with_config(named_config());
+    assert_eq!(alive_tasks(), before + 2, "the timer and the metrics refresher");
+    queue.add_after("a", Duration::from_secs(1));
+    queue.shut_down();
+    queue.join_tasks().await.unwrap();
+    assert_eq!(alive_tasks(), before);
+    assert_eq!(
+        queue.join_tasks().await,
+        Ok(()),
+        "joined once; a second call returns at once"
+    );
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn dropping_every_handle_ends_the_tasks() {
+    let before = alive_tasks();
+    let queue = DelayingQueue::<&str>::with_config(named_config());
+    let clone = queue.clone();
+    drop(queue);
+    drop(clone);
+    assert_eq!(until_alive(before).await, before);
+}
+
+/// An item whose `Hash` panics once armed: armed after `add_after`, it panics in the timer.
+#[derive(Clone)]
+struct Bomb {
+    armed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl PartialEq for Bomb {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for Bomb {}
+
+impl Hash for Bomb {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        assert!(!self.armed.load(std::sync::atomic::Ordering::SeqCst), "boom");
+        0u8.hash(state);
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_panicking_timer_is_reported_by_join_tasks() {
+    let before = alive_tasks();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let queue = DelayingQueue::with_config(QueueConfig::default().name("bombs"));
+    queue.add_after(Bomb { armed: armed.clone() }, Duration::from_millis(10));
+    armed.store(true, std::sync::atomic::Ordering::SeqCst);
+    advance(20).await;
+    assert_eq!(until_alive(before).await, before, "the timer ended with its panic");
+    queue.shut_down();
+    let panicked = queue.join_tasks().await.unwrap_err();
+    assert_eq!(
+        (panicked.queue.as_str(), panicked.task),
+        ("bombs", "delaying queue timer")
+    );
+    assert!(panicked.message.contains("boom"), "{panicked}");
+}

@@ -9,6 +9,8 @@ use super::*;
 struct Fake {
     panics: bool,
     synced: Arc<AtomicBool>,
+    /// What a real informer that never ran reports.
+    stats: InformerStats,
 }
 
 impl Runnable for Fake {
@@ -29,14 +31,20 @@ impl Runnable for Fake {
     }
 
     fn stats(&self) -> InformerStats {
-        unimplemented!("not used by these tests")
+        self.stats.clone()
     }
 }
 
 /// A factory whose client points nowhere (nothing here talks to a server), with `fakes`.
 fn factory_with(fakes: &[(&str, bool)]) -> SharedInformerFactory {
     let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
-    let factory = SharedInformerFactory::new(Client::try_from(config).unwrap(), Duration::ZERO);
+    let client = Client::try_from(config).unwrap();
+    let never_run = SharedIndexInformer::new(
+        ApiListerWatcher::new(kube::Api::<k8s_openapi::api::core::v1::ConfigMap>::all(client.clone())),
+        InformerConfig::default(),
+    )
+    .stats();
+    let factory = SharedInformerFactory::new(client, Duration::ZERO);
     let mut state = factory.state();
     for &(name, panics) in fakes {
         let key = InformerKey::Dynamic {
@@ -50,6 +58,7 @@ fn factory_with(fakes: &[(&str, bool)]) -> SharedInformerFactory {
             runnable: Arc::new(Fake {
                 panics,
                 synced: Arc::new(AtomicBool::new(false)),
+                stats: never_run.clone(),
             }),
             task: None,
         };

@@ -1245,9 +1245,9 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_watch_unanswered_from_a_server_behind_it_relists_as_a_consistent_read() {
-        let server = Arc::new(RestoredServer::new("40"));
+    /// Watches `server` (behind at 40) from "100"; asserts the watch ended in a consistent
+    /// relist and returns the reflector and how long that took.
+    async fn watch_from_100_on(server: &Arc<RestoredServer>) -> (Reflector<ConfigMap>, Duration) {
         let reflector = Reflector::new(server.clone(), Arc::new(Calls::default()), ReflectorConfig::default());
         let start = Instant::now();
         let transition = reflector.step_watch("100".into()).await;
@@ -1255,8 +1255,15 @@ mod tests {
             transition,
             Transition::AfterBackoff(State::List { rv_unavailable: true })
         );
+        (reflector, start.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_unanswered_from_a_server_behind_it_relists_as_a_consistent_read() {
+        let server = Arc::new(RestoredServer::new("40"));
+        let (reflector, elapsed) = watch_from_100_on(&server).await;
         // Checked once, after the configured wait, with a consistent read of one object.
-        assert_eq!(start.elapsed(), DEFAULT_SERVER_BEHIND_CHECK);
+        assert_eq!(elapsed, DEFAULT_SERVER_BEHIND_CHECK);
         assert_eq!(*server.lists.lock().unwrap(), [(None, Some(1))]);
         assert_eq!(ReflectorMetrics::get(&reflector.metrics().server_behind_checks), 1);
         assert_eq!(ReflectorMetrics::get(&reflector.metrics().errors), 1);
@@ -1266,14 +1273,8 @@ mod tests {
     async fn a_check_that_fails_is_made_again_after_twice_the_wait() {
         let server = Arc::new(RestoredServer::new("40"));
         *server.failing_reads.lock().unwrap() = 2;
-        let reflector = Reflector::new(server.clone(), Arc::new(Calls::default()), ReflectorConfig::default());
-        let start = Instant::now();
-        let transition = reflector.step_watch("100".into()).await;
-        assert_eq!(
-            transition,
-            Transition::AfterBackoff(State::List { rv_unavailable: true })
-        );
-        assert_eq!(start.elapsed(), DEFAULT_SERVER_BEHIND_CHECK * (1 + 2 + 4));
+        let (reflector, elapsed) = watch_from_100_on(&server).await;
+        assert_eq!(elapsed, DEFAULT_SERVER_BEHIND_CHECK * (1 + 2 + 4));
         assert_eq!(server.lists.lock().unwrap().len(), 3);
         assert_eq!(ReflectorMetrics::get(&reflector.metrics().server_behind_checks), 3);
     }

@@ -621,6 +621,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         let Controller {
             common,
             primary,
+            primary_type,
             sources,
             error_policy,
             error,
@@ -680,6 +681,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             name: common.name.clone(),
             client: common.factory.client().clone(),
             primary: primary_informer.indexer().clone(),
+            primary_namespaced: primary_type.namespaced,
             typed,
             dynamic,
             recorder: recorder.clone(),

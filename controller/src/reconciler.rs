@@ -155,6 +155,8 @@ pub(crate) struct ContextInner<K> {
     pub(crate) name: String,
     pub(crate) client: Client,
     pub(crate) primary: Indexer<K>,
+    /// Whether the primary kind is namespaced: its cache keys are `namespace/name`, else `name`.
+    pub(crate) primary_namespaced: bool,
     /// `TypeId::of::<C>()` → `Indexer<C>` for every typed informer of the controller.
     pub(crate) typed: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     /// Every dynamic informer of the controller.
@@ -273,13 +275,13 @@ impl<K: Resource + 'static> Context<K> {
     /// The primary object `req` names, from the cache; `None` if it does not exist (deleted).
     ///
     /// The kind's scope decides, not the key: a key carrying a namespace (from a mapper or a
-    /// trigger) finds a cluster-scoped object by its name. A namespaced cache has no key
-    /// without a namespace, so this never finds an object of another namespace.
+    /// trigger) finds a cluster-scoped object by its name.
     pub fn get(&self, req: &Request) -> Option<Arc<K>> {
-        let primary = &self.inner.primary;
-        primary
-            .get_by_key(&req.cache_key())
-            .or_else(|| req.namespace.as_ref().and_then(|_| primary.get_by_key(&req.name)))
+        if self.inner.primary_namespaced {
+            self.inner.primary.get_by_key(&req.cache_key())
+        } else {
+            self.inner.primary.get_by_key(&req.name)
+        }
     }
 
     /// A lister of the primary type.

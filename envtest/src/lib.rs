@@ -110,6 +110,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
+mod admission;
 pub mod chaos;
 mod config;
 mod crd;

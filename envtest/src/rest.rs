@@ -11,6 +11,7 @@
 //! state changes, no new revision for a no-op write, finalizers keep a deleted object (with
 //! `deletionTimestamp`) until they are gone.
 
+use crate::admission::{Admission, Attributes, Operation, Snapshot as AdmissionSnapshot, Warnings};
 use crate::field;
 use crate::field_manager;
 use crate::limits;
@@ -33,6 +34,8 @@ pub(crate) struct Rest {
     pub(crate) registry: Registry,
     /// Woken after deletes so the garbage collector runs.
     pub(crate) gc: Arc<tokio::sync::Notify>,
+    /// The admission chain every write passes (webhooks).
+    pub(crate) admission: Admission,
 }
 
 /// The result of a write: the HTTP status and body.
@@ -53,6 +56,8 @@ pub(crate) struct WriteOptions {
     pub(crate) force: bool,
     /// Set by server-side apply: managedFields are already computed.
     pub(crate) applied: bool,
+    /// Where admission webhooks' warnings go (the response's `Warning` headers).
+    pub(crate) warnings: Warnings,
 }
 
 /// How a kind's registry strategy keeps `metadata.generation` (kube-apiserver sets it only for
@@ -163,17 +168,38 @@ pub(crate) fn decode_continue(token: &str) -> Result<(u64, ObjectKey), ApiError>
 
 impl Rest {
     /// GET one object (or its `/status`).
-    pub(crate) fn get(&self, path: &ResourcePath) -> Result<Arc<Value>, ApiError> {
+    pub(crate) async fn get(&self, path: &ResourcePath) -> Result<Arc<Value>, ApiError> {
         let name = name_of(path)?;
         check_subresource(path)?;
-        let inner = self.storage.lock();
-        inner
-            .get(&path.info.key(), ns_of(path), name)
-            .ok_or_else(|| ApiError::not_found(&path.info.qualified(), name))
+        let (obj, crd) = {
+            let inner = self.storage.lock();
+            let obj = inner
+                .get(&path.info.key(), ns_of(path), name)
+                .ok_or_else(|| ApiError::not_found(&path.info.qualified(), name))?;
+            (obj, self.crd_of(&inner, &path.info))
+        };
+        self.from_storage(&path.info, crd.as_deref(), obj).await
     }
 
     /// LIST with selectors, pagination and resourceVersion semantics.
-    pub(crate) fn list(&self, path: &ResourcePath, q: &Query) -> Result<Value, ApiError> {
+    pub(crate) async fn list(&self, path: &ResourcePath, q: &Query) -> Result<Value, ApiError> {
+        let (mut list, items, crd) = self.list_stored(path, q)?;
+        let mut converted = Vec::with_capacity(items.len());
+        for o in items {
+            converted.push(self.from_storage(&path.info, crd.as_deref(), o).await?);
+        }
+        list["items"] = Value::Array(converted.iter().map(|o| (**o).clone()).collect());
+        Ok(list)
+    }
+
+    /// A list's page as stored, under the lock: the list without its items, the items, and
+    /// the CRD that serves the resource (for their conversion to the version of the request).
+    #[allow(clippy::type_complexity)]
+    fn list_stored(
+        &self,
+        path: &ResourcePath,
+        q: &Query,
+    ) -> Result<(Value, Vec<Arc<Value>>, Option<Arc<Value>>), ApiError> {
         let filter = filter_from(path, q)?;
         let limit = usize::try_from(q.uint("limit")?.unwrap_or(0)).unwrap_or(usize::MAX);
         let rv = parse_rv(q.get("resourceVersion"))?;
@@ -181,6 +207,7 @@ impl Rest {
         let token = q.get("continue").filter(|s| !s.is_empty());
         let info = &path.info;
         let inner = self.storage.lock();
+        let crd = self.crd_of(&inner, info);
         let current = inner.current_rv();
         let (list_rv, snapshot, start): (u64, Option<Objects>, Option<ObjectKey>) = if let Some(t) = token {
             if rv.is_some_and(|rv| rv != 0) {
@@ -255,13 +282,14 @@ impl Rest {
                 metadata["remainingItemCount"] = json!(remaining);
             }
         }
-        let items: Vec<&Value> = items.iter().map(|(_, o)| o.as_ref()).collect();
-        Ok(json!({
+        let items: Vec<Arc<Value>> = items.into_iter().map(|(_, o)| o).collect();
+        let list = json!({
             "kind": format!("{}List", info.kind),
             "apiVersion": info.api_version(),
             "metadata": metadata,
-            "items": items,
-        }))
+            "items": [],
+        });
+        Ok((list, items, crd))
     }
 
     /// Validates and normalizes the identity fields of a body for `path`.
@@ -334,8 +362,10 @@ impl Rest {
         }
     }
 
-    /// CREATE (`POST` to the collection).
-    pub(crate) fn create(&self, path: &ResourcePath, mut body: Value, opts: &WriteOptions) -> WriteResult {
+    /// CREATE (`POST` to the collection): decode and default, mutating admission, the
+    /// server-set fields, validation, validating admission, all off the lock; then the commit
+    /// under it.
+    pub(crate) async fn create(&self, path: &ResourcePath, mut body: Value, opts: &WriteOptions) -> WriteResult {
         if path.name.is_some() {
             return Err(ApiError::method_not_allowed());
         }
@@ -345,7 +375,13 @@ impl Rest {
         self.check_body(path, &mut body)?;
         let info = &path.info;
         limits::check_object(info, &body)?;
-        let crd = self.crd_of(&self.storage.lock(), info);
+        let (crd, snapshot) = {
+            let inner = self.storage.lock();
+            (
+                self.crd_of(&inner, info),
+                self.admission.snapshot(&inner, info, ns_of(path)),
+            )
+        };
         let mut body = decode(info, crd.as_deref(), &body, opts.field_validation)?;
         crate::defaults::apply(&info.group, &info.kind, &mut body);
         let mut name = object::name(&body).to_owned();
@@ -357,6 +393,28 @@ impl Rest {
         }
         if !name.is_empty() {
             object::set_meta(&mut body, "name", Value::String(name.clone()));
+        }
+        let attrs = Attributes {
+            info,
+            subresource: None,
+            namespace: ns_of(path),
+            name: &name,
+            operation: Operation::Create,
+            old: None,
+            dry_run: opts.dry_run,
+            options: admission_options("CreateOptions", opts),
+        };
+        if self
+            .admission
+            .mutate(&snapshot, &attrs, Some(&mut body), &opts.warnings)
+            .await?
+        {
+            body = self.decode_admitted(path, crd.as_deref(), body)?;
+            if object::name(&body) != name {
+                return Err(ApiError::bad_request(
+                    "a mutating admission webhook changed the name of the object",
+                ));
+            }
         }
         object::set_meta(&mut body, "uid", Value::String(object::new_uid()));
         object::set_meta(&mut body, "creationTimestamp", Value::String(object::now_timestamp()));
@@ -375,37 +433,54 @@ impl Rest {
             body["status"] = json!({"phase": "Active"});
         }
         validate(info, crd.as_deref(), &body)?;
+        self.admission
+            .validate(&snapshot, &attrs, Some(&body), &opts.warnings)
+            .await?;
         if !opts.applied {
             let writer = writer(info, opts, None);
             field_manager::record_update(None, &mut body, &writer, fm_schema(info, crd.as_deref()));
         }
         limits::check_object(info, &body)?;
-        let mut inner = self.storage.lock();
-        self.check_namespace(&inner, path)?;
-        if inner.get(&info.key(), ns_of(path), &name).is_some() {
-            return Err(ApiError::already_exists(&info.qualified(), &name));
-        }
-        if opts.dry_run {
-            return Ok((201, body));
-        }
-        let stored = inner.put(&info.key(), body);
-        crate::crd::on_write(&self.registry, &mut inner, info, &stored, false);
-        let has_owners = !object::owner_uids(&stored).is_empty();
-        drop(inner);
-        // A dependent created after its owner was deleted is collected too, as by
-        // kube-controller-manager's garbage collector (it watches every create).
-        if has_owners {
-            self.gc.notify_one();
-        }
-        Ok((201, (*stored).clone()))
+        let body = self.to_storage(info, crd.as_deref(), body).await?;
+        let stored = {
+            let mut inner = self.storage.lock();
+            self.check_namespace(&inner, path)?;
+            if inner.get(&info.key(), ns_of(path), &name).is_some() {
+                return Err(ApiError::already_exists(&info.qualified(), &name));
+            }
+            if opts.dry_run {
+                Arc::new(body)
+            } else {
+                let stored = inner.put(&info.key(), body);
+                crate::crd::on_write(&self.registry, &mut inner, info, &stored, false);
+                // A dependent created after its owner was deleted is collected too, as by
+                // kube-controller-manager's garbage collector (it watches every create).
+                if !object::owner_uids(&stored).is_empty() {
+                    self.gc.notify_one();
+                }
+                stored
+            }
+        };
+        let out = self.from_storage(info, crd.as_deref(), stored).await?;
+        Ok((201, Arc::unwrap_or_clone(out)))
+    }
+
+    /// An object a mutating webhook patched, decoded again as kube-apiserver does after a
+    /// patch: its identity checked, built-in types' unknown fields dropped, a custom
+    /// resource pruned and defaulted by its schema.
+    fn decode_admitted(&self, path: &ResourcePath, crd: Option<&Value>, mut obj: Value) -> Result<Value, ApiError> {
+        self.check_body(path, &mut obj)?;
+        let mut obj = decode(&path.info, crd, &obj, FieldValidation::Ignore)?;
+        crate::defaults::apply(&path.info.group, &path.info.kind, &mut obj);
+        Ok(obj)
     }
 
     /// UPDATE (`PUT`), of the main resource or `/status`.
-    pub(crate) fn update(&self, path: &ResourcePath, mut body: Value, opts: &WriteOptions) -> WriteResult {
+    pub(crate) async fn update(&self, path: &ResourcePath, mut body: Value, opts: &WriteOptions) -> WriteResult {
         let name = name_of(path)?.to_owned();
         check_subresource(path)?;
         if path.subresource.as_deref() == Some("scale") {
-            return self.update_scale(path, &body, opts);
+            return self.update_scale(path, &body, opts).await;
         }
         self.check_body(path, &mut body)?;
         let body_name = object::name(&body);
@@ -416,23 +491,24 @@ impl Rest {
         }
         object::set_meta(&mut body, "name", Value::String(name.clone()));
         limits::check_object(&path.info, &body)?;
-        let mut inner = self.storage.lock();
-        let info = path.info.clone();
-        let Some(cur) = inner.get(&info.key(), ns_of(path), &name) else {
-            return Err(ApiError::not_found(&info.qualified(), &name));
-        };
-        self.write_update(&mut inner, path, &cur, body, opts)
+        self.guaranteed_update(path, None, opts, |_| Ok(body.clone())).await
     }
 
     /// PATCH (merge, JSON, strategic-as-merge, apply-as-create-or-merge).
-    pub(crate) fn patch(&self, path: &ResourcePath, kind: PatchKind, body: &[u8], opts: &WriteOptions) -> WriteResult {
+    pub(crate) async fn patch(
+        &self,
+        path: &ResourcePath,
+        kind: PatchKind,
+        body: &[u8],
+        opts: &WriteOptions,
+    ) -> WriteResult {
         let name = name_of(path)?.to_owned();
         check_subresource(path)?;
         if path.subresource.as_deref() == Some("scale") {
-            return self.patch_scale(path, kind, body, opts);
+            return self.patch_scale(path, kind, body, opts).await;
         }
         if kind == PatchKind::Apply {
-            return self.server_side_apply(path, &name, body, opts);
+            return self.server_side_apply(path, &name, body, opts).await;
         }
         if kind == PatchKind::Strategic && !typed::is_built_in(&path.info) {
             return Err(ApiError::new(
@@ -441,43 +517,76 @@ impl Rest {
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
             ));
         }
-        let info = path.info.clone();
-        // kube-apiserver's GuaranteedUpdate: read the object under the lock, patch it off the
-        // lock (a patch's cost is bounded by `limits.rs`, not small, and every other request
-        // waits on the lock), then write under the lock only if the object is still the one
-        // patched; if another writer won meanwhile, patch its object instead.
-        loop {
-            let Some(cur) = self.storage.lock().get(&info.key(), ns_of(path), &name) else {
-                return Err(ApiError::not_found(&info.qualified(), &name));
-            };
-            #[cfg(test)]
-            tests::computing();
-            let mut patched = (*cur).clone();
+        // A patch's cost is bounded by `limits.rs`, not small: it is computed off the lock.
+        self.guaranteed_update(path, None, opts, |cur| {
+            let mut patched = cur.clone();
             patch::apply(kind, &mut patched, body)?;
             self.check_body(path, &mut patched)?;
-            let mut inner = self.storage.lock();
-            let Some(now) = inner.get(&info.key(), ns_of(path), &name) else {
-                return Err(ApiError::not_found(&info.qualified(), &name));
+            Ok(patched)
+        })
+        .await
+    }
+
+    /// kube-apiserver's GuaranteedUpdate: read the object under the lock, compute the new one
+    /// from it off the lock (`compute`), admit and validate it off the lock (webhooks are HTTP
+    /// calls), then write under the lock only if the object is still the one read; if another
+    /// writer won meanwhile, start again from its object.
+    ///
+    /// `path` is the resource written (the main resource for a `/scale` write);
+    /// `admitted_as` names the subresource admission sees when it differs (`scale`).
+    pub(crate) async fn guaranteed_update(
+        &self,
+        path: &ResourcePath,
+        admitted_as: Option<&str>,
+        opts: &WriteOptions,
+        mut compute: impl FnMut(&Value) -> Result<Value, ApiError>,
+    ) -> WriteResult {
+        let info = &path.info;
+        let name = name_of(path)?;
+        loop {
+            let (cur, crd, snapshot) = {
+                let inner = self.storage.lock();
+                let Some(cur) = inner.get(&info.key(), ns_of(path), name) else {
+                    return Err(ApiError::not_found(&info.qualified(), name));
+                };
+                (
+                    cur,
+                    self.crd_of(&inner, info),
+                    self.admission.snapshot(&inner, info, ns_of(path)),
+                )
             };
-            if Arc::ptr_eq(&now, &cur) {
-                return self.write_update(&mut inner, path, &now, patched, opts);
+            let old = self.from_storage(info, crd.as_deref(), cur.clone()).await?;
+            #[cfg(test)]
+            tests::computing();
+            let new = compute(&old)?;
+            let new = self
+                .prepare_update(path, admitted_as, &old, crd.as_deref(), &snapshot, new, opts)
+                .await?;
+            let new = self.to_storage(info, crd.as_deref(), new).await?;
+            if let Some((code, out)) = self.commit_update(path, &cur, &crd, new, opts)? {
+                let out = self.from_storage(info, crd.as_deref(), out).await?;
+                return Ok((code, Arc::unwrap_or_clone(out)));
             }
         }
     }
 
-    /// The common tail of update and patch: preconditions, subresource rules, server-owned
-    /// fields, generation, finalizer-driven removal, no-op detection.
-    pub(crate) fn write_update(
+    /// What an update writes, computed off the lock from `new` (the object the client's
+    /// update, patch or apply produced) and `cur` (the stored object it started from, in the
+    /// version of the request): mutating admission, preconditions, subresource rules,
+    /// server-owned fields, generation, validation, validating admission, managed fields.
+    #[allow(clippy::too_many_arguments)]
+    async fn prepare_update(
         &self,
-        inner: &mut Inner,
         path: &ResourcePath,
-        cur: &Arc<Value>,
+        admitted_as: Option<&str>,
+        cur: &Value,
+        crd: Option<&Value>,
+        snapshot: &AdmissionSnapshot,
         new: Value,
         opts: &WriteOptions,
-    ) -> WriteResult {
+    ) -> Result<Value, ApiError> {
         let info = &path.info;
-        let crd = self.crd_of(inner, info);
-        let mut new = decode(info, crd.as_deref(), &new, opts.field_validation)?;
+        let mut new = decode(info, crd, &new, opts.field_validation)?;
         let name = object::name(cur).to_owned();
         let body_rv = object::resource_version(&new).to_owned();
         if !body_rv.is_empty() && body_rv != object::resource_version(cur) {
@@ -487,6 +596,46 @@ impl Rest {
                 "the object has been modified; please apply your changes to the latest version and try again",
             ));
         }
+        // Mutating admission sees the object as the client sent it, before the server-owned
+        // fields are put back (kube-apiserver's update transformers run before BeforeUpdate).
+        let mut attrs = Attributes {
+            info,
+            subresource: admitted_as.or(path.subresource.as_deref()),
+            namespace: object::namespace(cur),
+            name: &name,
+            operation: Operation::Update,
+            old: Some(cur),
+            dry_run: opts.dry_run,
+            options: admission_options("UpdateOptions", opts),
+        };
+        let scale = match admitted_as {
+            Some("scale") => info.scale.as_ref(),
+            _ => None,
+        };
+        let old_scale = scale.map(|paths| crate::scale::scale_of(paths, cur)).transpose()?;
+        if let (Some(paths), Some(old_scale)) = (scale, &old_scale) {
+            // A `/scale` write is admitted as the `Scale` it is (autoscaling/v1).
+            let mut new_scale = crate::scale::scale_of(paths, &new)?;
+            attrs.old = Some(old_scale);
+            if self
+                .admission
+                .mutate(snapshot, &attrs, Some(&mut new_scale), &opts.warnings)
+                .await?
+            {
+                let replicas = new_scale
+                    .get("spec")
+                    .and_then(|s| s.get("replicas"))
+                    .cloned()
+                    .unwrap_or(json!(0));
+                crate::scale::set_at(&mut new, &paths.spec_replicas, replicas);
+            }
+        } else if self
+            .admission
+            .mutate(snapshot, &attrs, Some(&mut new), &opts.warnings)
+            .await?
+        {
+            new = self.decode_admitted(path, crd, new)?;
+        }
         if path.subresource.as_deref() == Some("status") {
             let status = new.get("status").cloned();
             // A status apply computed managedFields for the whole object: keep them.
@@ -494,7 +643,7 @@ impl Rest {
                 .applied
                 .then(|| new.get("metadata").and_then(|m| m.get("managedFields")).cloned())
                 .flatten();
-            new = (**cur).clone();
+            new = cur.clone();
             if let Some(m) = applied_fields {
                 object::set_meta(&mut new, "managedFields", m);
             }
@@ -548,45 +697,159 @@ impl Rest {
             }
             None => object::remove_meta(&mut new, "generation"),
         }
-        validate(info, crd.as_deref(), &new)?;
+        validate(info, crd, &new)?;
         no_new_finalizers_while_deleting(info, cur, &new)?;
+        match (scale, &old_scale) {
+            (Some(paths), Some(_)) => {
+                let new_scale = crate::scale::scale_of(paths, &new)?;
+                self.admission
+                    .validate(snapshot, &attrs, Some(&new_scale), &opts.warnings)
+                    .await?;
+            }
+            _ => {
+                self.admission
+                    .validate(snapshot, &attrs, Some(&new), &opts.warnings)
+                    .await?
+            }
+        }
         if !opts.applied {
             let writer = writer(info, opts, path.subresource.as_deref());
-            field_manager::record_update(Some(cur), &mut new, &writer, fm_schema(info, crd.as_deref()));
+            field_manager::record_update(Some(cur), &mut new, &writer, fm_schema(info, crd));
         }
         limits::check_object(info, &new)?;
-        if new == **cur {
-            return Ok((200, new));
+        Ok(new)
+    }
+
+    /// Commits an update prepared from `cur` (and the CRD `crd`), under the lock: `None` if
+    /// another writer changed either since (the caller starts again), else the status and the
+    /// object written (the object as it was for a no-op write or a dry run; as it was last
+    /// for an object whose last finalizer this write removed).
+    fn commit_update(
+        &self,
+        path: &ResourcePath,
+        cur: &Arc<Value>,
+        crd: &Option<Arc<Value>>,
+        new: Value,
+        opts: &WriteOptions,
+    ) -> Result<Option<(u16, Arc<Value>)>, ApiError> {
+        let info = &path.info;
+        let mut inner = self.storage.lock();
+        let name = object::name(cur);
+        let Some(now) = inner.get(&info.key(), object::namespace(cur), name) else {
+            return Err(ApiError::not_found(&info.qualified(), name));
+        };
+        if !Arc::ptr_eq(&now, cur) || !same(&self.crd_of(&inner, info), crd) {
+            return Ok(None);
         }
-        if opts.dry_run {
-            return Ok((200, new));
+        if new == **cur || opts.dry_run {
+            return Ok(Some((200, Arc::new(new))));
         }
         if object::is_terminating(&new) && object::finalizers(&new).is_empty() {
             let ns = object::namespace(&new).to_owned();
-            let gone = inner
-                .remove(&info.key(), &ns, &name)
-                .map(|o| (*o).clone())
-                .unwrap_or(new);
-            crate::crd::on_write(&self.registry, inner, info, &gone, true);
+            let gone = inner.remove(&info.key(), &ns, name).unwrap_or_else(|| Arc::new(new));
+            crate::crd::on_write(&self.registry, &mut inner, info, &gone, true);
             self.gc.notify_one();
-            return Ok((200, gone));
+            return Ok(Some((200, gone)));
         }
         let stored = inner.put(&info.key(), new);
-        crate::crd::on_write(&self.registry, inner, info, &stored, false);
+        crate::crd::on_write(&self.registry, &mut inner, info, &stored, false);
         if object::is_terminating(&stored) {
             self.gc.notify_one();
         }
-        Ok((200, (*stored).clone()))
+        Ok(Some((200, stored)))
+    }
+
+    /// Converts an object computed in the version of the request (`info.version`) to the
+    /// version it is stored in, just before it is committed. Every write passes here.
+    async fn to_storage(&self, _info: &ResourceInfo, _crd: Option<&Value>, obj: Value) -> Result<Value, ApiError> {
+        Ok(obj)
+    }
+
+    /// Converts a stored object to the version of the request (`info.version`): what a read
+    /// returns, what an update or delete starts from, and what a write answers.
+    pub(crate) async fn from_storage(
+        &self,
+        _info: &ResourceInfo,
+        _crd: Option<&Value>,
+        obj: Arc<Value>,
+    ) -> Result<Arc<Value>, ApiError> {
+        Ok(obj)
     }
 
     /// DELETE one object.
-    pub(crate) fn delete(&self, path: &ResourcePath, options: &Value, q: &Query, dry_run: bool) -> WriteResult {
+    pub(crate) async fn delete(
+        &self,
+        path: &ResourcePath,
+        options: &Value,
+        q: &Query,
+        opts: &WriteOptions,
+    ) -> WriteResult {
         let name = name_of(path)?.to_owned();
         if path.subresource.is_some() {
             return Err(ApiError::method_not_allowed());
         }
-        let mut inner = self.storage.lock();
-        self.delete_locked(&mut inner, &path.info, ns_of(path), &name, options, q, dry_run)
+        self.delete_one(&path.info, ns_of(path), &name, options, q, opts).await
+    }
+
+    /// Deletes one object: preconditions and admission (mutating then validating webhooks,
+    /// with the object as `oldObject`) off the lock, then the delete under it if the object is
+    /// still the one admitted, else again.
+    async fn delete_one(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        options: &Value,
+        q: &Query,
+        opts: &WriteOptions,
+    ) -> WriteResult {
+        loop {
+            let (cur, crd, snapshot) = {
+                let inner = self.storage.lock();
+                let Some(cur) = inner.get(&info.key(), ns, name) else {
+                    return Err(ApiError::not_found(&info.qualified(), name));
+                };
+                (
+                    cur,
+                    self.crd_of(&inner, info),
+                    self.admission.snapshot(&inner, info, ns),
+                )
+            };
+            check_preconditions(info, name, &cur, options)?;
+            let old = self.from_storage(info, crd.as_deref(), cur.clone()).await?;
+            let mut delete_options = options.clone();
+            if let Some(m) = delete_options.as_object_mut() {
+                m.insert("kind".into(), json!("DeleteOptions"));
+                m.insert("apiVersion".into(), json!("meta.k8s.io/v1"));
+                if opts.dry_run {
+                    m.insert("dryRun".into(), json!(["All"]));
+                }
+            }
+            let attrs = Attributes {
+                info,
+                subresource: None,
+                namespace: ns,
+                name,
+                operation: Operation::Delete,
+                old: Some(&old),
+                dry_run: opts.dry_run,
+                options: delete_options,
+            };
+            self.admission.mutate(&snapshot, &attrs, None, &opts.warnings).await?;
+            self.admission.validate(&snapshot, &attrs, None, &opts.warnings).await?;
+            let (code, out) = {
+                let mut inner = self.storage.lock();
+                if !same(&inner.get(&info.key(), ns, name), &Some(cur)) {
+                    continue;
+                }
+                self.delete_locked(&mut inner, info, ns, name, options, q, opts.dry_run)?
+            };
+            if out.get("kind").and_then(Value::as_str) == Some("Status") {
+                return Ok((code, out));
+            }
+            let out = self.from_storage(info, crd.as_deref(), Arc::new(out)).await?;
+            return Ok((code, Arc::unwrap_or_clone(out)));
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -603,31 +866,7 @@ impl Rest {
         let Some(cur) = inner.get(&info.key(), ns, name) else {
             return Err(ApiError::not_found(&info.qualified(), name));
         };
-        let pre = options.get("preconditions");
-        if let Some(uid) = pre.and_then(|p| p.get("uid")).and_then(Value::as_str)
-            && uid != object::uid(&cur)
-        {
-            return Err(ApiError::conflict(
-                &info.qualified(),
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    object::uid(&cur)
-                ),
-            ));
-        }
-        if let Some(rv) = pre.and_then(|p| p.get("resourceVersion")).and_then(Value::as_str)
-            && rv != object::resource_version(&cur)
-        {
-            return Err(ApiError::conflict(
-                &info.qualified(),
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    object::resource_version(&cur)
-                ),
-            ));
-        }
+        check_preconditions(info, name, &cur, options)?;
         if dry_run {
             return Ok((200, (*cur).clone()));
         }
@@ -670,53 +909,118 @@ impl Rest {
         Ok((200, status::success(&info.plural, name, &uid)))
     }
 
-    /// DELETECOLLECTION: deletes every object the selectors match; returns them as a list.
-    pub(crate) fn delete_collection(
+    /// DELETECOLLECTION: deletes every object the selectors match, each as a delete of its
+    /// own (admission included), as kube-apiserver's registry does; returns them as a list.
+    /// The first failure other than an object already gone fails the request.
+    pub(crate) async fn delete_collection(
         &self,
         path: &ResourcePath,
         options: &Value,
         q: &Query,
-        dry_run: bool,
+        opts: &WriteOptions,
     ) -> WriteResult {
         let filter = filter_from(path, q)?;
         let info = path.info.clone();
-        let mut inner = self.storage.lock();
-        let keys: Vec<ObjectKey> = inner
-            .objects(&info.key())
-            .map(|objs| {
-                objs.iter()
-                    .filter(|(_, o)| filter.matches(o))
-                    .map(|(k, _)| k.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let (matched, crd): (Vec<(ObjectKey, Arc<Value>)>, _) = {
+            let inner = self.storage.lock();
+            let matched = inner
+                .objects(&info.key())
+                .map(|objs| {
+                    objs.iter()
+                        .filter(|(_, o)| filter.matches(o))
+                        .map(|(k, o)| (k.clone(), o.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (matched, self.crd_of(&inner, &info))
+        };
         let mut items = Vec::new();
-        for (ns, name) in keys {
-            let before = inner.get(&info.key(), &ns, &name);
-            if self
-                .delete_locked(&mut inner, &info, &ns, &name, options, q, dry_run)
-                .is_ok()
-                && let Some(b) = before
-            {
-                items.push((*b).clone());
+        for ((ns, name), before) in matched {
+            match self.delete_one(&info, &ns, &name, options, q, opts).await {
+                Ok(_) => {
+                    let before = self.from_storage(&info, crd.as_deref(), before).await?;
+                    items.push(Arc::unwrap_or_clone(before));
+                }
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
             }
         }
+        let rv = self.storage.lock().current_rv();
         Ok((
             200,
             json!({
                 "kind": format!("{}List", info.kind),
                 "apiVersion": info.api_version(),
-                "metadata": {"resourceVersion": inner.current_rv().to_string()},
+                "metadata": {"resourceVersion": rv.to_string()},
                 "items": items,
             }),
         ))
     }
 }
 
+/// Whether two reads are the same stored object (or both absent).
+fn same(a: &Option<Arc<Value>>, b: &Option<Arc<Value>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// A delete's `preconditions` (uid, resourceVersion) against the stored object: `409` when
+/// one does not hold.
+fn check_preconditions(info: &ResourceInfo, name: &str, cur: &Value, options: &Value) -> Result<(), ApiError> {
+    let pre = options.get("preconditions");
+    if let Some(uid) = pre.and_then(|p| p.get("uid")).and_then(Value::as_str)
+        && uid != object::uid(cur)
+    {
+        return Err(ApiError::conflict(
+            &info.qualified(),
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                object::uid(cur)
+            ),
+        ));
+    }
+    if let Some(rv) = pre.and_then(|p| p.get("resourceVersion")).and_then(Value::as_str)
+        && rv != object::resource_version(cur)
+    {
+        return Err(ApiError::conflict(
+            &info.qualified(),
+            name,
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                object::resource_version(cur)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `AdmissionRequest.options` of a create or an update (patches and applies are admitted
+/// with `UpdateOptions`, or `CreateOptions` when an apply creates, as kube-apiserver does).
+fn admission_options(kind: &str, opts: &WriteOptions) -> Value {
+    let mut o = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if opts.dry_run {
+        o["dryRun"] = json!(["All"]);
+    }
+    if let Some(m) = &opts.field_manager {
+        o["fieldManager"] = json!(m);
+    }
+    o
+}
+
 impl Rest {
     /// Server-side apply (`application/apply-patch+yaml`): the configuration is merged with
     /// field ownership (`field_manager.rs`); creates the object if it does not exist.
-    fn server_side_apply(&self, path: &ResourcePath, name: &str, body: &[u8], opts: &WriteOptions) -> WriteResult {
+    async fn server_side_apply(
+        &self,
+        path: &ResourcePath,
+        name: &str,
+        body: &[u8],
+        opts: &WriteOptions,
+    ) -> WriteResult {
         let info = &path.info;
         if opts.field_manager.is_none() {
             return Err(ApiError::bad_request(
@@ -758,22 +1062,25 @@ impl Rest {
             applied: true,
             ..opts.clone()
         };
-        let same = |a: &Option<Arc<Value>>, b: &Option<Arc<Value>>| match (a, b) {
-            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-            (None, None) => true,
-            _ => false,
-        };
-        // As a patch (see `patch`): merge off the lock, write if nothing changed meanwhile,
-        // else merge again onto what another writer stored.
+        // As a patch (see `guaranteed_update`): merge off the lock, write if nothing changed
+        // meanwhile, else merge again onto what another writer stored.
         loop {
-            let (cur, crd) = {
+            let (cur, crd, snapshot) = {
                 let inner = self.storage.lock();
-                (inner.get(&info.key(), ns_of(path), name), self.crd_of(&inner, info))
+                (
+                    inner.get(&info.key(), ns_of(path), name),
+                    self.crd_of(&inner, info),
+                    self.admission.snapshot(&inner, info, ns_of(path)),
+                )
+            };
+            let old = match &cur {
+                Some(c) => Some(self.from_storage(info, crd.as_deref(), c.clone()).await?),
+                None => None,
             };
             #[cfg(test)]
             tests::computing();
             let next = field_manager::apply(
-                cur.as_deref(),
+                old.as_deref(),
                 &config,
                 &writer,
                 opts.force,
@@ -781,27 +1088,30 @@ impl Rest {
                 &info.qualified(),
                 name,
             )?;
-            let mut inner = self.storage.lock();
-            let now = inner.get(&info.key(), ns_of(path), name);
-            if !same(&now, &cur) || !same(&self.crd_of(&inner, info), &crd) {
-                continue;
-            }
-            return match now {
-                Some(cur) => self.write_update(&mut inner, path, &cur, next, &opts),
-                None if subresource.is_none() => {
-                    drop(inner);
+            match (cur, old) {
+                (Some(cur), Some(old)) => {
+                    let new = self
+                        .prepare_update(path, None, &old, crd.as_deref(), &snapshot, next, &opts)
+                        .await?;
+                    let new = self.to_storage(info, crd.as_deref(), new).await?;
+                    if let Some((code, out)) = self.commit_update(path, &cur, &crd, new, &opts)? {
+                        let out = self.from_storage(info, crd.as_deref(), out).await?;
+                        return Ok((code, Arc::unwrap_or_clone(out)));
+                    }
+                }
+                _ if subresource.is_none() => {
                     let create_path = ResourcePath {
                         name: None,
                         ..path.clone()
                     };
-                    match self.create(&create_path, next, &opts) {
+                    match Box::pin(self.create(&create_path, next, &opts)).await {
                         // Another apply created it since the read: apply onto that one.
                         Err(e) if e.reason == "AlreadyExists" => continue,
-                        other => other,
+                        other => return other,
                     }
                 }
-                None => Err(ApiError::not_found(&info.qualified(), name)),
-            };
+                _ => return Err(ApiError::not_found(&info.qualified(), name)),
+            }
         }
     }
 
@@ -916,6 +1226,7 @@ fn check_subresource(path: &ResourcePath) -> Result<(), ApiError> {
 mod tests {
     use super::*;
     use crate::watch_cache::{WatchCache, WatchCacheConfig};
+    use futures::executor::block_on;
     use std::cell::RefCell;
     use std::rc::Rc;
     use std::time::Duration;
@@ -956,25 +1267,33 @@ mod tests {
                 lock_free.borrow_mut().push(free);
                 if free && lock_free.borrow().len() == 1 {
                     let label = json!({"metadata": {"labels": {"w": "won"}}});
-                    match rest.get(&configmap("cm")) {
-                        Ok(_) => rest
-                            .patch(
-                                &configmap("cm"),
-                                PatchKind::Merge,
-                                label.to_string().as_bytes(),
-                                &by("winner"),
-                            )
-                            .unwrap(),
+                    match block_on(rest.get(&configmap("cm"))) {
+                        Ok(_) => block_on(rest.patch(
+                            &configmap("cm"),
+                            PatchKind::Merge,
+                            label.to_string().as_bytes(),
+                            &by("winner"),
+                        ))
+                        .unwrap(),
                         Err(_) => {
                             let mut cm = json!({"metadata": {"name": "cm"}});
                             cm["metadata"]["labels"] = label["metadata"]["labels"].clone();
-                            rest.create(&configmap(""), cm, &by("winner")).unwrap()
+                            block_on(rest.create(&configmap(""), cm, &by("winner"))).unwrap()
                         }
                     };
                 }
             }
         };
         (lock_free, hook)
+    }
+
+    /// Runs a test's top-level write on a runtime of its own: futures' `block_on` inside it
+    /// (the hooks' writes) is then not nested in another futures executor.
+    fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
     }
 
     /// A store with the namespace `default` and its verbs.
@@ -991,6 +1310,7 @@ mod tests {
             storage: Arc::new(Storage::new(cache)),
             registry: Registry::new(),
             gc: Arc::new(tokio::sync::Notify::new()),
+            admission: Admission::default(),
         };
         let namespaces = ResourcePath {
             info: rest.registry.get("", "v1", "namespaces").unwrap(),
@@ -998,8 +1318,7 @@ mod tests {
             name: None,
             subresource: None,
         };
-        rest.create(&namespaces, json!({"metadata": {"name": "default"}}), &by("test"))
-            .unwrap();
+        block_on(rest.create(&namespaces, json!({"metadata": {"name": "default"}}), &by("test"))).unwrap();
         rest
     }
 
@@ -1033,15 +1352,15 @@ mod tests {
         ];
         for (kind, body) in patches {
             let rest = rest();
-            rest.create(
+            block_on(rest.create(
                 &configmap(""),
                 json!({"metadata": {"name": "cm"}, "data": {"k": "v"}}),
                 &by("test"),
-            )
+            ))
             .unwrap();
             let (lock_free, hook) = record_and_win(&rest);
             let (code, obj) = with_hook(hook, || {
-                rest.patch(&configmap("cm"), kind, body.to_string().as_bytes(), &by("patcher"))
+                run(rest.patch(&configmap("cm"), kind, body.to_string().as_bytes(), &by("patcher")))
             })
             .unwrap();
             assert_eq!(
@@ -1055,7 +1374,11 @@ mod tests {
                 obj["metadata"]["labels"]["w"], "won",
                 "{kind:?}: applied onto the winner's write"
             );
-            assert_eq!(*rest.get(&configmap("cm")).unwrap(), obj, "{kind:?}: what was stored");
+            assert_eq!(
+                *block_on(rest.get(&configmap("cm"))).unwrap(),
+                obj,
+                "{kind:?}: what was stored"
+            );
         }
     }
 
@@ -1068,21 +1391,21 @@ mod tests {
         for exists in [true, false] {
             let rest = rest();
             if exists {
-                rest.create(
+                block_on(rest.create(
                     &configmap(""),
                     json!({"metadata": {"name": "cm"}, "data": {"k": "v"}}),
                     &by("test"),
-                )
+                ))
                 .unwrap();
             }
             let (lock_free, hook) = record_and_win(&rest);
             let (code, obj) = with_hook(hook, || {
-                rest.patch(
+                run(rest.patch(
                     &configmap("cm"),
                     PatchKind::Apply,
                     config.to_string().as_bytes(),
                     &by("applier"),
-                )
+                ))
             })
             .unwrap();
             assert_eq!(
@@ -1107,7 +1430,7 @@ mod tests {
                 "{managers:?}"
             );
             assert_eq!(
-                *rest.get(&configmap("cm")).unwrap(),
+                *block_on(rest.get(&configmap("cm"))).unwrap(),
                 obj,
                 "exists: {exists}: what was stored"
             );

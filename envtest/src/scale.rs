@@ -26,7 +26,7 @@ fn at<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// Sets the value at a dotted path, creating objects on the way.
-fn set_at(obj: &mut Value, path: &str, value: Value) {
+pub(crate) fn set_at(obj: &mut Value, path: &str, value: Value) {
     let keys: Vec<&str> = path.split('.').filter(|s| !s.is_empty()).collect();
     let Some((last, parents)) = keys.split_last() else {
         return;
@@ -126,17 +126,20 @@ fn name_of(path: &ResourcePath) -> Result<&str, ApiError> {
 
 impl Rest {
     /// GET `.../<name>/scale`.
-    pub(crate) fn get_scale(&self, path: &ResourcePath) -> Result<Value, ApiError> {
+    pub(crate) async fn get_scale(&self, path: &ResourcePath) -> Result<Value, ApiError> {
         let paths = paths_of(&path.info)?;
-        let obj = self.get(&ResourcePath {
-            subresource: None,
-            ..path.clone()
-        })?;
+        let obj = self
+            .get(&ResourcePath {
+                subresource: None,
+                ..path.clone()
+            })
+            .await?;
         scale_of(paths, &obj)
     }
 
-    /// PUT `.../<name>/scale` with a `Scale` body.
-    pub(crate) fn update_scale(&self, path: &ResourcePath, scale: &Value, opts: &WriteOptions) -> WriteResult {
+    /// PUT `.../<name>/scale` with a `Scale` body: an update of the main resource's replicas,
+    /// admitted as the `Scale` (`Rest::guaranteed_update`).
+    pub(crate) async fn update_scale(&self, path: &ResourcePath, scale: &Value, opts: &WriteOptions) -> WriteResult {
         let info = &path.info;
         let paths = paths_of(info)?;
         let name = name_of(path)?.to_owned();
@@ -172,26 +175,26 @@ impl Rest {
             subresource: None,
             ..path.clone()
         };
-        let mut inner = self.storage.lock();
-        let Some(cur) = inner.get(&info.key(), path.namespace.as_deref().unwrap_or(""), &name) else {
-            return Err(ApiError::not_found(&info.qualified(), &name));
-        };
-        if !precondition.is_empty() && precondition != object::resource_version(&cur) {
-            return Err(ApiError::conflict(
-                &info.qualified(),
-                &name,
-                "the object has been modified; please apply your changes to the latest version and try again",
-            ));
-        }
-        let mut next = (*cur).clone();
-        set_at(&mut next, &paths.spec_replicas, json!(replicas));
-        let (code, stored) = self.write_update(&mut inner, &main, &cur, next, opts)?;
+        let (code, stored) = self
+            .guaranteed_update(&main, Some("scale"), opts, |cur| {
+                if !precondition.is_empty() && precondition != object::resource_version(cur) {
+                    return Err(ApiError::conflict(
+                        &info.qualified(),
+                        &name,
+                        "the object has been modified; please apply your changes to the latest version and try again",
+                    ));
+                }
+                let mut next = cur.clone();
+                set_at(&mut next, &paths.spec_replicas, json!(replicas));
+                Ok(next)
+            })
+            .await?;
         Ok((code, scale_of(paths, &stored)?))
     }
 
     /// PATCH `.../<name>/scale`: the patch applies to the current `Scale`, which is then written
     /// as by [`Rest::update_scale`].
-    pub(crate) fn patch_scale(
+    pub(crate) async fn patch_scale(
         &self,
         path: &ResourcePath,
         kind: PatchKind,
@@ -201,14 +204,14 @@ impl Rest {
         if kind == PatchKind::Apply {
             return Err(ApiError::unsupported_media_type("application/apply-patch+yaml"));
         }
-        let mut scale = self.get_scale(path)?;
+        let mut scale = self.get_scale(path).await?;
         let before = object::resource_version(&scale).to_owned();
         patch::apply(kind, &mut scale, body)?;
         // A patch carries the current resourceVersion unless it set one itself.
         if object::resource_version(&scale).is_empty() {
             object::set_meta(&mut scale, "resourceVersion", json!(before));
         }
-        self.update_scale(path, &scale, opts)
+        self.update_scale(path, &scale, opts).await
     }
 }
 

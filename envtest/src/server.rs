@@ -74,6 +74,7 @@ impl Server {
             storage: storage.clone(),
             registry: registry.clone(),
             gc: Arc::new(tokio::sync::Notify::new()),
+            admission: crate::admission::Admission::default(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             if let Some(info) = registry.get("", "v1", "namespaces") {
@@ -91,6 +92,7 @@ impl Server {
                         ..Default::default()
                     },
                 )
+                .await
                 .map_err(|e| Error::Url(e.to_string()))?;
             }
         }
@@ -396,13 +398,13 @@ async fn serve(
     }
     let ok =
         |(code, body): (u16, Value)| status::json_response(StatusCode::from_u16(code).unwrap_or(StatusCode::OK), &body);
-    match *method {
+    let out = match *method {
         Method::GET if is_watch => watch(app, &p, q, representation),
         Method::GET if p.subresource.as_deref() == Some("scale") => {
-            Ok(status::json_response(StatusCode::OK, &rest.get_scale(&p)?))
+            Ok(status::json_response(StatusCode::OK, &rest.get_scale(&p).await?))
         }
         Method::GET if p.name.is_some() => {
-            let obj = rest.get(&p)?;
+            let obj = rest.get(&p).await?;
             match representation {
                 Representation::Full => Ok(status::json_response(StatusCode::OK, &obj)),
                 Representation::Metadata => Ok(status::json_response(
@@ -412,7 +414,7 @@ async fn serve(
             }
         }
         Method::GET => {
-            let list = rest.list(&p, q)?;
+            let list = rest.list(&p, q).await?;
             match representation {
                 Representation::Full => Ok(status::json_response(StatusCode::OK, &list)),
                 Representation::Metadata => Ok(status::json_response(
@@ -424,17 +426,17 @@ async fn serve(
         Method::POST => {
             let (ct, body) = read_body(app, req).await?;
             let obj = decode_object(&ct, &body)?;
-            rest.create(&p, obj, &write).map(ok)
+            rest.create(&p, obj, &write).await.map(ok)
         }
         Method::PUT => {
             let (ct, body) = read_body(app, req).await?;
             let obj = decode_object(&ct, &body)?;
-            rest.update(&p, obj, &write).map(ok)
+            rest.update(&p, obj, &write).await.map(ok)
         }
         Method::PATCH => {
             let (ct, body) = read_body(app, req).await?;
             let kind = PatchKind::from_content_type(&ct).ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
-            rest.patch(&p, kind, &body, &write).map(ok)
+            rest.patch(&p, kind, &body, &write).await.map(ok)
         }
         Method::DELETE => {
             let (_, body) = read_body(app, req).await?;
@@ -445,13 +447,40 @@ async fn serve(
                     .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?
             };
             if p.name.is_some() {
-                rest.delete(&p, &options, q, dry_run).map(ok)
+                rest.delete(&p, &options, q, &write).await.map(ok)
             } else {
-                rest.delete_collection(&p, &options, q, dry_run).map(ok)
+                rest.delete_collection(&p, &options, q, &write).await.map(ok)
             }
         }
         _ => Err(ApiError::method_not_allowed()),
+    };
+    // Warnings reach the client on success and on failure alike, as kube-apiserver's.
+    let mut response = out.unwrap_or_else(IntoResponse::into_response);
+    for text in write.warnings.take() {
+        if let Some(value) = warning_header(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
     }
+    Ok(response)
+}
+
+/// `299 - "<text>"`: a warning as kube-apiserver writes it (RFC 7234 warn-code 299, no agent,
+/// the text quoted with `"` and `\` escaped, control characters as spaces).
+fn warning_header(text: &str) -> Option<http::HeaderValue> {
+    let mut quoted = String::with_capacity(text.len() + 8);
+    quoted.push_str("299 - \"");
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                quoted.push('\\');
+                quoted.push(c);
+            }
+            c if c.is_control() => quoted.push(' '),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    http::HeaderValue::from_bytes(quoted.as_bytes()).ok()
 }
 
 /// Discovery, health, OpenAPI, or 404.

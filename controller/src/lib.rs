@@ -33,6 +33,8 @@
 //! - [`Leadership`] (`leadership.rs`): whether this replica may still write as leader, by its
 //!   local clock; reconcilers reach it through [`Context::ensure_leading`] and
 //!   [`Context::token`], so a leader stopped past its lease and resumed writes nothing.
+//! - [`webhook`]: admission (validating, mutating) and conversion webhooks over HTTPS, served
+//!   by the Manager ([`WebhookServer`]), and the configurations that register them.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
@@ -54,6 +56,7 @@ pub mod predicate;
 mod reconciler;
 pub mod runnable;
 mod source;
+pub mod webhook;
 
 pub use builder::{Controller, ControllerBuilder, SourceOptions};
 pub use controller::{BuiltController, ControllerError, ErrorPolicy};
@@ -73,3 +76,4 @@ pub use object_key::{ObjectKey, Request};
 pub use outcome::{ReconcilePanic, ReconcileTimeout, RequeueAfterError, TerminalError, terminal};
 pub use reconciler::{Action, BoxError, Context, FnReconciler, Reconciler, reconciler_fn};
 pub use runnable::{Runnable, RunnableFn, hostname, runnable_fn};
+pub use webhook::{WebhookError, WebhookServer, WebhookServerConfig};

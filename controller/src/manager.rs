@@ -44,7 +44,9 @@
 //! | `/readyz` | `leaderElection` (with leader election) | a standby's last successful read of the Lease is older than [`LeaderElector::observation_bound`]: it cannot reach the API server |
 //!
 //! # What `run` does (controller-runtime's order of runnable groups)
-//! 1. Starts the HTTP servers, then the factory's informers (the caches), and waits for the
+//! 1. Starts the HTTP servers (and the webhook server, if configured with
+//!    [`webhook_server`](ManagerBuilder::webhook_server): on every replica, before the caches,
+//!    as a conversion webhook may be needed to list them), then the factory's informers (the caches), and waits for the
 //!    caches (failing after `cache_sync_timeout` with the informers that did not sync).
 //! 2. Then starts the runnables that need no leader election (controller-runtime's
 //!    `Others`), so they see synced caches, and then leader election.
@@ -95,6 +97,7 @@ use crate::leadership::Leadership;
 use crate::metrics::{InformerCollector, Metrics};
 use crate::reconciler::BoxError;
 use crate::runnable::Runnable;
+use crate::webhook::{WebhookError, WebhookServer, WebhookServerConfig};
 
 /// Errors of building or running a [`Manager`].
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +153,9 @@ pub enum ManagerError {
         /// The runnable's name.
         name: String,
     },
+    /// The webhook server could not be built or started (its address, its certificate).
+    #[error(transparent)]
+    Webhook(#[from] WebhookError),
     /// Several failures, in the order they happened: e.g. a runnable failed and the graceful
     /// shutdown that followed timed out (controller-runtime joins them the same way).
     #[error("{} failures: {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
@@ -189,6 +195,7 @@ pub struct ManagerBuilder {
     cache_sync_timeout: Duration,
     handle_signals: bool,
     reconcile_timeout: Option<Duration>,
+    webhook_server: Option<WebhookServerConfig>,
 }
 
 impl ManagerBuilder {
@@ -244,6 +251,16 @@ impl ManagerBuilder {
     /// 1 MiB of headers; at most 900 connections), for each of the two servers.
     pub fn http_serving(mut self, config: ServingConfig) -> Self {
         self.http_serving = config;
+        self
+    }
+
+    /// Serves webhooks over HTTPS with `config` (default: no webhook server; controller-runtime's
+    /// listens on `:9443`, as [`WebhookServerConfig::default`] does). The server is bound at
+    /// [`build`](Self::build) and started by [`Manager::run`] before the caches, on every
+    /// replica (no leader election); register webhooks on [`Manager::webhook_server`]. See
+    /// [`webhook`](crate::webhook).
+    pub fn webhook_server(mut self, config: WebhookServerConfig) -> Self {
+        self.webhook_server = Some(config);
         self
     }
 
@@ -314,6 +331,10 @@ impl ManagerBuilder {
             .leader_election
             .map(|config| LeaderElector::new(self.client.clone(), config))
             .transpose()?;
+        let webhook_server = self
+            .webhook_server
+            .map(|config| WebhookServer::new(config, &registry))
+            .transpose()?;
         let metrics_listener = bind("metrics", self.metrics_addr)?;
         let probe_listener = bind("health probe", self.health_probe_addr)?;
         let status = ManagerStatus {
@@ -344,6 +365,7 @@ impl ManagerBuilder {
             cache_sync_timeout: self.cache_sync_timeout,
             handle_signals: self.handle_signals,
             reconcile_timeout: self.reconcile_timeout,
+            webhook_server,
         })
     }
 }
@@ -530,6 +552,7 @@ pub struct Manager {
     cache_sync_timeout: Duration,
     handle_signals: bool,
     reconcile_timeout: Option<Duration>,
+    webhook_server: Option<WebhookServer>,
 }
 
 impl Manager {
@@ -549,6 +572,7 @@ impl Manager {
             cache_sync_timeout: Duration::from_secs(120),
             handle_signals: false,
             reconcile_timeout: None,
+            webhook_server: None,
         }
     }
 
@@ -575,6 +599,17 @@ impl Manager {
     /// Where `/healthz` and `/readyz` are served, if anywhere.
     pub fn health_probe_addr(&self) -> Option<SocketAddr> {
         self.probe_addr
+    }
+
+    /// The webhook server, if configured ([`ManagerBuilder::webhook_server`]): register
+    /// webhooks on it, before or while the manager runs.
+    pub fn webhook_server(&self) -> Option<&WebhookServer> {
+        self.webhook_server.as_ref()
+    }
+
+    /// Where webhooks are served, if anywhere.
+    pub fn webhook_addr(&self) -> Option<SocketAddr> {
+        self.webhook_server.as_ref().map(WebhookServer::local_addr)
     }
 
     /// A handle on readiness and leadership.
@@ -651,6 +686,7 @@ impl Manager {
             cache_sync_timeout,
             handle_signals,
             reconcile_timeout: _,
+            webhook_server,
         } = self;
         let stop = shutdown.child_token();
         // Fired by a second signal: no more waiting for the runnables.
@@ -696,6 +732,19 @@ impl Manager {
                         addr,
                         source,
                     });
+                    stop.cancel();
+                }
+            }
+        }
+
+        // The webhook server, before the caches (controller-runtime's `Webhooks` group): a
+        // conversion webhook may be needed to list them.
+        if let Some(webhook_server) = webhook_server {
+            match webhook_server.prepare(infrastructure.clone()) {
+                Ok(serving) => servers.push(("webhook server", tokio::spawn(serving))),
+                Err(e) => {
+                    error!(error = %e, "cannot start the webhook server");
+                    failures.push(ManagerError::Webhook(e));
                     stop.cancel();
                 }
             }

@@ -8,7 +8,9 @@
 //!   accessors for the built-in resources (`factory.apps().v1().deployments()`).
 //! - [`controller`]: `Controller` (reconcilers fed by the work queue through handlers on the
 //!   factory's shared informers) and `Manager` (leader election, `/metrics`, `/healthz`,
-//!   `/readyz`, graceful shutdown), plus the `EventRecorder`.
+//!   `/readyz`, graceful shutdown), plus the `EventRecorder`, and
+//!   [`controller::webhook`]: admission and conversion webhooks served by the Manager over
+//!   HTTPS.
 //! - [`Informer`]: `#[derive(Informer)]` for your own resource types.
 //!
 //! ```no_run
@@ -88,6 +90,9 @@ pub mod prelude {
     pub use crate::CancellationToken;
     pub use crate::Informer;
     pub use crate::cache::{Lister, Selector};
+    pub use crate::controller::webhook::{
+        Conversion, Convertible, MutatingWebhook, ValidatingWebhook, Verdict, WebhookServerConfig,
+    };
     pub use crate::controller::{
         Action, Context, Controller, EventType, LeaderElectionConfig, Manager, ObjectKey, Reconciler, Request,
         reconciler_fn,

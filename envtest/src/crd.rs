@@ -87,6 +87,17 @@ pub(crate) fn validate(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
     if !matches!(spec["scope"].as_str(), Some("Namespaced" | "Cluster")) {
         return invalid("spec.scope: Unsupported value: supported values: \"Cluster\", \"Namespaced\"");
     }
+    // Every CEL rule (`x-kubernetes-validations`) compiles and refers only to what is declared.
+    let mut errs = Vec::new();
+    for (i, v) in spec["versions"].as_array().into_iter().flatten().enumerate() {
+        if let Some(schema) = v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
+            let path = format!("spec.versions[{i}].schema.openAPIV3Schema");
+            errs.extend(crate::cel::check_schema(schema, &path));
+        }
+    }
+    if !errs.is_empty() {
+        return Err(crate::field::invalid("apiextensions.k8s.io", "CustomResourceDefinition", name, &errs));
+    }
     Ok(())
 }
 

@@ -28,6 +28,8 @@ pub(crate) enum ErrorType {
     TooMany,
     /// A change the rules forbid (no new finalizers on an object being deleted, …).
     Forbidden,
+    /// A value that must be unique is repeated (a CEL rule's `FieldValueDuplicate` reason).
+    Duplicate,
 }
 
 impl ErrorType {
@@ -40,6 +42,7 @@ impl ErrorType {
             ErrorType::TooLong => "Too long",
             ErrorType::TooMany => "Too many",
             ErrorType::Forbidden => "Forbidden",
+            ErrorType::Duplicate => "Duplicate value",
         }
     }
 
@@ -53,6 +56,7 @@ impl ErrorType {
             ErrorType::TooLong => "FieldValueTooLong",
             ErrorType::TooMany => "FieldValueTooMany",
             ErrorType::Forbidden => "FieldValueForbidden",
+            ErrorType::Duplicate => "FieldValueDuplicate",
         }
     }
 
@@ -125,6 +129,11 @@ impl FieldError {
     /// `field.Forbidden`.
     pub(crate) fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(ErrorType::Forbidden, field, Value::Null, detail)
+    }
+
+    /// `field.Duplicate`: the value, no detail.
+    pub(crate) fn duplicate(field: impl Into<String>, value: Value) -> Self {
+        Self::new(ErrorType::Duplicate, field, value, "")
     }
 
     /// `field.TooMany`: "must have at most `max` items".

@@ -22,7 +22,8 @@
 //! Kubernetes type (a wrong JSON type is a `400`, unknown fields are dropped, or refused under
 //! `fieldValidation=Strict`, which kubectl sends), metadata follows ObjectMeta's rules (`422
 //! Invalid` with kube-apiserver's field paths and messages), and custom resources are pruned,
-//! defaulted and validated by their CRD version's structural schema. `metadata.generation` is
+//! defaulted and validated by their CRD version's structural schema and its CEL rules
+//! (`x-kubernetes-validations`, transition rules included). `metadata.generation` is
 //! kept only by the kinds whose registry tracks it. Deployments, ReplicaSets, StatefulSets and
 //! CRDs that declare it serve `/scale`. Every write records `metadata.managedFields`, and
 //! server-side apply follows field ownership (removal of fields no longer applied, `409`
@@ -41,8 +42,13 @@
 //!   10,000: a deeper object, or a patch that would build one, is refused with `422` (see Limits);
 //! - kind-specific validation (a Deployment's selector matching its template, container names,
 //!   ports, …) is not run: only ObjectMeta's rules and CRD schemas are;
-//! - CRD schemas: no CEL (`x-kubernetes-validations`), `allOf`/`anyOf`/`oneOf`/`not`, `format`,
-//!   or `x-kubernetes-list-type` uniqueness; a CRD's own schema is not checked for being structural;
+//! - CRD schemas: no `allOf`/`anyOf`/`oneOf`/`not`, `format`, or `x-kubernetes-list-type`
+//!   uniqueness; a CRD's own schema is not checked for being structural;
+//! - CEL rules (`x-kubernetes-validations`) run with the standard library, the strings extension
+//!   and Kubernetes' lists, regex, URL and quantity libraries; a rule using anything else (IP,
+//!   CIDR, `format`, `semver`) is refused when the CRD is written. No type checker (a type
+//!   mismatch fails when the rule runs, not at CRD creation), no cost limits, no ratcheting, and
+//!   `format: duration`/`date-time` strings stay strings in rules;
 //! - strategic merge patch knows the merge keys of the lists controllers patch (containers, env,
 //!   ports, volumes, conditions, …), not every list of every type;
 //! - field ownership: built-in kinds' list types come from a table of common lists (other lists
@@ -111,6 +117,7 @@
 #![warn(missing_docs)]
 
 mod admission;
+mod cel;
 pub mod chaos;
 mod config;
 mod crd;

@@ -222,7 +222,7 @@ mod tests {
             let schema = crate::schema::of_version(&crd, "v1").unwrap();
             crate::schema::prune(schema, &mut obj);
             crate::schema::default(schema, &mut obj);
-            assert!(crate::schema::validate(schema, &obj).is_empty());
+            assert!(crate::schema::validate(schema, &obj, None).is_empty());
             let _ = crate::openapi::custom_schema(schema);
             // Field ownership, merge and strategic merge patches, JSON patch, of objects at the bound.
             let writer = Writer {

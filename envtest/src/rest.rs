@@ -432,7 +432,7 @@ impl Rest {
         if info.key() == "/namespaces" {
             body["status"] = json!({"phase": "Active"});
         }
-        validate(info, crd.as_deref(), &body)?;
+        validate(info, crd.as_deref(), &body, None)?;
         self.admission
             .validate(&snapshot, &attrs, Some(&body), &opts.warnings)
             .await?;
@@ -697,7 +697,7 @@ impl Rest {
             }
             None => object::remove_meta(&mut new, "generation"),
         }
-        validate(info, crd, &new)?;
+        validate(info, crd, &new, Some(cur))?;
         no_new_finalizers_while_deleting(info, cur, &new)?;
         match (scale, &old_scale) {
             (Some(paths), Some(_)) => {
@@ -1168,12 +1168,13 @@ fn decode(
 }
 
 /// Validates an object about to be stored: its metadata, a custom resource against its
-/// schema, a CRD's own rules. All failures in one `422 Invalid`.
-fn validate(info: &ResourceInfo, crd: Option<&Value>, obj: &Value) -> Result<(), ApiError> {
+/// schema (with `old`, the stored object on update, for CEL transition rules), a CRD's own
+/// rules. All failures in one `422 Invalid`.
+fn validate(info: &ResourceInfo, crd: Option<&Value>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     let built_in = typed::is_built_in(info);
     let mut errs = crate::validation::object_meta(info, obj, built_in);
     if let Some(schema) = crd.and_then(|c| crate::schema::of_version(c, &info.version)) {
-        errs.extend(crate::schema::validate(schema, obj));
+        errs.extend(crate::schema::validate(schema, obj, old));
     }
     if !errs.is_empty() {
         return Err(field::invalid(&info.group, &info.kind, object::name(obj), &errs));

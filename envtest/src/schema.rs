@@ -14,13 +14,15 @@
 //!    `minimum`/`maximum` (and their exclusive forms), `multipleOf`, `minLength`/`maxLength`,
 //!    `pattern`, `minItems`/`maxItems`, `minProperties`/`maxProperties`, `items`,
 //!    `additionalProperties`; each failure a [`FieldError`] worded as kube-openapi words it
-//!    (`spec.replicas in body must be of type integer: "string"`).
+//!    (`spec.replicas in body must be of type integer: "string"`);
+//! 4. CEL rules (`x-kubernetes-validations`, `cel/mod.rs`), with the stored object on update for
+//!    transition rules, unless step 3 found a type, required, enum or size error (then one
+//!    `<nil>: Invalid value: "null": some validation rules were not checked …` instead).
 //!
-//! Not checked (listed in envtest's module docs): `x-kubernetes-validations` (CEL rules),
-//! `allOf`/`anyOf`/`oneOf`/`not`, `format`, and the uniqueness of `x-kubernetes-list-type: set`
-//! and `map` items.
+//! Not checked (listed in envtest's module docs): `allOf`/`anyOf`/`oneOf`/`not`, `format`, and
+//! the uniqueness of `x-kubernetes-list-type: set` and `map` items.
 
-use crate::field::{FieldError, join};
+use crate::field::{ErrorType, FieldError, join};
 use serde_json::{Map, Value, json};
 
 /// The `openAPIV3Schema` of `version` in `crd`, if it has one.
@@ -139,8 +141,11 @@ pub(crate) fn default(schema: &Value, obj: &mut Value) {
 }
 
 /// Validates `obj` (a whole custom resource, pruned and defaulted) against `schema`; the
-/// top-level `apiVersion`, `kind` and `metadata` are left to ObjectMeta validation.
-pub(crate) fn validate(schema: &Value, obj: &Value) -> Vec<FieldError> {
+/// top-level `apiVersion`, `kind` and `metadata` are left to ObjectMeta validation. Then the
+/// schema's CEL rules (`cel`), with `old`, the stored object on update, for transition rules;
+/// unless a type, required, enum or size error already makes the object the wrong shape for them,
+/// as kube-apiserver's `hasBlockingErr`.
+pub(crate) fn validate(schema: &Value, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if let Some(map) = obj.as_object() {
         let top = Map::from_iter(
@@ -158,6 +163,27 @@ pub(crate) fn validate(schema: &Value, obj: &Value) -> Vec<FieldError> {
             }
         }
         check(&root_schema, &Value::Object(top), "", &mut errs);
+    }
+    if crate::cel::has_rules(schema) {
+        let blocking = errs.iter().any(|e| {
+            matches!(
+                e.ty,
+                ErrorType::NotSupported
+                    | ErrorType::Required
+                    | ErrorType::TooLong
+                    | ErrorType::TooMany
+                    | ErrorType::TypeInvalid
+            )
+        });
+        if blocking {
+            errs.push(FieldError::invalid(
+                "<nil>",
+                json!("null"),
+                "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ));
+        } else {
+            errs.extend(crate::cel::validate(schema, obj, old));
+        }
     }
     errs
 }
@@ -449,7 +475,7 @@ mod tests {
             "spec": {"replicas": "x", "color": "green", "port": true, "tags": ["a", "b", "c"],
                 "labels": {"k": 1}}});
         assert_eq!(
-            fields(&validate(&schema(), &obj)),
+            fields(&validate(&schema(), &obj, None)),
             [
                 r#"spec.color: Unsupported value: "green": supported values: "red", "blue""#,
                 "spec.image: Required value",
@@ -461,7 +487,7 @@ mod tests {
         );
         let obj = json!({"spec": {"image": "AB", "replicas": -1}, "status": {"ready": "yes"}});
         assert_eq!(
-            fields(&validate(&schema(), &obj)),
+            fields(&validate(&schema(), &obj, None)),
             [
                 r#"spec.image: Invalid value: "AB": spec.image in body should be at least 3 chars long"#,
                 r#"spec.image: Invalid value: "AB": spec.image in body should match '^[a-z]+$'"#,
@@ -471,7 +497,7 @@ mod tests {
         );
         let long = json!({"spec": {"image": "abcdefghijkl", "replicas": 6, "ratio": null, "port": "http"}});
         assert_eq!(
-            fields(&validate(&schema(), &long)),
+            fields(&validate(&schema(), &long, None)),
             [
                 "spec.image: Too long: may not be more than 10 bytes",
                 "spec.replicas: Invalid value: 6: spec.replicas in body should be less than or equal to 5",

@@ -1,5 +1,5 @@
 //! Per-type cache options (controller-runtime's `cache.Options.ByObject`): which objects of one
-//! type an informer lists and watches, by label selector, field selector and namespace.
+//! type an informer lists and watches, by label selector, field selector and namespaces.
 //!
 //! The factory keeps one informer per (type, options). A type's *shared* informer — the one
 //! [`informer_for`](crate::SharedInformerFactory::informer_for) returns — has the options given
@@ -10,9 +10,13 @@
 //! [`informer_for_with`](crate::SharedInformerFactory::informer_for_with), which returns the
 //! informer for exactly its options.
 //!
-//! Namespaces: one namespace per informer. controller-runtime's multi-namespace cache (one
-//! informer per namespace behind one reader) is not reproduced; ask for one informer per
-//! namespace, or for all namespaces with a selector.
+//! Namespaces: [`namespace`](CacheOptions::namespace) watches one;
+//! [`namespaces`](CacheOptions::namespaces) several, as controller-runtime's
+//! `ByObject[obj].Namespaces`: the informer runs one list/watch per namespace and is one
+//! informer to its consumers (one cache answering for every namespace, handlers hearing all of
+//! them, synced once all are; see `informer_core::Partition`). Each namespace may carry its own
+//! selectors ([`namespace_with`](CacheOptions::namespace_with)), which replace the type's for
+//! that namespace, as controller-runtime's per-namespace `cache.Config`.
 //!
 //! Selector strings are checked when the informer is requested: a bad one is a
 //! [`SelectorError`], never a panic and never a request the server refuses in a retry loop.
@@ -25,9 +29,12 @@
 //!
 //! let options = CacheOptions::default().labels("app=web,tier in (front,back)").namespace("prod");
 //! assert!(options.validate().is_ok());
+//! let two = CacheOptions::default().labels("app=web").namespaces(["prod", "staging"]);
+//! assert_eq!(two.to_string(), "labels=app=web; namespaces=prod,staging");
 //! assert!(CacheOptions::default().labels("app in (").validate().is_err());
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use kube::core::{Expression, Selector};
@@ -43,6 +50,38 @@ pub struct CacheOptions {
     pub field_selector: Option<String>,
     /// Watch only this namespace (overrides the factory's namespace; namespaced types only).
     pub namespace: Option<String>,
+    /// Watch these namespaces, each with its own list/watch, behind one informer (overrides
+    /// the factory's namespace; namespaced types only). Each namespace's selectors, where set,
+    /// replace the type's.
+    pub namespaces: BTreeMap<String, NamespaceConfig>,
+}
+
+/// The selectors of one namespace of [`CacheOptions::namespaces`] (controller-runtime's
+/// per-namespace `cache.Config`): where set, they replace the type's selectors in that
+/// namespace. `Default`: the type's selectors.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct NamespaceConfig {
+    /// Label selector for this namespace's list and watch.
+    pub label_selector: Option<String>,
+    /// Field selector for this namespace's list and watch.
+    pub field_selector: Option<String>,
+}
+
+impl NamespaceConfig {
+    /// Only objects whose labels match `selector`, in this namespace.
+    #[must_use]
+    pub fn labels(mut self, selector: impl Into<String>) -> Self {
+        self.label_selector = Some(selector.into());
+        self
+    }
+
+    /// Only objects whose fields match `selector`, in this namespace.
+    #[must_use]
+    pub fn fields(mut self, selector: impl Into<String>) -> Self {
+        self.field_selector = Some(selector.into());
+        self
+    }
 }
 
 impl CacheOptions {
@@ -67,7 +106,39 @@ impl CacheOptions {
         self
     }
 
-    /// Checks both selectors' syntax.
+    /// Only objects in these namespaces, each listed and watched on its own behind one
+    /// informer (controller-runtime's `ByObject[obj].Namespaces`), with the type's selectors.
+    /// Adds to the namespaces already given; one already given keeps its selectors.
+    #[must_use]
+    pub fn namespaces<S: Into<String>>(mut self, namespaces: impl IntoIterator<Item = S>) -> Self {
+        for namespace in namespaces {
+            self.namespaces.entry(namespace.into()).or_default();
+        }
+        self
+    }
+
+    /// Also objects in `namespace`, selected by `config`'s selectors where it sets them (else
+    /// the type's).
+    #[must_use]
+    pub fn namespace_with(mut self, namespace: impl Into<String>, config: NamespaceConfig) -> Self {
+        self.namespaces.insert(namespace.into(), config);
+        self
+    }
+
+    /// The options one namespace of [`namespaces`](Self::namespaces) lists and watches with:
+    /// the namespace, and its own selectors where set, else the type's.
+    pub fn for_namespace(&self, namespace: &str) -> CacheOptions {
+        let config = self.namespaces.get(namespace).cloned().unwrap_or_default();
+        CacheOptions {
+            label_selector: config.label_selector.or_else(|| self.label_selector.clone()),
+            field_selector: config.field_selector.or_else(|| self.field_selector.clone()),
+            namespace: Some(namespace.to_owned()),
+            namespaces: BTreeMap::new(),
+        }
+    }
+
+    /// Checks both selectors' syntax (and every namespace's), and that namespaces are not
+    /// empty and not given both as one and as several.
     pub fn validate(&self) -> Result<(), SelectorError> {
         if let Some(selector) = &self.label_selector {
             parse_label_selector(selector)?;
@@ -75,8 +146,24 @@ impl CacheOptions {
         if let Some(selector) = &self.field_selector {
             validate_field_selector(selector)?;
         }
-        if self.namespace.as_deref() == Some("") {
+        if self.namespace.as_deref() == Some("") || self.namespaces.contains_key("") {
             return Err(SelectorError::new("", "the namespace is empty"));
+        }
+        if let Some(namespace) = &self.namespace
+            && !self.namespaces.is_empty()
+        {
+            return Err(SelectorError::new(
+                namespace,
+                "both namespace and namespaces are set: give every namespace to namespaces",
+            ));
+        }
+        for config in self.namespaces.values() {
+            if let Some(selector) = &config.label_selector {
+                parse_label_selector(selector)?;
+            }
+            if let Some(selector) = &config.field_selector {
+                validate_field_selector(selector)?;
+            }
         }
         Ok(())
     }
@@ -87,13 +174,32 @@ impl CacheOptions {
     }
 }
 
-/// Shown in informer names: `labels=app=web; namespace=prod`.
+/// Shown in informer names: `labels=app=web; namespace=prod`, `namespaces=a,b(labels=x=y)`.
 impl fmt::Display for CacheOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let namespaces = (!self.namespaces.is_empty()).then(|| {
+            let each: Vec<String> = self
+                .namespaces
+                .iter()
+                .map(|(namespace, config)| {
+                    let own: Vec<String> = [("labels", &config.label_selector), ("fields", &config.field_selector)]
+                        .into_iter()
+                        .filter_map(|(name, value)| value.as_ref().map(|v| format!("{name}={v}")))
+                        .collect();
+                    if own.is_empty() {
+                        namespace.clone()
+                    } else {
+                        format!("{namespace}({})", own.join("; "))
+                    }
+                })
+                .collect();
+            each.join(",")
+        });
         let parts = [
             ("labels", &self.label_selector),
             ("fields", &self.field_selector),
             ("namespace", &self.namespace),
+            ("namespaces", &namespaces),
         ];
         let mut first = true;
         for (name, value) in parts {
@@ -328,6 +434,45 @@ mod tests {
                 .is_ok()
         );
         assert!(CacheOptions::default().namespace("").validate().is_err());
+        assert!(CacheOptions::default().namespaces([""]).validate().is_err());
+        assert!(
+            CacheOptions::default()
+                .namespace("a")
+                .namespaces(["b"])
+                .validate()
+                .is_err()
+        );
+        let bad_override = CacheOptions::default().namespace_with("a", NamespaceConfig::default().labels("x in ("));
+        assert!(bad_override.validate().is_err());
+    }
+
+    #[test]
+    fn each_namespace_lists_with_its_own_selectors_or_the_types() {
+        let options = CacheOptions::default()
+            .labels("app=web")
+            .fields("metadata.name!=x")
+            .namespaces(["a", "b"])
+            .namespace_with("b", NamespaceConfig::default().labels("app=db"));
+        assert_eq!(
+            options.for_namespace("a"),
+            CacheOptions::default()
+                .labels("app=web")
+                .fields("metadata.name!=x")
+                .namespace("a")
+        );
+        assert_eq!(
+            options.for_namespace("b"),
+            CacheOptions::default()
+                .labels("app=db")
+                .fields("metadata.name!=x")
+                .namespace("b")
+        );
+        assert_eq!(
+            options.to_string(),
+            "labels=app=web; fields=metadata.name!=x; namespaces=a,b(labels=app=db)"
+        );
+        // Adding a namespace again keeps its own selectors.
+        assert_eq!(options.clone().namespaces(["b"]), options);
     }
 
     #[test]

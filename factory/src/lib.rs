@@ -38,7 +38,7 @@
 mod cache_options;
 pub mod generated;
 
-pub use cache_options::{CacheOptions, SelectorError, parse_label_selector};
+pub use cache_options::{CacheOptions, NamespaceConfig, SelectorError, parse_label_selector};
 
 /// Paths the generated code (and `#[derive(Informer)]` code compiled inside this crate) uses
 /// in place of the `::kinformer` facade, which this crate cannot depend on.
@@ -58,7 +58,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use informer_core::{
-    ApiListerWatcher, InformerConfig, InformerError, InformerStats, ReflectorConfig, SharedIndexInformer, TransformFunc,
+    ApiListerWatcher, InformerConfig, InformerError, InformerStats, Partition, ReflectorConfig, SharedIndexInformer,
+    TransformFunc,
 };
 use kube::api::{ApiResource, DynamicObject};
 pub use kube::core::PartialObjectMeta;
@@ -278,7 +279,7 @@ impl SharedInformerFactoryBuilder {
     }
 
     /// The options of `K`'s shared informer (controller-runtime's `cache.Options.ByObject`): a
-    /// label selector, a field selector, a namespace. Every consumer of
+    /// label selector, a field selector, a namespace or several. Every consumer of
     /// [`informer_for::<K>()`](SharedInformerFactory::informer_for) then shares a cache of only
     /// those objects; see [`CacheOptions`]. Checked when the informer is requested.
     pub fn by_object<K: FactoryResource>(mut self, options: CacheOptions) -> Self {
@@ -505,13 +506,26 @@ impl SharedInformerFactory {
         }
         options.validate()?;
         let namespaced = TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
-        let namespace = if namespaced {
-            options.namespace.as_deref().or(self.inner.namespace.as_deref())
-        } else {
-            None
-        };
-        let url_path = K::url_path(&(), namespace);
         let name = informer_name::<K>(&options);
+        // One list/watch per namespace of `namespaces` (behind one informer), else one.
+        let partitions: Vec<Partition<K>> = if namespaced && !options.namespaces.is_empty() {
+            options
+                .namespaces
+                .keys()
+                .map(|namespace| {
+                    let own = options.for_namespace(namespace);
+                    let reflector = self.reflector_config(format!("{name} (namespace {namespace})"), &own);
+                    self.partition::<K>(Some(namespace.clone()), reflector)
+                })
+                .collect()
+        } else {
+            let namespace = if namespaced {
+                options.namespace.clone().or_else(|| self.inner.namespace.clone())
+            } else {
+                None
+            };
+            vec![self.partition::<K>(namespace, self.reflector_config(name.clone(), &options))]
+        };
         let resync = self
             .inner
             .custom_resync
@@ -520,9 +534,8 @@ impl SharedInformerFactory {
             .unwrap_or(self.inner.default_resync);
         // With managedFields stripped, typed objects skip them while decoding (never allocated);
         // the transform below still clears whatever a type decoded some other way.
-        let informer = SharedIndexInformer::new(
-            ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), url_path)
-                .skip_managed_fields(self.inner.strip_managed_fields),
+        let informer = SharedIndexInformer::partitioned(
+            partitions,
             InformerConfig::default()
                 .resync_period(resync)
                 .reflector(self.reflector_config(name.clone(), &options)),
@@ -553,6 +566,14 @@ impl SharedInformerFactory {
             },
         );
         Ok(informer)
+    }
+
+    /// One list/watch of `K`'s objects in `namespace` (`None`: all, or cluster-scoped).
+    fn partition<K: FactoryResource>(&self, namespace: Option<String>, reflector: ReflectorConfig) -> Partition<K> {
+        let url_path = K::url_path(&(), namespace.as_deref());
+        let lister_watcher = ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), url_path)
+            .skip_managed_fields(self.inner.strip_managed_fields);
+        Partition::new(namespace, Arc::new(lister_watcher), reflector)
     }
 
     /// The shared informer for a dynamic resource (client-go `dynamicinformer`), one per

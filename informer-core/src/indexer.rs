@@ -34,16 +34,42 @@ use crate::store::{KeyError, KnownObjects, Store, StoreError, meta_namespace_key
 use crate::thread_safe_store::{IndexError, ThreadSafeStore};
 
 /// A thread-safe cache of objects with named indexes. The namespace index is always present.
+///
+/// Either one store, or a merged view of several (one per namespace of an informer with
+/// several list/watches, [`SharedIndexInformer::partitioned`](crate::SharedIndexInformer::partitioned)):
+/// a key or an object goes to the part holding its namespace, lists and index lookups
+/// concatenate the parts' answers. Parts hold disjoint namespaces, so nothing is found twice.
 pub struct Indexer<K> {
-    store: Arc<ThreadSafeStore<K>>,
+    backing: Backing<K>,
+}
+
+enum Backing<K> {
+    One(Arc<ThreadSafeStore<K>>),
+    /// Invariant: no two parts name the same namespace.
+    Merged(Arc<[Part<K>]>),
+}
+
+/// One store of a merged view and the namespace it holds (`None`: any namespace, or
+/// cluster-scoped objects).
+struct Part<K> {
+    namespace: Option<String>,
+    indexer: Indexer<K>,
 }
 
 impl<K> Clone for Indexer<K> {
     fn clone(&self) -> Self {
         Indexer {
-            store: self.store.clone(),
+            backing: match &self.backing {
+                Backing::One(store) => Backing::One(store.clone()),
+                Backing::Merged(parts) => Backing::Merged(parts.clone()),
+            },
         }
     }
+}
+
+/// The namespace of a cache key (`namespace/name`), `None` for a cluster-scoped `name`.
+fn key_namespace(key: &str) -> Option<&str> {
+    key.split_once('/').map(|(namespace, _)| namespace)
 }
 
 impl<K: Resource + 'static> Default for Indexer<K> {
@@ -55,81 +81,195 @@ impl<K: Resource + 'static> Default for Indexer<K> {
 impl<K: Resource + 'static> Indexer<K> {
     /// An empty cache with the namespace index and `indexers`.
     pub fn new(indexers: Indexers<K>) -> Self {
+        Self::with_store(indexers).0
+    }
+
+    /// An empty cache with the namespace index and `indexers`, and its store, which the
+    /// informer writes a batch of changes to under one lock.
+    pub(crate) fn with_store(indexers: Indexers<K>) -> (Self, Arc<ThreadSafeStore<K>>) {
         let mut all = namespace_indexers::<K>();
         all.extend(indexers);
-        Indexer {
-            store: Arc::new(ThreadSafeStore::new(all)),
+        let store = Arc::new(ThreadSafeStore::new(all));
+        (
+            Indexer {
+                backing: Backing::One(store.clone()),
+            },
+            store,
+        )
+    }
+
+    /// A merged view of `parts`, each holding the objects of one namespace (`None`: of any
+    /// namespace not named by another part). One part is that part itself. Later parts naming
+    /// a namespace an earlier one names are dropped.
+    pub(crate) fn merged(parts: impl IntoIterator<Item = (Option<String>, Indexer<K>)>) -> Self {
+        let mut merged: Vec<Part<K>> = Vec::new();
+        for (namespace, indexer) in parts {
+            if merged.iter().all(|p| p.namespace != namespace) {
+                merged.push(Part { namespace, indexer });
+            }
         }
+        if merged.len() == 1
+            && let Some(part) = merged.pop()
+        {
+            return part.indexer;
+        }
+        Indexer {
+            backing: Backing::Merged(merged.into()),
+        }
+    }
+
+    /// The parts that may hold an object of `namespace`: the one naming it, else those
+    /// naming none.
+    fn parts_for<'a>(parts: &'a [Part<K>], namespace: Option<&str>) -> impl Iterator<Item = &'a Indexer<K>> {
+        let exact = parts
+            .iter()
+            .any(|p| p.namespace.is_some() && p.namespace.as_deref() == namespace);
+        parts
+            .iter()
+            .filter(move |p| {
+                if exact {
+                    p.namespace.as_deref() == namespace
+                } else {
+                    p.namespace.is_none()
+                }
+            })
+            .map(|p| &p.indexer)
+    }
+
+    /// Each part's answer, concatenated.
+    fn concat<T>(parts: &[Part<K>], f: impl Fn(&Indexer<K>) -> Vec<T>) -> Vec<T> {
+        parts.iter().flat_map(|p| f(&p.indexer)).collect()
+    }
+
+    /// Each part's answer to an index query, concatenated; the first error ends it.
+    fn concat_index<T>(
+        parts: &[Part<K>],
+        f: impl Fn(&Indexer<K>) -> Result<Vec<T>, IndexError>,
+    ) -> Result<Vec<T>, IndexError> {
+        let mut all = Vec::new();
+        for part in parts {
+            all.extend(f(&part.indexer)?);
+        }
+        Ok(all)
     }
 
     /// The object under `key` (`namespace/name`, or `name` for cluster-scoped objects).
     pub fn get_by_key(&self, key: &str) -> Option<Arc<K>> {
-        self.store.get(key)
+        match &self.backing {
+            Backing::One(store) => store.get(key),
+            Backing::Merged(parts) => Self::parts_for(parts, key_namespace(key)).find_map(|p| p.get_by_key(key)),
+        }
     }
 
     /// The cached object with the same key as `obj`.
     pub fn get(&self, obj: &K) -> Result<Option<Arc<K>>, KeyError> {
-        Ok(self.store.get(&meta_namespace_key(obj)?))
+        Ok(self.get_by_key(&meta_namespace_key(obj)?))
     }
 
     /// Every cached object.
     pub fn list(&self) -> Vec<Arc<K>> {
-        self.store.list()
+        match &self.backing {
+            Backing::One(store) => store.list(),
+            Backing::Merged(parts) => Self::concat(parts, Indexer::list),
+        }
     }
 
     /// Every key.
     pub fn list_keys(&self) -> Vec<String> {
-        self.store.list_keys()
+        match &self.backing {
+            Backing::One(store) => store.list_keys(),
+            Backing::Merged(parts) => Self::concat(parts, Indexer::list_keys),
+        }
     }
 
     /// The number of cached objects.
     pub fn len(&self) -> usize {
-        self.store.len()
+        match &self.backing {
+            Backing::One(store) => store.len(),
+            Backing::Merged(parts) => parts.iter().map(|p| p.indexer.len()).sum(),
+        }
     }
 
     /// Whether the cache is empty.
     pub fn is_empty(&self) -> bool {
-        self.store.is_empty()
+        match &self.backing {
+            Backing::One(store) => store.is_empty(),
+            Backing::Merged(parts) => parts.iter().all(|p| p.indexer.is_empty()),
+        }
     }
 
     /// Objects sharing an index value with `obj` under `index_name`.
     pub fn index(&self, index_name: &str, obj: &K) -> Result<Vec<Arc<K>>, IndexError> {
-        self.store.index(index_name, obj)
+        match &self.backing {
+            Backing::One(store) => store.index(index_name, obj),
+            Backing::Merged(parts) => Self::concat_index(parts, |p| p.index(index_name, obj)),
+        }
     }
 
     /// Objects indexed under `value` by `index_name`.
     pub fn by_index(&self, index_name: &str, value: &str) -> Result<Vec<Arc<K>>, IndexError> {
-        self.store.by_index(index_name, value)
+        match &self.backing {
+            Backing::One(store) => store.by_index(index_name, value),
+            Backing::Merged(parts) => Self::concat_index(parts, |p| p.by_index(index_name, value)),
+        }
     }
 
     /// Keys of objects indexed under `value` by `index_name`.
     pub fn index_keys(&self, index_name: &str, value: &str) -> Result<Vec<String>, IndexError> {
-        self.store.index_keys(index_name, value)
+        match &self.backing {
+            Backing::One(store) => store.index_keys(index_name, value),
+            Backing::Merged(parts) => Self::concat_index(parts, |p| p.index_keys(index_name, value)),
+        }
     }
 
     /// Every value `index_name` currently holds.
     pub fn list_index_func_values(&self, index_name: &str) -> Vec<String> {
-        self.store.list_index_func_values(index_name)
+        match &self.backing {
+            Backing::One(store) => store.list_index_func_values(index_name),
+            Backing::Merged(parts) => {
+                let values: std::collections::BTreeSet<String> =
+                    Self::concat(parts, |p| p.list_index_func_values(index_name))
+                        .into_iter()
+                        .collect();
+                values.into_iter().collect()
+            }
+        }
     }
 
     /// Registers more index functions; objects already cached are indexed at once.
     pub fn add_indexers(&self, indexers: Indexers<K>) -> Result<(), IndexError> {
-        self.store.add_indexers(indexers)
+        match &self.backing {
+            Backing::One(store) => store.add_indexers(indexers),
+            Backing::Merged(parts) => parts.iter().try_for_each(|p| p.indexer.add_indexers(indexers.clone())),
+        }
     }
 
     /// The resourceVersion the cache last saw: of the last object written, the last relist or
     /// the last bookmark (client-go `LastStoreSyncResourceVersion`). Empty until the first.
     /// Unlike the reflector's last-sync resourceVersion, it is only ever one whose changes the
     /// cache already holds.
+    ///
+    /// A merged view answers the newest of its parts' (resourceVersions compared as numbers,
+    /// as the API server issues them; each part's is its own namespace's).
     pub fn last_store_sync_resource_version(&self) -> String {
-        self.store.last_store_sync_resource_version()
+        match &self.backing {
+            Backing::One(store) => store.last_store_sync_resource_version(),
+            Backing::Merged(parts) => parts
+                .iter()
+                .map(|p| p.indexer.last_store_sync_resource_version())
+                .max_by_key(|rv| (rv.parse::<u64>().unwrap_or(0), rv.clone()))
+                .unwrap_or_default(),
+        }
     }
 
     /// Checks that every index agrees with the objects; for tests.
     #[cfg(any(test, feature = "test-util"))]
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
-        self.store.check_invariants()
+        match &self.backing {
+            Backing::One(store) => store.check_invariants(),
+            Backing::Merged(parts) => parts.iter().try_for_each(|p| p.indexer.check_invariants()),
+        }
     }
 }
 
@@ -146,7 +286,10 @@ pub(crate) fn record_resource_version<K: Resource>(inner: &mut crate::thread_saf
 impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
     fn add(&self, obj: Arc<K>) -> Result<(), StoreError> {
         let key = meta_namespace_key(obj.as_ref())?;
-        let mut inner = self.store.writer();
+        let mut inner = match &self.backing {
+            Backing::One(store) => store.writer(),
+            Backing::Merged(_) => return self.part_of(obj.as_ref())?.add(obj),
+        };
         record_resource_version(&mut inner, obj.as_ref());
         inner.insert(key, obj);
         Ok(())
@@ -158,18 +301,38 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
 
     fn delete(&self, obj: Arc<K>) -> Result<(), StoreError> {
         let key = meta_namespace_key(obj.as_ref())?;
-        let mut inner = self.store.writer();
+        let mut inner = match &self.backing {
+            Backing::One(store) => store.writer(),
+            Backing::Merged(_) => return self.part_of(obj.as_ref())?.delete(obj),
+        };
         record_resource_version(&mut inner, obj.as_ref());
         inner.remove(&key);
         Ok(())
     }
 
+    /// A merged view replaces every part, each with the listed objects of its namespace.
     fn replace(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+        let store = match &self.backing {
+            Backing::One(store) => store,
+            Backing::Merged(parts) => {
+                let mut split: Vec<Vec<Arc<K>>> = parts.iter().map(|_| Vec::new()).collect();
+                for obj in list {
+                    let part = self.part_of(obj.as_ref())?;
+                    if let Some(i) = parts.iter().position(|p| p.indexer.same_cache(part)) {
+                        split[i].push(obj);
+                    }
+                }
+                for (part, list) in parts.iter().zip(split) {
+                    part.indexer.replace(list, resource_version)?;
+                }
+                return Ok(());
+            }
+        };
         let mut items = HashMap::with_capacity(list.len());
         for obj in list {
             items.insert(meta_namespace_key(obj.as_ref())?, obj);
         }
-        let mut inner = self.store.writer();
+        let mut inner = store.writer();
         inner.replace(items);
         inner.set_resource_version(resource_version);
         Ok(())
@@ -180,24 +343,48 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
     }
 
     fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
-        self.store.set_resource_version(resource_version);
+        match &self.backing {
+            Backing::One(store) => store.set_resource_version(resource_version),
+            Backing::Merged(parts) => {
+                for part in parts.iter() {
+                    part.indexer.bookmark(resource_version)?;
+                }
+            }
+        }
         Ok(())
     }
 }
 
 impl<K: Resource + Send + Sync + 'static> KnownObjects<K> for Indexer<K> {
     fn list_keys(&self) -> Vec<String> {
-        self.store.list_keys()
+        Indexer::list_keys(self)
     }
 
     fn get_by_key(&self, key: &str) -> Option<Arc<K>> {
-        self.store.get(key)
+        Indexer::get_by_key(self, key)
     }
 }
 
-impl<K: Resource + Send + Sync + 'static> Indexer<K> {
-    /// The write lock over objects and indexes, for applying a batch of changes at once.
-    pub(crate) fn writer(&self) -> std::sync::RwLockWriteGuard<'_, crate::thread_safe_store::Inner<K>> {
-        self.store.writer()
+impl<K: Resource + 'static> Indexer<K> {
+    /// The part of a merged view holding `obj`'s namespace (`self` for one store).
+    fn part_of(&self, obj: &K) -> Result<&Indexer<K>, StoreError> {
+        let Backing::Merged(parts) = &self.backing else {
+            return Ok(self);
+        };
+        let namespace = obj.meta().namespace.as_deref().filter(|ns| !ns.is_empty());
+        Self::parts_for(parts, namespace)
+            .next()
+            .ok_or_else(|| StoreError::NamespaceNotHeld {
+                namespace: namespace.unwrap_or_default().to_owned(),
+            })
+    }
+
+    /// Whether both are the same cache (clones of one another).
+    fn same_cache(&self, other: &Indexer<K>) -> bool {
+        match (&self.backing, &other.backing) {
+            (Backing::One(a), Backing::One(b)) => Arc::ptr_eq(a, b),
+            (Backing::Merged(a), Backing::Merged(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
     }
 }

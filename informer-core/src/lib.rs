@@ -86,8 +86,8 @@ pub use reflector::{
     WatchErrorHandler,
 };
 pub use shared_informer::{
-    HandlerOptions, InformerConfig, InformerError, InformerStats, ListenerStats, MINIMUM_RESYNC_PERIOD, QueueKind,
-    ResourceEventHandlerRegistration, SharedIndexInformer,
+    HandlerOptions, InformerConfig, InformerError, InformerStats, ListenerStats, MINIMUM_RESYNC_PERIOD, Partition,
+    QueueKind, ResourceEventHandlerRegistration, SharedIndexInformer,
 };
 pub use store::{KeyError, KnownObjects, Store, StoreError, meta_namespace_key, split_meta_namespace_key};
 pub use thread_safe_store::{IndexError, ThreadSafeStore};

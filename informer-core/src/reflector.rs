@@ -703,8 +703,8 @@ where
         match self.store.replace(listed.items, &listed.resource_version) {
             Ok(()) => {}
             Err(StoreError::Closed) => return Transition::Stop,
-            Err(StoreError::Key(e)) => {
-                let e = ListWatchError::Decode(format!("listed object without a key: {e}"));
+            Err(e) => {
+                let e = ListWatchError::Decode(format!("the store refused the list: {e}"));
                 self.report(&e);
                 return Transition::AfterBackoff(State::List { rv_unavailable });
             }
@@ -842,7 +842,7 @@ where
                         match self.store.replace(initial.into_values().collect(), &rv) {
                             Ok(()) => {}
                             Err(StoreError::Closed) => return Ok(None),
-                            Err(StoreError::Key(e)) => return Err(ListWatchError::Decode(e.to_string())),
+                            Err(e) => return Err(ListWatchError::Decode(e.to_string())),
                         }
                         self.last_sync_resource_version.set(&rv);
                         ReflectorMetrics::inc(&self.metrics.lists);
@@ -997,7 +997,7 @@ where
                     }
                 }
                 Err(StoreError::Closed) => return false,
-                Err(StoreError::Key(e)) => self.skip_malformed(&MalformedObject::new(e.to_string())),
+                Err(e) => self.skip_malformed(&MalformedObject::new(e.to_string())),
             }
         }
         for rv in changes_rv.drain(..) {

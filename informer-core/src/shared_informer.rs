@@ -13,6 +13,16 @@
 //! informer checks for due resyncs every *resync check period*. A handler added before start
 //! with a shorter period lowers the check period; one added after start gets at least the
 //! check period. A check period of zero means no resync at all.
+//!
+//! Partitions: an informer made with [`SharedIndexInformer::partitioned`] runs one reflector,
+//! queue and store per [`Partition`] (controller-runtime's multi-namespace cache: one
+//! list/watch per namespace) and is one informer to everything above it: one set of handlers
+//! hearing every partition's changes, one [`Indexer`] that is the merged view of the
+//! partitions' stores (a key goes to its namespace's store; lists and index lookups merge),
+//! synced once every partition synced. Each partition's relist replaces its own store only.
+//! Batches of all partitions are applied under the informer's one `block_deltas` lock, so a
+//! late handler's replay sees them all or none. An informer of one partition is the plain
+//! informer: [`new`](SharedIndexInformer::new) makes one.
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -38,7 +48,7 @@ use crate::reflector::{
     LastSyncResourceVersion, Reflector, ReflectorConfig, ReflectorMetrics, TransformFunc, WatchErrorHandler,
 };
 use crate::store::Store;
-use crate::thread_safe_store::{IndexError, Inner as CacheState};
+use crate::thread_safe_store::{IndexError, Inner as CacheState, ThreadSafeStore};
 
 /// The shortest resync period a handler can ask for (client-go `minimumResyncPeriod`).
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -186,8 +196,49 @@ struct Settings<K> {
     watch_error_handler: Option<WatchErrorHandler>,
 }
 
-struct Inner<K> {
+/// One list/watch of an informer and the namespace its objects are in (see
+/// [`SharedIndexInformer::partitioned`]).
+#[non_exhaustive]
+pub struct Partition<K> {
+    /// The namespace every object it lists is in; `None`: any (all namespaces, or a
+    /// cluster-scoped type).
+    pub namespace: Option<String>,
+    /// Where it lists and watches.
+    pub lister_watcher: Arc<dyn ListerWatcher<K>>,
+    /// How it lists and watches (its own selectors; its name is the reflector's, in logs).
+    pub reflector: ReflectorConfig,
+}
+
+impl<K> Partition<K> {
+    /// A partition holding the objects of `namespace` (`None`: of any), listed and watched
+    /// through `lister_watcher` as `reflector` says.
+    pub fn new(
+        namespace: Option<String>,
+        lister_watcher: Arc<dyn ListerWatcher<K>>,
+        reflector: ReflectorConfig,
+    ) -> Self {
+        Partition {
+            namespace,
+            lister_watcher,
+            reflector,
+        }
+    }
+}
+
+/// A partition as the informer runs it: its store is the part of the informer's indexer it
+/// writes.
+struct Part<K> {
     lister_watcher: Arc<dyn ListerWatcher<K>>,
+    reflector_config: ReflectorConfig,
+    store: Arc<ThreadSafeStore<K>>,
+    indexer: Indexer<K>,
+}
+
+struct Inner<K> {
+    /// Invariant: the partitions' namespaces are distinct, and `indexer` is the merged view of
+    /// their stores (the one store itself for one partition).
+    parts: Vec<Part<K>>,
+    /// The informer's own: its name, and the reflector settings of a one-partition informer.
     reflector_config: ReflectorConfig,
     queue: QueueKind,
     indexer: Indexer<K>,
@@ -196,9 +247,9 @@ struct Inner<K> {
     /// Serializes `process_batch` with late handler registration, so a late handler's cache
     /// replay and the live notifications after it neither overlap nor leave a gap.
     block_deltas: Mutex<()>,
-    /// The queue between reflector and `process_batch`, made by `run`. Held as the `Queue`
-    /// trait: the informer does not care which FIFO it drives.
-    fifo: OnceLock<Arc<dyn Queue<K>>>,
+    /// The queues between each partition's reflector and `process_batch`, made by `run`.
+    /// Held as the `Queue` trait: the informer does not care which FIFO it drives.
+    fifos: OnceLock<Vec<Arc<dyn Queue<K>>>>,
     last_sync_resource_version: LastSyncResourceVersion,
     reflector_metrics: Arc<ReflectorMetrics>,
     next_listener_id: AtomicU64,
@@ -345,12 +396,45 @@ where
 
     /// An informer over a shared `lister_watcher`.
     pub fn from_arc(lister_watcher: Arc<dyn ListerWatcher<K>>, config: InformerConfig<K>) -> Self {
+        let partition = Partition::new(None, lister_watcher, config.reflector.clone());
+        Self::partitioned(vec![partition], config)
+    }
+
+    /// One informer over several list/watches, each holding the objects of its own namespace
+    /// (see the module docs): handlers, the cache and `has_synced` span them all. The
+    /// partitions' namespaces must differ (a later one naming an earlier one's namespace is
+    /// dropped, with a warning). `config.reflector` names the informer; each partition lists
+    /// and watches with its own reflector settings.
+    pub fn partitioned(partitions: Vec<Partition<K>>, config: InformerConfig<K>) -> Self {
+        let mut parts: Vec<(Option<String>, Part<K>)> = Vec::with_capacity(partitions.len());
+        for partition in partitions {
+            if parts.iter().any(|(namespace, _)| *namespace == partition.namespace) {
+                warn!(informer = %config.reflector.name, namespace = ?partition.namespace,
+                    "a second partition for one namespace ignored");
+                continue;
+            }
+            let (indexer, store) = Indexer::with_store(config.indexers.clone());
+            parts.push((
+                partition.namespace,
+                Part {
+                    lister_watcher: partition.lister_watcher,
+                    reflector_config: partition.reflector,
+                    store,
+                    indexer,
+                },
+            ));
+        }
+        let indexer = Indexer::merged(
+            parts
+                .iter()
+                .map(|(namespace, p)| (namespace.clone(), p.indexer.clone())),
+        );
         SharedIndexInformer {
             inner: Arc::new(Inner {
-                lister_watcher,
+                parts: parts.into_iter().map(|(_, part)| part).collect(),
                 reflector_config: config.reflector,
                 queue: config.queue,
-                indexer: Indexer::new(config.indexers),
+                indexer,
                 processor: SharedProcessor::new(),
                 settings: Mutex::new(Settings {
                     started: false,
@@ -361,7 +445,7 @@ where
                     watch_error_handler: None,
                 }),
                 block_deltas: Mutex::new(()),
-                fifo: OnceLock::new(),
+                fifos: OnceLock::new(),
                 last_sync_resource_version: LastSyncResourceVersion::default(),
                 reflector_metrics: Arc::new(ReflectorMetrics::default()),
                 next_listener_id: AtomicU64::new(0),
@@ -510,9 +594,13 @@ where
         &self.inner.indexer
     }
 
-    /// True once the initial list has been fully processed into the cache.
+    /// True once the initial list has been fully processed into the cache (of every
+    /// partition).
     pub fn has_synced(&self) -> bool {
-        self.inner.fifo.get().is_some_and(|fifo| fifo.has_synced())
+        self.inner
+            .fifos
+            .get()
+            .is_some_and(|fifos| fifos.iter().all(|fifo| fifo.has_synced()))
     }
 
     /// Waits until [`has_synced`](Self::has_synced), or returns false if `shutdown` fires first
@@ -601,71 +689,102 @@ where
         self.settings().resync_check_period
     }
 
-    /// Runs the informer until `shutdown` is cancelled. Returns after the reflector stopped
+    /// Runs the informer until `shutdown` is cancelled. Returns after the reflectors stopped
     /// and every handler's listener finished its notification in progress. A second call
     /// returns at once.
     pub async fn run(&self, shutdown: CancellationToken) {
-        let (reflector, fifo) = {
+        let pipelines = {
             let mut settings = self.settings();
             if settings.started {
                 warn!(informer = %self.inner.reflector_config.name, "informer already started; run ignored");
                 return;
             }
             settings.started = true;
-            let fifo: Arc<dyn Queue<K>> = match self.inner.queue {
-                QueueKind::RealFifo => Arc::new(RealFifo::new()),
-                QueueKind::DeltaFifo => Arc::new(DeltaFifo::new(DeltaFifoOptions {
-                    known_objects: Some(Arc::new(self.inner.indexer.clone())),
-                    emit_delta_type_replaced: true,
-                })),
-            };
-            let _ = self.inner.fifo.set(fifo.clone());
-            let processor = self.clone();
-            let mut reflector = Reflector::new(
-                self.inner.lister_watcher.clone(),
-                fifo.clone() as Arc<dyn Store<K>>,
-                self.inner
-                    .reflector_config
-                    .clone()
-                    .resync_period(settings.resync_check_period),
-            )
-            .with_should_resync(Arc::new(move || processor.inner.processor.should_resync()))
-            .with_last_sync_resource_version(self.inner.last_sync_resource_version.clone())
-            .with_metrics(self.inner.reflector_metrics.clone());
-            if let Some(transform) = settings.transform.clone() {
-                reflector = reflector.with_transform(transform);
+            let fifos: Vec<Arc<dyn Queue<K>>> = self
+                .inner
+                .parts
+                .iter()
+                .map(|part| -> Arc<dyn Queue<K>> {
+                    match self.inner.queue {
+                        QueueKind::RealFifo => Arc::new(RealFifo::new()),
+                        QueueKind::DeltaFifo => Arc::new(DeltaFifo::new(DeltaFifoOptions {
+                            known_objects: Some(Arc::new(part.indexer.clone())),
+                            emit_delta_type_replaced: true,
+                        })),
+                    }
+                })
+                .collect();
+            let _ = self.inner.fifos.set(fifos.clone());
+            let mut pipelines = Vec::with_capacity(fifos.len());
+            for (i, (part, fifo)) in self.inner.parts.iter().zip(&fifos).enumerate() {
+                // The processor decides once per tick which handlers are due a resync: the
+                // first partition asks it and resyncs every partition's queue when any is due.
+                let should_resync: Arc<dyn Fn() -> bool + Send + Sync> = if i == 0 {
+                    let (processor, others) = (self.clone(), fifos[1..].to_vec());
+                    Arc::new(move || {
+                        let due = processor.inner.processor.should_resync();
+                        if due {
+                            // A closed queue takes no resync; its partition is stopping.
+                            others.iter().for_each(|fifo| drop(fifo.resync()));
+                        }
+                        due
+                    })
+                } else {
+                    Arc::new(|| false)
+                };
+                let mut reflector = Reflector::new(
+                    part.lister_watcher.clone(),
+                    fifo.clone() as Arc<dyn Store<K>>,
+                    part.reflector_config
+                        .clone()
+                        .resync_period(settings.resync_check_period),
+                )
+                .with_should_resync(should_resync)
+                .with_last_sync_resource_version(self.inner.last_sync_resource_version.clone())
+                .with_metrics(self.inner.reflector_metrics.clone());
+                if let Some(transform) = settings.transform.clone() {
+                    reflector = reflector.with_transform(transform);
+                }
+                if let Some(handler) = settings.watch_error_handler.clone() {
+                    reflector = reflector.with_watch_error_handler(handler);
+                }
+                pipelines.push((reflector, fifo.clone(), part.store.clone()));
             }
-            if let Some(handler) = settings.watch_error_handler.clone() {
-                reflector = reflector.with_watch_error_handler(handler);
-            }
-            (reflector, fifo)
+            pipelines
         };
-        info!(informer = %self.inner.reflector_config.name, queue = ?self.inner.queue, "starting informer");
+        info!(informer = %self.inner.reflector_config.name, queue = ?self.inner.queue,
+            partitions = pipelines.len(), "starting informer");
         self.inner.processor.run(tokio::runtime::Handle::current());
         // If `run`'s future is dropped (its task aborted) the listeners must not deliver after
         // it: the guard stops them and marks the informer stopped.
         let _guard = StopGuard(self);
 
-        let reflector_run = async {
-            reflector.run(shutdown.clone()).await;
-            fifo.close();
-        };
-        let process_loop = async {
-            let mut process = |batch: &[QueueItem<K>], is_in_initial_list: bool| {
-                self.process_batch(batch, is_in_initial_list);
-                Ok::<(), ProcessError>(())
-            };
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    popped = fifo.pop(&mut process) => match popped {
-                        Ok(_) => {}
-                        Err(PopError::Closed) => return,
-                    },
-                }
+        let runs = pipelines.iter().map(|(reflector, fifo, store)| {
+            let shutdown = shutdown.clone();
+            async move {
+                let reflector_run = async {
+                    reflector.run(shutdown.clone()).await;
+                    fifo.close();
+                };
+                let process_loop = async {
+                    let mut process = |batch: &[QueueItem<K>], is_in_initial_list: bool| {
+                        self.process_batch(store, batch, is_in_initial_list);
+                        Ok::<(), ProcessError>(())
+                    };
+                    loop {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            popped = fifo.pop(&mut process) => match popped {
+                                Ok(_) => {}
+                                Err(PopError::Closed) => return,
+                            },
+                        }
+                    }
+                };
+                tokio::join!(reflector_run, process_loop);
             }
-        };
-        tokio::join!(reflector_run, process_loop);
+        });
+        futures::future::join_all(runs).await;
 
         self.settings().stopped = true;
         self.inner.processor.stop().await;
@@ -677,18 +796,19 @@ where
         self.inner.handle_deltas_panics.load(Ordering::Relaxed)
     }
 
-    /// Applies a popped batch to the cache under one write lock, then hands its notifications
-    /// to the listeners in order (client-go `processDeltas` / `processDeltasInBatch`).
+    /// Applies a batch popped from one partition's queue to that partition's store under one
+    /// write lock, then hands its notifications to the listeners in order (client-go
+    /// `processDeltas` / `processDeltasInBatch`).
     ///
     /// A panic here can only come from user code in the cache's path (an index function): the
     /// item being applied is dropped (the cache stays as it was before it, since index values
     /// are computed before anything changes), logged and counted, and the rest of the batch
     /// goes on.
-    fn process_batch(&self, batch: &[QueueItem<K>], is_in_initial_list: bool) {
+    fn process_batch(&self, store: &ThreadSafeStore<K>, batch: &[QueueItem<K>], is_in_initial_list: bool) {
         let _block = self.block_deltas();
         let mut notifications = Vec::with_capacity(batch.len());
         {
-            let mut cache = self.inner.indexer.writer();
+            let mut cache = store.writer();
             for item in batch {
                 let applied = catch_unwind(AssertUnwindSafe(|| {
                     apply_item(&mut cache, item, is_in_initial_list, &mut notifications)
@@ -1036,7 +1156,7 @@ mod model_tests {
                 }
             };
             let mut process = |batch: &[QueueItem<ConfigMap>], initial: bool| {
-                informer.process_batch(batch, initial);
+                informer.process_batch(&informer.inner.parts[0].store, batch, initial);
                 Ok(())
             };
 
@@ -1153,7 +1273,7 @@ mod model_tests {
     fn a_reader_never_sees_half_of_a_relist() {
         let informer: SharedIndexInformer<ConfigMap> =
             SharedIndexInformer::from_arc(Arc::new(Unused), InformerConfig::default());
-        informer.process_batch(&[replaced_all("a", 2000, 1)], true);
+        informer.process_batch(&informer.inner.parts[0].store, &[replaced_all("a", 2000, 1)], true);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let reader = {
             let cache = informer.indexer().clone();
@@ -1175,7 +1295,11 @@ mod model_tests {
         };
         for round in 0..20u64 {
             let prefix = if round % 2 == 0 { "b" } else { "a" };
-            informer.process_batch(&[replaced_all(prefix, 2000, round + 2)], false);
+            informer.process_batch(
+                &informer.inner.parts[0].store,
+                &[replaced_all(prefix, 2000, round + 2)],
+                false,
+            );
         }
         stop.store(true, Ordering::Relaxed);
         let snapshots = reader.join().expect("no torn snapshot");
@@ -1211,13 +1335,17 @@ mod model_tests {
         };
         let registration = informer.add_event_handler(handler).unwrap();
         informer.inner.processor.run(tokio::runtime::Handle::current());
-        informer.process_batch(&[replaced_all("a", 2, 1)], true);
+        informer.process_batch(&informer.inner.parts[0].store, &[replaced_all("a", 2, 1)], true);
         // a0 changes, a1 is gone, c0 is new; the watch missed all of it.
         let relist = QueueItem::ReplacedAll(ReplacedAll {
             resource_version: "5".into(),
             objects: vec![("ns/c0".into(), named("c", 0, 5)), ("ns/a0".into(), named("a", 0, 4))],
         });
-        informer.process_batch(&[relist, QueueItem::Bookmark("6".into())], false);
+        informer.process_batch(
+            &informer.inner.parts[0].store,
+            &[relist, QueueItem::Bookmark("6".into())],
+            false,
+        );
         while registration.pending() > 0 || seen.lock().unwrap().len() < 5 {
             tokio::task::yield_now().await;
         }
@@ -1277,7 +1405,7 @@ mod model_tests {
             .add_event_handler_with_options(fast, HandlerOptions::default().non_blocking())
             .unwrap();
         informer.inner.processor.run(tokio::runtime::Handle::current());
-        informer.process_batch(&[replaced_all("a", 100, 1)], true);
+        informer.process_batch(&informer.inner.parts[0].store, &[replaced_all("a", 100, 1)], true);
         // The fast handler and this task (on the async workers) keep going while four
         // blocking-pool threads sit in the stalled handlers.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -26,6 +26,12 @@ pub enum StoreError {
     /// The store is a closed queue and takes no more objects.
     #[error("the queue is closed")]
     Closed,
+    /// The object's namespace is none of those a merged [`Indexer`](crate::Indexer) holds.
+    #[error("namespace {namespace:?} is not held by this cache")]
+    NamespaceNotHeld {
+        /// The object's namespace (empty for a cluster-scoped object).
+        namespace: String,
+    },
 }
 
 /// The key of an object: `namespace/name`, or `name` when it has no namespace

@@ -1,0 +1,202 @@
+//! One type cached for several namespaces (controller-runtime's `ByObject[obj].Namespaces`)
+//! over envtest: one list/watch per namespace, one informer, one cache and one lister to the
+//! consumers.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use factory::{CacheOptions, NamespaceConfig, SharedInformerFactory};
+use informer_core::{Lister, NAMESPACE_INDEX, ResourceEventHandlerFuncs};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use tokio_util::sync::CancellationToken;
+
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn configmap(namespace: &str, name: &str, app: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            labels: Some([("app".to_string(), app.to_string())].into()),
+            ..Default::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+async fn create(client: &kube::Client, namespace: &str, name: &str, app: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    api.create(&PostParams::default(), &configmap(namespace, name, app))
+        .await
+        .unwrap();
+}
+
+fn keys(lister: &Lister<ConfigMap>) -> Vec<String> {
+    let mut keys: Vec<String> = lister
+        .list(&Default::default())
+        .iter()
+        .map(|cm| {
+            format!(
+                "{}/{}",
+                cm.metadata.namespace.as_deref().unwrap_or(""),
+                cm.metadata.name.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    keys.sort();
+    keys
+}
+
+#[tokio::test]
+async fn a_type_cached_for_two_namespaces_is_one_informer_one_cache_and_one_lister() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for name in ["a", "b", "c"] {
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Namespace::default()
+        };
+        namespaces.create(&PostParams::default(), &namespace).await.unwrap();
+    }
+    for (namespace, name, app) in [
+        ("a", "x", "web"),
+        ("a", "y", "db"),
+        ("b", "x", "web"),
+        ("b", "z", "db"),
+        ("c", "x", "web"),
+    ] {
+        create(&client, namespace, name, app).await;
+    }
+    // a and b, b with a label selector of its own: b's "db" object is not cached.
+    let options = CacheOptions::default()
+        .namespaces(["a", "b"])
+        .namespace_with("b", NamespaceConfig::default().labels("app=web"));
+    let factory = SharedInformerFactory::builder(client.clone())
+        .by_object::<ConfigMap>(options)
+        .build();
+    let informer = factory.informer_for::<ConfigMap>().unwrap();
+    assert_eq!(informer.name(), "v1/ConfigMap [namespaces=a,b(labels=app=web)]");
+    let by_app: informer_core::Indexers<ConfigMap> = [(
+        "app".to_string(),
+        Arc::new(|cm: &ConfigMap| {
+            cm.metadata
+                .labels
+                .iter()
+                .flatten()
+                .filter(|(k, _)| *k == "app")
+                .map(|(_, v)| v.clone())
+                .collect()
+        }) as informer_core::IndexFunc<ConfigMap>,
+    )]
+    .into();
+    informer.add_indexers(by_app).unwrap();
+    let heard = Arc::new(Mutex::new(Vec::<String>::new()));
+    let sink = heard.clone();
+    informer
+        .add_event_handler(
+            ResourceEventHandlerFuncs::default().on_add(move |cm: &Arc<ConfigMap>, _| {
+                let key = format!(
+                    "{}/{}",
+                    cm.metadata.namespace.as_deref().unwrap_or(""),
+                    cm.metadata.name.as_deref().unwrap_or("")
+                );
+                sink.lock().unwrap().push(key);
+            }),
+        )
+        .unwrap();
+
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let synced = factory.wait_for_cache_sync(&shutdown).await;
+    assert_eq!(
+        synced.into_iter().collect::<Vec<_>>(),
+        [("v1/ConfigMap [namespaces=a,b(labels=app=web)]".to_string(), true)]
+    );
+    assert!(informer.has_synced());
+
+    // One lister over both namespaces: list merges, get goes to the namespace's store.
+    let lister = Lister::new(informer.indexer().clone());
+    assert_eq!(keys(&lister), ["a/x", "a/y", "b/x"]);
+    assert!(lister.namespaced("a").get("y").is_some());
+    assert!(lister.namespaced("b").get("x").is_some());
+    assert!(
+        lister.namespaced("b").get("z").is_none(),
+        "b's own selector keeps its db object out"
+    );
+    assert!(lister.namespaced("c").get("x").is_none(), "c is not cached");
+    assert!(informer.indexer().get_by_key("a/x").is_some());
+    assert_eq!(informer.indexer().len(), 3);
+    // Index lookups merge across namespaces.
+    let mut web: Vec<String> = informer.indexer().index_keys("app", "web").unwrap();
+    web.sort();
+    assert_eq!(web, ["a/x", "b/x"]);
+    assert_eq!(informer.indexer().by_index(NAMESPACE_INDEX, "a").unwrap().len(), 2);
+    let mut apps = informer.indexer().list_index_func_values("app");
+    apps.sort();
+    assert_eq!(apps, ["db", "web"]);
+    // The handler registered on the one informer heard both namespaces' initial lists.
+    let mut initial = heard.lock().unwrap().clone();
+    initial.sort();
+    assert_eq!(initial, ["a/x", "a/y", "b/x"]);
+
+    // One list and one watch per namespace, each with its own selectors; none elsewhere.
+    let reads = env.requests();
+    let of = |path: &str| {
+        reads
+            .iter()
+            .filter(|r| r.method == "GET" && r.path == path)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (
+        of("/api/v1/namespaces/a/configmaps"),
+        of("/api/v1/namespaces/b/configmaps"),
+    );
+    assert!(!a.is_empty() && !b.is_empty());
+    assert!(a.iter().all(|r| r.param("labelSelector").is_none()), "{a:?}");
+    assert!(
+        b.iter().all(|r| r.param("labelSelector").as_deref() == Some("app=web")),
+        "{b:?}"
+    );
+    assert!(of("/api/v1/namespaces/c/configmaps").is_empty());
+    assert!(of("/api/v1/configmaps").is_empty());
+
+    // Later changes in either namespace reach the one cache and its handlers; c's do not.
+    create(&client, "b", "w", "web").await;
+    create(&client, "c", "w", "web").await;
+    create(&client, "a", "w", "web").await;
+    eventually("b/w and a/w cached", || {
+        keys(&lister) == ["a/w", "a/x", "a/y", "b/w", "b/x"]
+    })
+    .await;
+    eventually("b/w heard", || heard.lock().unwrap().iter().any(|k| k == "b/w")).await;
+    assert!(!heard.lock().unwrap().iter().any(|k| k.starts_with("c/")));
+    let a_api: Api<ConfigMap> = Api::namespaced(client.clone(), "a");
+    a_api.delete("y", &DeleteParams::default()).await.unwrap();
+    eventually("a/y gone", || keys(&lister) == ["a/w", "a/x", "b/w", "b/x"]).await;
+
+    shutdown.cancel();
+    factory.shutdown().await;
+    assert!(informer.is_stopped());
+}
+
+#[tokio::test]
+async fn a_namespace_listed_both_ways_or_empty_is_refused() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
+    let both = factory.informer_for_with::<ConfigMap>(CacheOptions::default().namespace("a").namespaces(["b"]));
+    assert!(matches!(both.err(), Some(factory::FactoryError::InvalidOptions(_))));
+    let empty = factory.informer_for_with::<ConfigMap>(CacheOptions::default().namespaces([""]));
+    assert!(matches!(empty.err(), Some(factory::FactoryError::InvalidOptions(_))));
+}

@@ -110,6 +110,10 @@ impl<C: 'static> SourceOptions<C> {
 
     /// Read the informer for exactly `options`, shared only with requests for the same
     /// options (a list and watch of its own if they differ from the type's shared informer's).
+    /// A controller reads one informer per type (what
+    /// [`Context::lister_for`](crate::Context::lister_for) returns): every other source of the
+    /// type must read the same one, or building fails with
+    /// [`ControllerError::ConflictingCaches`].
     pub fn informer_with(mut self, options: CacheOptions) -> Self {
         self.cache = Cache::Exactly(options);
         self
@@ -660,14 +664,28 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             }
         };
 
+        // One cache per type: `Context::lister_for::<C>()` must not have two to choose from.
+        let all_sources = || {
+            std::iter::once(&primary as &dyn ErasedSource)
+                .chain(sources.iter().map(|s| &**s))
+                .chain(common.triggers.iter().map(|t| t as &dyn ErasedSource))
+        };
+        let mut caches: Vec<(SourceKey, &str)> = Vec::new();
+        for (key, name) in all_sources().filter_map(|source| source.cache()) {
+            if let Some((_, first)) = caches.iter().find(|(k, n)| *k == key && *n != name) {
+                return Err(ControllerError::ConflictingCaches {
+                    controller: common.name.clone(),
+                    first: (*first).to_owned(),
+                    second: name.to_owned(),
+                });
+            }
+            caches.push((key, name));
+        }
         let predicates = EventFilters(common.predicates);
         let mut typed = HashMap::new();
         let mut dynamic = HashMap::new();
         let mut registrations: Vec<Box<dyn ErasedRegistration>> = Vec::new();
-        let all_sources = std::iter::once(&primary as &dyn ErasedSource)
-            .chain(sources.iter().map(|s| &**s))
-            .chain(common.triggers.iter().map(|t| t as &dyn ErasedSource));
-        for source in all_sources {
+        for source in all_sources() {
             source.add_to_context(&mut typed, &mut dynamic);
             match source.register(&common.name, &queue, &predicates) {
                 Ok(registration) => registrations.push(registration),

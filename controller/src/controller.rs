@@ -131,6 +131,23 @@ pub enum ControllerError {
     /// The builder was given an impossible setting.
     #[error("invalid controller configuration: {0}")]
     InvalidConfig(String),
+    /// Two sources of one type read two informers (other cache options through
+    /// [`SourceOptions::informer_with`](crate::SourceOptions::informer_with)), so
+    /// [`Context::lister_for`](crate::Context::lister_for) could not tell which cache it means.
+    /// A controller reads one cache per type, as controller-runtime's one cache per type
+    /// refuses conflicting `ByObject` options: give both sources one informer, and filter each
+    /// with its own predicates (such as a `LabelSelectorPredicate`).
+    #[error(
+        "controller {controller}: two informers of one type, [{first}] and [{second}]: a controller reads one cache per type; use one informer and per-source predicates"
+    )]
+    ConflictingCaches {
+        /// The controller's name.
+        controller: String,
+        /// The informer the first source of the type reads.
+        first: String,
+        /// The informer another source of the type reads.
+        second: String,
+    },
     /// Some informers did not sync in time (a wrong group or a missing CRD, typically).
     #[error("controller {controller}: caches not synced within {timeout:?}: {informers:?}")]
     CacheSyncTimeout {

@@ -290,11 +290,19 @@ impl<K: Resource + 'static> Context<K> {
     }
 
     /// A lister of `C`, if the controller owns or watches `C` (or `C` is its primary type).
+    ///
+    /// A controller reads one informer per type, so this is never ambiguous: every source of
+    /// `C` reads the same informer, or the controller did not build
+    /// ([`ControllerError::ConflictingCaches`](crate::ControllerError::ConflictingCaches)), as
+    /// controller-runtime's one cache per type refuses conflicting `ByObject` options. An
+    /// informer of several namespaces ([`CacheOptions::namespaces`](factory::CacheOptions::namespaces))
+    /// is one lister over all of them.
     pub fn lister_for<C: FactoryResource>(&self) -> Option<Lister<C>> {
         self.indexer_for::<C>().map(Lister::new)
     }
 
-    /// The cache of `C` (to query its indexes), if the controller owns or watches `C`.
+    /// The cache of `C` (to query its indexes), if the controller owns or watches `C`; the
+    /// informer every source of `C` reads (see [`lister_for`](Self::lister_for)).
     pub fn indexer_for<C: FactoryResource>(&self) -> Option<Indexer<C>> {
         self.inner
             .typed

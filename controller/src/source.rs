@@ -58,7 +58,7 @@ pub(crate) fn dynamic_source(resource: &ApiResource) -> (SourceKey, String) {
 }
 
 /// Which context map a source's cache goes into.
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) enum SourceKey {
     Typed(TypeId),
     Dynamic(Gvk),
@@ -117,6 +117,9 @@ pub(crate) trait ErasedSource: Send + Sync {
         typed: &mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
         dynamic: &mut HashMap<Gvk, Indexer<DynamicObject>>,
     );
+    /// Which context slot the source's cache fills and the name of the informer filling it
+    /// (unique per type and options in the factory); `None` for a source without a cache.
+    fn cache(&self) -> Option<(SourceKey, &str)>;
 }
 
 impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
@@ -156,6 +159,11 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
             registration,
             name: self.name.clone(),
         }))
+    }
+
+    fn cache(&self) -> Option<(SourceKey, &str)> {
+        let informer = self.informer.as_ref()?;
+        Some((self.key.clone(), informer.name()))
     }
 
     fn add_to_context(
@@ -294,6 +302,10 @@ impl ErasedSource for Trigger {
         _typed: &mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
         _dynamic: &mut HashMap<Gvk, Indexer<DynamicObject>>,
     ) {
+    }
+
+    fn cache(&self) -> Option<(SourceKey, &str)> {
+        None
     }
 }
 

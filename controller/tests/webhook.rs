@@ -199,7 +199,7 @@ async fn post(client: &kube::Client, path: &str, body: &Value) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-fn foo(name: &str, spec: Value) -> Value {
+fn foo_json(name: &str, spec: Value) -> Value {
     json!({
         "apiVersion": "webhook.kinformer.dev/v1",
         "kind": "Foo",
@@ -235,15 +235,15 @@ fn review(uid: &str, operation: &str, object: Value, dry_run: bool) -> Value {
 /// Replicas within 0..=10; zero allowed with a warning; the dry-run flag echoed in a denial of
 /// the name `tell-dry-run`; a custom code for the name `teapot`.
 async fn replicas_in_range(req: AdmissionRequest<v1::Foo>) -> Verdict {
-    let Some(foo) = req.object.as_ref() else {
+    let Some(object) = req.object.as_ref() else {
         return Verdict::allowed();
     };
-    match foo.metadata.name.as_deref() {
+    match object.metadata.name.as_deref() {
         Some("tell-dry-run") => return Verdict::denied(format!("dryRun={}", req.dry_run)),
         Some("teapot") => return Verdict::errored(418, "short and stout"),
         _ => {}
     }
-    match foo.spec.replicas {
+    match object.spec.replicas {
         0 => Verdict::allowed().with_warning("zero replicas: nothing will run"),
         1..=10 => Verdict::allowed(),
         n => Verdict::denied(format!("spec.replicas {n} is not within 0..=10")),
@@ -265,7 +265,7 @@ async fn validating_webhook_allows_denies_and_warns() {
     let allowed = running
         .post(
             VALIDATE,
-            &review("uid-1", "CREATE", foo("a", json!({"replicas": 3})), false),
+            &review("uid-1", "CREATE", foo_json("a", json!({"replicas": 3})), false),
         )
         .await;
     assert_eq!(allowed["apiVersion"], "admission.k8s.io/v1");
@@ -280,7 +280,7 @@ async fn validating_webhook_allows_denies_and_warns() {
     let denied = running
         .post(
             VALIDATE,
-            &review("uid-2", "UPDATE", foo("a", json!({"replicas": 11})), false),
+            &review("uid-2", "UPDATE", foo_json("a", json!({"replicas": 11})), false),
         )
         .await;
     let response = &denied["response"];
@@ -293,7 +293,7 @@ async fn validating_webhook_allows_denies_and_warns() {
     let warned = running
         .post(
             VALIDATE,
-            &review("uid-3", "CREATE", foo("a", json!({"replicas": 0})), false),
+            &review("uid-3", "CREATE", foo_json("a", json!({"replicas": 0})), false),
         )
         .await;
     assert_eq!(warned["response"]["allowed"], true);
@@ -305,7 +305,7 @@ async fn validating_webhook_allows_denies_and_warns() {
     let teapot = running
         .post(
             VALIDATE,
-            &review("uid-4", "CREATE", foo("teapot", json!({"replicas": 1})), false),
+            &review("uid-4", "CREATE", foo_json("teapot", json!({"replicas": 1})), false),
         )
         .await;
     assert_eq!(teapot["response"]["allowed"], false);
@@ -316,7 +316,7 @@ async fn validating_webhook_allows_denies_and_warns() {
     let deleted = running
         .post(
             VALIDATE,
-            &review("uid-5", "DELETE", foo("a", json!({"replicas": 99})), false),
+            &review("uid-5", "DELETE", foo_json("a", json!({"replicas": 99})), false),
         )
         .await;
     assert_eq!(deleted["response"]["allowed"], true);
@@ -334,7 +334,12 @@ async fn dry_run_reaches_the_handler() {
         let answer = running
             .post(
                 VALIDATE,
-                &review("uid-d", "CREATE", foo("tell-dry-run", json!({"replicas": 1})), dry_run),
+                &review(
+                    "uid-d",
+                    "CREATE",
+                    foo_json("tell-dry-run", json!({"replicas": 1})),
+                    dry_run,
+                ),
             )
             .await;
         assert_eq!(answer["response"]["status"]["message"], format!("dryRun={dry_run}"));
@@ -345,24 +350,25 @@ async fn dry_run_reaches_the_handler() {
 #[tokio::test]
 async fn mutating_webhook_answers_the_patch_of_the_typed_change() {
     let running = Running::start(|server| {
-        let mutator = |mut foo: v1::Foo, req: AdmissionRequest<v1::Foo>| async move {
+        let mutator = |mut object: v1::Foo, req: AdmissionRequest<v1::Foo>| async move {
             assert_eq!(
                 req.object.as_ref().map(|o| &o.spec),
-                Some(&foo.spec),
+                Some(&object.spec),
                 "the request carries the object"
             );
-            if foo.spec.replicas > 100 {
+            if object.spec.replicas > 100 {
                 return Err(Verdict::denied("far too many"));
             }
-            foo.metadata
+            object
+                .metadata
                 .labels
                 .get_or_insert_default()
                 .insert("team".into(), "core".into());
-            if foo.spec.replicas == 0 {
-                foo.spec.replicas = 1;
+            if object.spec.replicas == 0 {
+                object.spec.replicas = 1;
             }
-            foo.spec.image = None;
-            Ok(foo)
+            object.spec.image = None;
+            Ok(object)
         };
         let path = server
             .register_mutating(MutatingWebhook::new(mutator).operations([Operation::Create]))
@@ -371,7 +377,7 @@ async fn mutating_webhook_answers_the_patch_of_the_typed_change() {
     });
 
     // `spec.future` is a field `v1::Foo` does not know: the patch must leave it alone.
-    let raw = foo("a", json!({"replicas": 0, "image": "nginx", "future": {"keep": true}}));
+    let raw = foo_json("a", json!({"replicas": 0, "image": "nginx", "future": {"keep": true}}));
     let answer = running
         .post(MUTATE, &review("uid-m", "CREATE", raw.clone(), false))
         .await;
@@ -392,7 +398,7 @@ async fn mutating_webhook_answers_the_patch_of_the_typed_change() {
     assert_eq!(patched, expected);
 
     // Unchanged: allowed with no patch.
-    let settled = foo("b", json!({"replicas": 2}));
+    let settled = foo_json("b", json!({"replicas": 2}));
     let mut settled_labelled = settled.clone();
     settled_labelled["metadata"]["labels"] = json!({"team": "core"});
     let answer = running
@@ -405,7 +411,7 @@ async fn mutating_webhook_answers_the_patch_of_the_typed_change() {
     let answer = running
         .post(
             MUTATE,
-            &review("uid-x", "CREATE", foo("c", json!({"replicas": 101})), false),
+            &review("uid-x", "CREATE", foo_json("c", json!({"replicas": 101})), false),
         )
         .await;
     assert_eq!(answer["response"]["allowed"], false);
@@ -415,7 +421,7 @@ async fn mutating_webhook_answers_the_patch_of_the_typed_change() {
     let answer = running
         .post(
             MUTATE,
-            &review("uid-del", "DELETE", foo("a", json!({"replicas": 1})), false),
+            &review("uid-del", "DELETE", foo_json("a", json!({"replicas": 1})), false),
         )
         .await;
     assert_eq!(answer["response"]["allowed"], true);
@@ -440,7 +446,7 @@ async fn handler_panic_and_timeout_answer_errors() {
             .register_validating(ValidatingWebhook::new(validator).timeout(Duration::from_millis(500)))
             .unwrap();
     });
-    let mut panicking = review("uid-p", "CREATE", foo("x", json!({"replicas": 1})), false);
+    let mut panicking = review("uid-p", "CREATE", foo_json("x", json!({"replicas": 1})), false);
     panicking["request"]["name"] = json!("panic");
     let answer = running.post(VALIDATE, &panicking).await;
     let response = &answer["response"];
@@ -449,7 +455,7 @@ async fn handler_panic_and_timeout_answer_errors() {
     assert_eq!(response["status"]["code"], 500);
     assert_eq!(response["status"]["message"], "panic: boom [recovered]");
 
-    let mut slow = review("uid-s", "CREATE", foo("x", json!({"replicas": 1})), false);
+    let mut slow = review("uid-s", "CREATE", foo_json("x", json!({"replicas": 1})), false);
     slow["request"]["name"] = json!("slow");
     let started = std::time::Instant::now();
     let answer = running.post(VALIDATE, &slow).await;
@@ -469,7 +475,7 @@ async fn handler_panic_and_timeout_answer_errors() {
     let ok = running
         .post(
             VALIDATE,
-            &review("uid-ok", "CREATE", foo("x", json!({"replicas": 1})), false),
+            &review("uid-ok", "CREATE", foo_json("x", json!({"replicas": 1})), false),
         )
         .await;
     assert_eq!(ok["response"]["allowed"], true);
@@ -486,7 +492,7 @@ async fn decode_errors_answer_400_responses() {
             .unwrap();
     });
     let client = running.client();
-    let body = serde_json::to_vec(&review("uid-c", "CREATE", foo("a", json!({"replicas": 1})), false)).unwrap();
+    let body = serde_json::to_vec(&review("uid-c", "CREATE", foo_json("a", json!({"replicas": 1})), false)).unwrap();
     let wrong_type: Value =
         serde_json::from_str(&try_post(&client, VALIDATE, body, "text/plain").await.unwrap()).unwrap();
     assert_eq!(wrong_type["response"]["allowed"], false);
@@ -518,7 +524,7 @@ async fn decode_errors_answer_400_responses() {
     let bad_object = running
         .post(
             VALIDATE,
-            &review("uid-b", "CREATE", foo("a", json!({"replicas": "three"})), false),
+            &review("uid-b", "CREATE", foo_json("a", json!({"replicas": "three"})), false),
         )
         .await;
     assert_eq!(bad_object["response"]["uid"], "uid-b");
@@ -574,7 +580,7 @@ async fn conversion_round_trips_through_the_hub_and_reports_failures() {
             &conversion_review(
                 "c-1",
                 "webhook.kinformer.dev/v1",
-                vec![alpha.clone(), foo("b", json!({"replicas": 2}))],
+                vec![alpha.clone(), foo_json("b", json!({"replicas": 2}))],
             ),
         )
         .await;
@@ -589,7 +595,11 @@ async fn conversion_round_trips_through_the_hub_and_reports_failures() {
     assert_eq!(converted[0]["kind"], "Foo");
     assert_eq!(converted[0]["spec"], json!({"replicas": 4}));
     assert_eq!(converted[0]["metadata"], alpha["metadata"], "metadata kept");
-    assert_eq!(converted[1], foo("b", json!({"replicas": 2})), "already v1: as it came");
+    assert_eq!(
+        converted[1],
+        foo_json("b", json!({"replicas": 2})),
+        "already v1: as it came"
+    );
 
     let back = running
         .post(
@@ -644,7 +654,7 @@ async fn rotated_certificate_is_served_without_restart() {
             .register_validating(ValidatingWebhook::new(replicas_in_range))
             .unwrap();
     });
-    let body = review("uid-r", "CREATE", foo("a", json!({"replicas": 1})), false);
+    let body = review("uid-r", "CREATE", foo_json("a", json!({"replicas": 1})), false);
     let old_ca = running.pki.ca_der.clone();
     assert_eq!(running.post(VALIDATE, &body).await["response"]["allowed"], true);
 
@@ -701,7 +711,7 @@ async fn manager_serves_webhooks_with_metrics() {
     let denied = post(
         &client,
         VALIDATE,
-        &review("uid-mgr", "CREATE", foo("a", json!({"replicas": 50})), false),
+        &review("uid-mgr", "CREATE", foo_json("a", json!({"replicas": 50})), false),
     )
     .await;
     assert_eq!(denied["response"]["allowed"], false);

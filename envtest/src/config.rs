@@ -1,6 +1,7 @@
 //! [`Config`]: how a [`Server`](crate::Server) is set up.
 
 use http_serving::ServingConfig;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,6 +48,11 @@ pub struct Config {
     /// it before `504` "Too large resource version" (kube-apiserver's watch cache waits 3 s).
     /// Default 3 s.
     pub too_large_resource_version_wait: Duration,
+    /// Where admission and conversion webhooks that name a `service` are reached: envtest has
+    /// no cluster network, so `(namespace, name)` maps to a `host:port` (the service's `port`
+    /// is not used; the certificate is still verified for `<name>.<namespace>.svc`). Set with
+    /// [`Config::webhook_service`]. Default empty: a call to a service fails.
+    pub webhook_services: BTreeMap<(String, String), String>,
 }
 
 impl Default for Config {
@@ -65,11 +71,26 @@ impl Default for Config {
             cert_dir: None,
             tls: false,
             too_large_resource_version_wait: Duration::from_secs(3),
+            webhook_services: BTreeMap::new(),
         }
     }
 }
 
 impl Config {
+    /// Routes webhook calls to the service `namespace`/`name` to `address` (`host:port`), as a
+    /// cluster's service network would: see [`Config::webhook_services`].
+    #[must_use]
+    pub fn webhook_service(
+        mut self,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+        address: impl Into<String>,
+    ) -> Self {
+        self.webhook_services
+            .insert((namespace.into(), name.into()), address.into());
+        self
+    }
+
     /// Sets how long a list or watch at a future resourceVersion waits for it.
     #[must_use]
     pub fn too_large_resource_version_wait(mut self, wait: Duration) -> Self {

@@ -22,6 +22,9 @@ pub(crate) fn apply(group: &str, kind: &str, obj: &mut Value) {
         ("batch", "CronJob") => cron_job(obj),
         ("", "Pod") => pod(obj),
         ("", "Service") => service(obj),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration") => {
+            crate::admission::default_configuration(kind, obj)
+        }
         _ => {}
     }
 }

@@ -151,6 +151,7 @@ mod tls;
 mod typed;
 mod validation;
 mod watch_cache;
+mod webhook_client;
 
 pub use config::Config;
 pub use error::Error;

@@ -86,6 +86,8 @@ fn generation_rule(info: &ResourceInfo) -> GenerationRule {
             GenerationRule::Spec
         }
         ("discovery.k8s.io", "EndpointSlice") => GenerationRule::AllButMetadata { labels: true },
+        // The webhook configurations' strategies bump it when `webhooks` changes.
+        ("admissionregistration.k8s.io", _) => GenerationRule::Spec,
         _ => GenerationRule::Untracked,
     }
 }
@@ -1173,6 +1175,7 @@ fn decode(
 fn validate(info: &ResourceInfo, crd: Option<&Value>, obj: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     let built_in = typed::is_built_in(info);
     let mut errs = crate::validation::object_meta(info, obj, built_in);
+    errs.extend(crate::admission::validate_configuration(info, obj));
     if let Some(schema) = crd.and_then(|c| crate::schema::of_version(c, &info.version)) {
         errs.extend(crate::schema::validate(schema, obj, old));
     }

@@ -74,7 +74,9 @@ impl Server {
             storage: storage.clone(),
             registry: registry.clone(),
             gc: Arc::new(tokio::sync::Notify::new()),
-            admission: crate::admission::Admission::default(),
+            admission: crate::admission::Admission::new(crate::webhook_client::WebhookClient::new(
+                config.webhook_services.clone(),
+            )),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             if let Some(info) = registry.get("", "v1", "namespaces") {

@@ -16,7 +16,7 @@
 
 use crate::resources::ResourceInfo;
 use crate::status::ApiError;
-use k8s_openapi::api::{apps, batch, coordination, core, discovery, events, networking, rbac};
+use k8s_openapi::api::{admissionregistration, apps, batch, coordination, core, discovery, events, networking, rbac};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Serialize, de::DeserializeOwned};
@@ -123,6 +123,12 @@ pub(crate) fn dispatch<V: KindVisitor>(group: &str, version: &str, kind: &str, v
         ("rbac.authorization.k8s.io", "v1", "RoleBinding") => visitor.visit::<rbac::v1::RoleBinding>(),
         ("rbac.authorization.k8s.io", "v1", "ClusterRole") => visitor.visit::<rbac::v1::ClusterRole>(),
         ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => visitor.visit::<rbac::v1::ClusterRoleBinding>(),
+        ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration") => {
+            visitor.visit::<admissionregistration::v1::MutatingWebhookConfiguration>()
+        }
+        ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration") => {
+            visitor.visit::<admissionregistration::v1::ValidatingWebhookConfiguration>()
+        }
         ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => visitor.visit::<CustomResourceDefinition>(),
         _ => return None,
     })

@@ -10,11 +10,20 @@
 //! `GuaranteedUpdate`). The configurations and the namespace's labels are read under the lock
 //! with the object ([`Admission::snapshot`]), so one attempt sees one consistent state.
 
+mod configuration;
+mod matching;
+mod review;
+
+pub(crate) use configuration::{default as default_configuration, validate as validate_configuration};
+
 use crate::resources::ResourceInfo;
 use crate::status::ApiError;
 use crate::storage::Inner;
+use crate::webhook_client::WebhookClient;
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The operation a write is admitted as (`AdmissionRequest.operation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,42 +90,310 @@ pub(crate) struct Attributes<'a> {
     pub(crate) options: Value,
 }
 
-/// The admission chain's settings and state; shared by every write.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Admission {}
+/// The group of the webhook configurations: kube-apiserver calls no webhook for writes to it,
+/// so a webhook cannot lock the cluster out of fixing its own configuration.
+pub(crate) const GROUP: &str = "admissionregistration.k8s.io";
 
-/// The webhook configurations and the namespace of one attempt at a write, read under the
-/// store lock together with the object.
+/// The user every request is admitted as (`AdmissionRequest.userInfo`): envtest has one
+/// identity, its administrator (the bearer token, when set, names no user).
+pub(crate) const USER: &str = "system:admin";
+
+/// The storage keys of the two configuration kinds.
+const MUTATING_KEY: &str = "admissionregistration.k8s.io/mutatingwebhookconfigurations";
+const VALIDATING_KEY: &str = "admissionregistration.k8s.io/validatingwebhookconfigurations";
+
+/// The admission chain's settings: the client webhooks are called with. Shared by every write.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Snapshot {}
+pub(crate) struct Admission {
+    client: WebhookClient,
+}
+
+/// The webhooks of one attempt at a write and the namespace the object lives in, read under
+/// the store lock together with the object.
+///
+/// Invariant: each list holds `(configuration name, webhook)` in the order kube-apiserver
+/// calls them: configurations by name, then each configuration's webhooks in order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    mutating: Vec<(String, Value)>,
+    validating: Vec<(String, Value)>,
+    namespace: Option<Arc<Value>>,
+}
+
+/// Every webhook of the configurations stored under `key`, in call order.
+fn webhooks_of(inner: &Inner, key: &str) -> Vec<(String, Value)> {
+    let Some(configs) = inner.objects(key) else {
+        return Vec::new();
+    };
+    // Stored by (namespace, name): cluster-scoped, so by name, kube-apiserver's order.
+    configs
+        .values()
+        .flat_map(|c| {
+            let name = crate::object::name(c).to_owned();
+            c.get("webhooks")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(move |w| (name.clone(), w.clone()))
+        })
+        .collect()
+}
 
 impl Admission {
-    /// Reads, under the store lock, what admission of a write to `info` in `namespace` needs.
-    pub(crate) fn snapshot(&self, _inner: &Inner, _info: &ResourceInfo, _namespace: &str) -> Snapshot {
-        Snapshot {}
+    /// The chain, calling webhooks with `client`.
+    pub(crate) fn new(client: WebhookClient) -> Self {
+        Admission { client }
     }
 
-    /// Calls the matching mutating webhooks on `obj` (none for a delete). Returns whether the
-    /// object was changed (then the caller decodes it again, as kube-apiserver does after a
-    /// patch).
+    /// The webhook client (CRD conversion webhooks are called with it too).
+    pub(crate) fn client(&self) -> &WebhookClient {
+        &self.client
+    }
+
+    /// Reads, under the store lock, what admission of a write to `info` in `namespace` needs.
+    pub(crate) fn snapshot(&self, inner: &Inner, info: &ResourceInfo, namespace: &str) -> Snapshot {
+        if info.group == GROUP {
+            return Snapshot::default();
+        }
+        Snapshot {
+            mutating: webhooks_of(inner, MUTATING_KEY),
+            validating: webhooks_of(inner, VALIDATING_KEY),
+            namespace: (!namespace.is_empty())
+                .then(|| inner.get("/namespaces", "", namespace))
+                .flatten(),
+        }
+    }
+
+    /// Calls the matching mutating webhooks on `obj` (`None` for a delete), in order, then once
+    /// more those with `reinvocationPolicy: IfNeeded` that ran before a later webhook changed
+    /// the object (kube-apiserver's reinvocation). Returns whether the object was changed
+    /// (then the caller decodes it again, as kube-apiserver does after a patch).
     pub(crate) async fn mutate(
         &self,
-        _snapshot: &Snapshot,
-        _attrs: &Attributes<'_>,
-        _obj: Option<&mut Value>,
-        _warnings: &Warnings,
+        snapshot: &Snapshot,
+        attrs: &Attributes<'_>,
+        mut obj: Option<&mut Value>,
+        warnings: &Warnings,
     ) -> Result<bool, ApiError> {
-        Ok(false)
+        let hooks = &snapshot.mutating;
+        let mut changed_any = false;
+        // Indexes into `hooks` of the IfNeeded webhooks called since the last change, and of
+        // those to call again.
+        let mut previously_invoked: BTreeSet<usize> = BTreeSet::new();
+        let mut reinvoke: BTreeSet<usize> = BTreeSet::new();
+        for pass in 0..2 {
+            for (i, (_, hook)) in hooks.iter().enumerate() {
+                // Matched against the object as the webhooks before left it.
+                if (pass == 1 && !reinvoke.contains(&i))
+                    || !matching::should_call(hook, attrs, snapshot.namespace.as_deref(), obj.as_deref())
+                {
+                    continue;
+                }
+                let changed = match self.call(hook, attrs, obj.as_deref_mut(), warnings, true).await? {
+                    Called::Changed => true,
+                    Called::Unchanged | Called::Skipped => false,
+                };
+                if changed {
+                    changed_any = true;
+                    reinvoke.append(&mut previously_invoked);
+                }
+                if hook.get("reinvocationPolicy").and_then(Value::as_str) == Some("IfNeeded") {
+                    previously_invoked.insert(i);
+                }
+            }
+            if pass == 0 && (!changed_any || reinvoke.is_empty()) {
+                break;
+            }
+        }
+        Ok(changed_any)
     }
 
-    /// Calls the matching validating webhooks on `obj` (none for a delete).
+    /// Calls the matching validating webhooks on `obj` (`None` for a delete), all at once as
+    /// kube-apiserver does; the first failure in webhook order fails the request.
     pub(crate) async fn validate(
         &self,
-        _snapshot: &Snapshot,
-        _attrs: &Attributes<'_>,
-        _obj: Option<&Value>,
-        _warnings: &Warnings,
+        snapshot: &Snapshot,
+        attrs: &Attributes<'_>,
+        obj: Option<&Value>,
+        warnings: &Warnings,
     ) -> Result<(), ApiError> {
+        let calls = snapshot
+            .validating
+            .iter()
+            .filter(|(_, h)| matching::should_call(h, attrs, snapshot.namespace.as_deref(), obj))
+            .map(|(_, hook)| async move {
+                let mut copy = obj.cloned();
+                self.call(hook, attrs, copy.as_mut(), warnings, false).await
+            });
+        for outcome in futures::future::join_all(calls).await {
+            outcome?;
+        }
         Ok(())
+    }
+
+    /// Calls one webhook and applies its answer: `Err` for a denial, a refused dry run, or a
+    /// failed call under `failurePolicy: Fail`.
+    async fn call(
+        &self,
+        hook: &Value,
+        attrs: &Attributes<'_>,
+        obj: Option<&mut Value>,
+        warnings: &Warnings,
+        mutating: bool,
+    ) -> Result<Called, ApiError> {
+        let name = hook.get("name").and_then(Value::as_str).unwrap_or("");
+        if attrs.dry_run {
+            match hook.get("sideEffects").and_then(Value::as_str) {
+                Some("None" | "NoneOnDryRun") => {}
+                _ => {
+                    return Err(ApiError::bad_request(format!(
+                        "admission webhook {name:?} does not support dry run"
+                    )));
+                }
+            }
+        }
+        let ignore = hook.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
+        let outcome = self.exchange(hook, name, attrs, obj.as_deref(), mutating).await;
+        let reply = match outcome {
+            Ok(r) => r,
+            Err(failure) if ignore => {
+                tracing::warn!(webhook = name, error = %failure, "failed calling webhook, failing open");
+                return Ok(Called::Skipped);
+            }
+            Err(failure) => {
+                tracing::warn!(webhook = name, error = %failure, "failed calling webhook, failing closed");
+                return Err(internal_error(&failure));
+            }
+        };
+        for w in &reply.warnings {
+            warnings.add(w.clone());
+        }
+        if !reply.allowed {
+            return Err(review::denied(name, reply.status.as_ref()));
+        }
+        let Some(patch) = reply.patch else {
+            return Ok(Called::Unchanged);
+        };
+        let Some(obj) = obj else {
+            return Err(internal_error(&format!(
+                "admission webhook {name:?} attempted to modify the object, which is not supported for this operation"
+            )));
+        };
+        let mut patched = obj.clone();
+        json_patch::patch(&mut patched, &patch).map_err(|e| internal_error(&e.to_string()))?;
+        if patched == *obj {
+            return Ok(Called::Unchanged);
+        }
+        *obj = patched;
+        Ok(Called::Changed)
+    }
+
+    /// Sends the review and checks the reply; `Err` is a failed call (subject to the
+    /// failure policy), with kube-apiserver's `failed calling webhook "<name>": ...` text.
+    async fn exchange(
+        &self,
+        hook: &Value,
+        name: &str,
+        attrs: &Attributes<'_>,
+        obj: Option<&Value>,
+        mutating: bool,
+    ) -> Result<review::Reply, String> {
+        let failed = |why: String| format!("failed calling webhook {name:?}: {why}");
+        let versions: Vec<&str> = hook
+            .get("admissionReviewVersions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let Some(version) = versions.into_iter().find(|v| review::VERSIONS.contains(v)) else {
+            return Err(failed(format!(
+                "webhook does not accept known AdmissionReview versions ({})",
+                review::VERSIONS.join(", ")
+            )));
+        };
+        let timeout = hook
+            .get("timeoutSeconds")
+            .and_then(Value::as_u64)
+            .unwrap_or(10)
+            .clamp(1, 30);
+        let uid = crate::object::new_uid();
+        let request = review::request(version, &uid, attrs, obj);
+        let client_config = hook.get("clientConfig").cloned().unwrap_or(Value::Null);
+        let reply = self
+            .client
+            .post(&client_config, &request, Duration::from_secs(timeout))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        review::reply(version, &uid, &reply, mutating).map_err(|e| failed(format!("received invalid webhook response: {e}")))
+    }
+}
+
+/// What one webhook call did.
+enum Called {
+    /// The webhook's patch changed the object.
+    Changed,
+    /// Allowed without a change.
+    Unchanged,
+    /// The call failed and `failurePolicy: Ignore` skipped it.
+    Skipped,
+}
+
+/// kube-apiserver's `NewInternalError`: `500`, "Internal error occurred: ...".
+fn internal_error(why: &str) -> ApiError {
+    ApiError::with_details(
+        500,
+        "InternalError",
+        format!("Internal error occurred: {why}"),
+        serde_json::json!({"causes": [{"message": why}]}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Registry;
+    use serde_json::json;
+
+    /// A dry run is refused (400) before any call to a webhook that may have side effects,
+    /// whatever its failure policy, as kube-apiserver refuses it. (The v1 API refuses such
+    /// webhooks at creation, so this is reached only by configurations stored otherwise.)
+    #[tokio::test]
+    async fn a_dry_run_is_refused_by_a_webhook_with_side_effects() {
+        let info = Registry::new().get("", "v1", "configmaps").unwrap();
+        for side_effects in ["Unknown", "Some"] {
+            let hook = json!({"name": "side.example.com", "sideEffects": side_effects, "failurePolicy": "Ignore",
+                "admissionReviewVersions": ["v1"], "clientConfig": {"url": "https://127.0.0.1:1/"},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "operations": ["*"]}]});
+            let snapshot = Snapshot {
+                mutating: Vec::new(),
+                validating: vec![("c".into(), hook)],
+                namespace: None,
+            };
+            let obj = json!({"metadata": {"name": "x", "namespace": "default"}});
+            let mut attrs = Attributes {
+                info: &info,
+                subresource: None,
+                namespace: "default",
+                name: "x",
+                operation: Operation::Create,
+                old: None,
+                dry_run: true,
+                options: Value::Null,
+            };
+            let admission = Admission::default();
+            let e = admission
+                .validate(&snapshot, &attrs, Some(&obj), &Warnings::default())
+                .await
+                .unwrap_err();
+            assert_eq!((e.code, e.reason), (400, "BadRequest"), "{side_effects}");
+            assert_eq!(e.message, "admission webhook \"side.example.com\" does not support dry run");
+            attrs.dry_run = false;
+            // Not a dry run: called, failing (nothing listens) and ignored.
+            admission
+                .validate(&snapshot, &attrs, Some(&obj), &Warnings::default())
+                .await
+                .unwrap();
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! `deployment.spec.replicas` sees `1` here as on a cluster.
 //!
 //! Covered: Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob (their own fields and
-//! their Pod templates), Pod and Service. Only unset (absent or `null`) fields are filled; a
+//! their Pod templates), Pod and Service, and CustomResourceDefinitions (`crd::defaults`). Only unset (absent or `null`) fields are filled; a
 //! value the client sent is never changed. Not covered: what admission plugins or registries
 //! add rather than defaulting (a Service's allocated `clusterIP`, a Pod's default tolerations,
 //! a Job's generated selector and labels), and the many rarely read defaults of other kinds.
@@ -25,6 +25,7 @@ pub(crate) fn apply(group: &str, kind: &str, obj: &mut Value) {
         ("admissionregistration.k8s.io", "MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration") => {
             crate::admission::default_configuration(kind, obj)
         }
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => crate::crd::defaults(obj),
         _ => {}
     }
 }

@@ -1,6 +1,9 @@
 //! Discovery and health: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/{group}/{version}`,
 //! `/healthz`, `/readyz`, `/livez`.
 //!
+//! A group's versions are listed by Kubernetes' version priority, the highest preferred (`v1`
+//! before `v1beta1` whatever order a CRD lists them in).
+//!
 //! Only legacy (unaggregated) discovery is served, as plain `application/json`; kubectl asks for
 //! aggregated discovery first and falls back to it
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#discovery-api>).
@@ -76,6 +79,25 @@ fn resource_entries(resources: &[&Arc<ResourceInfo>]) -> Vec<Value> {
     out
 }
 
+/// The `APIGroup` of `group` serving `versions` (repeats allowed): its versions ordered by
+/// Kubernetes' version priority (`crd::compare_versions`), the first of them preferred, as
+/// kube-apiserver's CRD discovery orders them. kubectl uses the preferred version.
+fn api_group(group: &str, mut versions: Vec<&str>) -> Value {
+    versions.sort_by(|a, b| crate::crd::compare_versions(b, a));
+    versions.dedup();
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+        .collect();
+    json!({
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": group,
+        "preferredVersion": versions.first().cloned().unwrap_or(Value::Null),
+        "versions": versions,
+    })
+}
+
 /// Answers a discovery or health path, or `None` if `path` is not one.
 pub(crate) fn handle(registry: &Registry, path: &str) -> Option<Value> {
     let all = registry.all();
@@ -93,23 +115,17 @@ pub(crate) fn handle(registry: &Registry, path: &str) -> Option<Value> {
         "/apis" => {
             let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
             for r in all.iter().filter(|r| !r.group.is_empty()) {
-                let versions = groups.entry(&r.group).or_default();
-                if !versions.contains(&r.version.as_str()) {
-                    versions.push(&r.version);
-                }
+                groups.entry(&r.group).or_default().push(&r.version);
             }
             let groups: Vec<Value> = groups
                 .into_iter()
-                .map(|(g, vs)| {
-                    let versions: Vec<Value> = vs
-                        .iter()
-                        .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
-                        .collect();
-                    json!({
-                        "name": g,
-                        "versions": versions,
-                        "preferredVersion": versions.first().cloned().unwrap_or(Value::Null),
-                    })
+                .map(|(g, versions)| {
+                    let mut group = api_group(g, versions);
+                    if let Some(map) = group.as_object_mut() {
+                        map.remove("kind");
+                        map.remove("apiVersion");
+                    }
+                    group
                 })
                 .collect();
             return Some(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}));
@@ -121,18 +137,15 @@ pub(crate) fn handle(registry: &Registry, path: &str) -> Option<Value> {
         ["api", v] => ("", *v),
         ["apis", g, v] => (*g, *v),
         ["apis", g] => {
-            let versions: Vec<Value> = all
+            let versions: Vec<&str> = all
                 .iter()
                 .filter(|r| r.group == *g)
-                .map(|r| json!({"groupVersion": format!("{g}/{}", r.version), "version": r.version}))
+                .map(|r| r.version.as_str())
                 .collect();
             if versions.is_empty() {
                 return None;
             }
-            return Some(json!({
-                "kind": "APIGroup", "apiVersion": "v1", "name": g,
-                "versions": versions, "preferredVersion": versions[0],
-            }));
+            return Some(api_group(g, versions));
         }
         _ => return None,
     };

@@ -30,6 +30,13 @@
 //! conflicts between managers unless `force=true`). The OpenAPI v3 documents carry every served kind's schema
 //! (built-in and CRD), so `kubectl explain` works and `kubectl apply` validates on the server.
 //!
+//! CRDs serve every version as kube-apiserver does: objects are stored in the one storage
+//! version and converted to and from the version each request names (`None`: `apiVersion`
+//! only; `Webhook`: a `ConversionReview` to the CRD's webhook, whose failure fails the request
+//! with `500`), the preferred version is the highest by Kubernetes' version priority, and
+//! `deprecated` versions answer with a `Warning`. `kubectl get` receives a `Table` with a CRD
+//! version's `additionalPrinterColumns`.
+//!
 //! # Differences from kube-apiserver
 //!
 //! What a test against envtest can still see differently from a cluster, one line each:
@@ -63,8 +70,10 @@
 //!   `clusterIP`, Pod default tolerations;
 //! - no controllers but the CRD, namespace and garbage-collection ones (no Deployment → ReplicaSet
 //!   → Pod; write status yourself);
-//! - one version served per built-in group; no conversion between CRD versions (each version's
-//!   objects are stored as written).
+//! - one version served per built-in group; custom objects are not defaulted again on read in
+//!   the storage version's schema (kube-apiserver does), and a watch asked for a `Table` gets
+//!   objects; `kubectl get` of a built-in kind shows `NAME` and `AGE` only (no per-kind
+//!   columns).
 //!
 //! # Limits
 //!
@@ -120,6 +129,7 @@ mod admission;
 mod cel;
 pub mod chaos;
 mod config;
+mod conversion;
 mod crd;
 mod defaults;
 mod discovery;
@@ -147,6 +157,7 @@ mod server;
 mod status;
 mod storage;
 mod strategic;
+mod table;
 mod tls;
 mod typed;
 mod validation;

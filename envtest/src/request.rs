@@ -102,13 +102,17 @@ pub(crate) enum Representation {
     /// `meta.k8s.io/v1` `PartialObjectMetadata` (one object, or each object of a watch) or
     /// `PartialObjectMetadataList` (a list): kind, apiVersion and metadata only.
     Metadata,
+    /// A `meta.k8s.io` `Table` of the object or list (`table.rs`), in this version of
+    /// `meta.k8s.io` (`v1` or `v1beta1`). A watch asked for one is answered with objects.
+    Table(&'static str),
 }
 
 /// Picks the representation from `accept` for a list (`list`) or for one object or a watch, as
 /// kube-apiserver negotiates: media ranges in order; one with `as=PartialObjectMetadata[List]`
-/// (`g=meta.k8s.io`, `v=v1`) that fits the request wins, a plain JSON (or wildcard, or protobuf,
-/// answered as JSON) range means the object as stored, and other conversions (`as=Table`) are
-/// skipped. Only `as=` ranges that all fit nothing make a `406`.
+/// (`g=meta.k8s.io`, `v=v1`) that fits the request, or `as=Table` (`g=meta.k8s.io`, `v=v1` or
+/// `v1beta1`), wins, a plain JSON (or wildcard, or protobuf, answered as JSON) range means the
+/// object as stored, and other conversions are skipped. Only `as=` ranges that all fit nothing
+/// make a `406`.
 pub(crate) fn negotiate(accept: Option<&str>, list: bool) -> Result<Representation, ApiError> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
         return Ok(Representation::Full);
@@ -135,6 +139,14 @@ pub(crate) fn negotiate(accept: Option<&str>, list: bool) -> Result<Representati
             Some(kind) if kind == wanted && group == Some("meta.k8s.io") && version == Some("v1") => {
                 if media == "application/json" || media == "*/*" || media == "application/*" {
                     return Ok(Representation::Metadata);
+                }
+            }
+            Some("Table") if group == Some("meta.k8s.io") => {
+                let json = media == "application/json" || media == "*/*" || media == "application/*";
+                match version {
+                    Some("v1") if json => return Ok(Representation::Table("v1")),
+                    Some("v1beta1") if json => return Ok(Representation::Table("v1beta1")),
+                    _ => {}
                 }
             }
             Some(_) => {}

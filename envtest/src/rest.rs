@@ -180,17 +180,21 @@ impl Rest {
                 .ok_or_else(|| ApiError::not_found(&path.info.qualified(), name))?;
             (obj, self.crd_of(&inner, &path.info))
         };
-        self.from_storage(&path.info, crd.as_deref(), obj).await
+        self.to_request_version(&path.info, crd.as_deref(), obj).await
     }
 
     /// LIST with selectors, pagination and resourceVersion semantics.
     pub(crate) async fn list(&self, path: &ResourcePath, q: &Query) -> Result<Value, ApiError> {
         let (mut list, items, crd) = self.list_stored(path, q)?;
-        let mut converted = Vec::with_capacity(items.len());
-        for o in items {
-            converted.push(self.from_storage(&path.info, crd.as_deref(), o).await?);
-        }
-        list["items"] = Value::Array(converted.iter().map(|o| (**o).clone()).collect());
+        let items: Vec<Value> = items.into_iter().map(Arc::unwrap_or_clone).collect();
+        // One conversion for the page, as kube-apiserver converts a list.
+        let items = match crd {
+            Some(crd) => {
+                crate::conversion::list_to_request_version(&crd, self.admission.client(), &path.info, items).await?
+            }
+            None => items,
+        };
+        list["items"] = Value::Array(items);
         Ok(list)
     }
 
@@ -434,6 +438,14 @@ impl Rest {
         if info.key() == "/namespaces" {
             body["status"] = json!({"phase": "Active"});
         }
+        // A custom resource with the status subresource cannot be created with a status (the
+        // custom resource strategy's PrepareForCreate).
+        if crd.is_some()
+            && info.status_subresource
+            && let Some(map) = body.as_object_mut()
+        {
+            map.remove("status");
+        }
         validate(info, crd.as_deref(), &body, None)?;
         self.admission
             .validate(&snapshot, &attrs, Some(&body), &opts.warnings)
@@ -463,7 +475,7 @@ impl Rest {
                 stored
             }
         };
-        let out = self.from_storage(info, crd.as_deref(), stored).await?;
+        let out = self.to_request_version(info, crd.as_deref(), stored).await?;
         Ok((201, Arc::unwrap_or_clone(out)))
     }
 
@@ -557,7 +569,7 @@ impl Rest {
                     self.admission.snapshot(&inner, info, ns_of(path)),
                 )
             };
-            let old = self.from_storage(info, crd.as_deref(), cur.clone()).await?;
+            let old = self.to_request_version(info, crd.as_deref(), cur.clone()).await?;
             #[cfg(test)]
             tests::computing();
             let new = compute(&old)?;
@@ -566,7 +578,7 @@ impl Rest {
                 .await?;
             let new = self.to_storage(info, crd.as_deref(), new).await?;
             if let Some((code, out)) = self.commit_update(path, &cur, &crd, new, opts)? {
-                let out = self.from_storage(info, crd.as_deref(), out).await?;
+                let out = self.to_request_version(info, crd.as_deref(), out).await?;
                 return Ok((code, Arc::unwrap_or_clone(out)));
             }
         }
@@ -762,20 +774,27 @@ impl Rest {
     }
 
     /// Converts an object computed in the version of the request (`info.version`) to the
-    /// version it is stored in, just before it is committed. Every write passes here.
-    async fn to_storage(&self, _info: &ResourceInfo, _crd: Option<&Value>, obj: Value) -> Result<Value, ApiError> {
-        Ok(obj)
+    /// version it is stored in, just before it is committed. Every write passes here
+    /// (`conversion.rs`; built-in kinds have one version).
+    async fn to_storage(&self, _info: &ResourceInfo, crd: Option<&Value>, obj: Value) -> Result<Value, ApiError> {
+        match crd {
+            Some(crd) => crate::conversion::to_storage_version(crd, self.admission.client(), obj).await,
+            None => Ok(obj),
+        }
     }
 
     /// Converts a stored object to the version of the request (`info.version`): what a read
     /// returns, what an update or delete starts from, and what a write answers.
-    pub(crate) async fn from_storage(
+    pub(crate) async fn to_request_version(
         &self,
-        _info: &ResourceInfo,
-        _crd: Option<&Value>,
+        info: &ResourceInfo,
+        crd: Option<&Value>,
         obj: Arc<Value>,
     ) -> Result<Arc<Value>, ApiError> {
-        Ok(obj)
+        match crd {
+            Some(crd) => crate::conversion::to_request_version(crd, self.admission.client(), info, obj).await,
+            None => Ok(obj),
+        }
     }
 
     /// DELETE one object.
@@ -818,7 +837,7 @@ impl Rest {
                 )
             };
             check_preconditions(info, name, &cur, options)?;
-            let old = self.from_storage(info, crd.as_deref(), cur.clone()).await?;
+            let old = self.to_request_version(info, crd.as_deref(), cur.clone()).await?;
             let mut delete_options = options.clone();
             if let Some(m) = delete_options.as_object_mut() {
                 m.insert("kind".into(), json!("DeleteOptions"));
@@ -849,7 +868,7 @@ impl Rest {
             if out.get("kind").and_then(Value::as_str) == Some("Status") {
                 return Ok((code, out));
             }
-            let out = self.from_storage(info, crd.as_deref(), Arc::new(out)).await?;
+            let out = self.to_request_version(info, crd.as_deref(), Arc::new(out)).await?;
             return Ok((code, Arc::unwrap_or_clone(out)));
         }
     }
@@ -940,7 +959,7 @@ impl Rest {
         for ((ns, name), before) in matched {
             match self.delete_one(&info, &ns, &name, options, q, opts).await {
                 Ok(_) => {
-                    let before = self.from_storage(&info, crd.as_deref(), before).await?;
+                    let before = self.to_request_version(&info, crd.as_deref(), before).await?;
                     items.push(Arc::unwrap_or_clone(before));
                 }
                 Err(e) if e.code == 404 => {}
@@ -1076,7 +1095,7 @@ impl Rest {
                 )
             };
             let old = match &cur {
-                Some(c) => Some(self.from_storage(info, crd.as_deref(), c.clone()).await?),
+                Some(c) => Some(self.to_request_version(info, crd.as_deref(), c.clone()).await?),
                 None => None,
             };
             #[cfg(test)]
@@ -1097,7 +1116,7 @@ impl Rest {
                         .await?;
                     let new = self.to_storage(info, crd.as_deref(), new).await?;
                     if let Some((code, out)) = self.commit_update(path, &cur, &crd, new, &opts)? {
-                        let out = self.from_storage(info, crd.as_deref(), out).await?;
+                        let out = self.to_request_version(info, crd.as_deref(), out).await?;
                         return Ok((code, Arc::unwrap_or_clone(out)));
                     }
                 }

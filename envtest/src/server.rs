@@ -384,6 +384,12 @@ async fn serve(
         force: q.flag("force"),
         ..Default::default()
     };
+    // A deprecated CRD version warns on every request to it, as kube-apiserver's CRD handler.
+    if let Some(warning) = crate::crd::of_resource(&rest.storage.lock(), &p.info)
+        .and_then(|crd| crate::crd::deprecation_warning(&crd, &p.info.version))
+    {
+        write.warnings.add(warning);
+    }
     let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let list = *method == Method::GET && p.name.is_none() && !is_watch;
     let representation = if *method == Method::GET {
@@ -406,24 +412,36 @@ async fn serve(
             Ok(status::json_response(StatusCode::OK, &rest.get_scale(&p).await?))
         }
         Method::GET if p.name.is_some() => {
-            let obj = rest.get(&p).await?;
-            match representation {
-                Representation::Full => Ok(status::json_response(StatusCode::OK, &obj)),
-                Representation::Metadata => Ok(status::json_response(
-                    StatusCode::OK,
-                    &request::partial_object_metadata(&obj),
-                )),
+            async {
+                let obj = rest.get(&p).await?;
+                Ok(match representation {
+                    Representation::Full => status::json_response(StatusCode::OK, &obj),
+                    Representation::Metadata => {
+                        status::json_response(StatusCode::OK, &request::partial_object_metadata(&obj))
+                    }
+                    Representation::Table(v) => status::json_response(
+                        StatusCode::OK,
+                        &crate::table::render(&rest.storage, &p.info, &obj, false, q, v)?,
+                    ),
+                })
             }
+            .await
         }
         Method::GET => {
-            let list = rest.list(&p, q).await?;
-            match representation {
-                Representation::Full => Ok(status::json_response(StatusCode::OK, &list)),
-                Representation::Metadata => Ok(status::json_response(
-                    StatusCode::OK,
-                    &request::partial_object_metadata_list(&list),
-                )),
+            async {
+                let list = rest.list(&p, q).await?;
+                Ok(match representation {
+                    Representation::Full => status::json_response(StatusCode::OK, &list),
+                    Representation::Metadata => {
+                        status::json_response(StatusCode::OK, &request::partial_object_metadata_list(&list))
+                    }
+                    Representation::Table(v) => status::json_response(
+                        StatusCode::OK,
+                        &crate::table::render(&rest.storage, &p.info, &list, true, q, v)?,
+                    ),
+                })
             }
+            .await
         }
         Method::POST => {
             let (ct, body) = read_body(app, req).await?;
@@ -639,6 +657,8 @@ fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query, representation: Representa
         api_version: p.info.api_version(),
         kind: p.info.kind.clone(),
         metadata_only: representation == Representation::Metadata,
+        convert: crate::conversion::for_resource(&app.rest.storage, &p.info, app.rest.admission.client())
+            .map(|c| (c, p.info.version.clone())),
         last_rv,
         initial,
         initial_events_end: initial_end,

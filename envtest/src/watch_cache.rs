@@ -338,6 +338,10 @@ pub(crate) struct CacheWatcher {
     pub(crate) kind: String,
     /// Send each object as a `PartialObjectMetadata` (the client's `Accept` asked for it).
     pub(crate) metadata_only: bool,
+    /// For a custom resource watched in a version other than its storage version: the
+    /// converter and the version each object is converted to before it is sent
+    /// (`conversion.rs`). A failed conversion ends the watch with an `ERROR` event.
+    pub(crate) convert: Option<(crate::conversion::Converter, String)>,
     /// The last revision the client has been brought up to.
     pub(crate) last_rv: u64,
     pub(crate) initial: InitialEvents,
@@ -364,6 +368,7 @@ impl CacheWatcher {
             InitialEvents::Objects(objects) => {
                 for obj in objects {
                     if self.filter.matches(&obj) {
+                        let obj = self.converted(&obj).await?;
                         let json = if self.metadata_only {
                             serde_json::to_vec(&crate::request::partial_object_metadata(&obj))
                         } else {
@@ -441,11 +446,43 @@ impl CacheWatcher {
             EventType::Deleted if now || before => "DELETED",
             _ => return Some(()),
         };
+        if self.needs_conversion(&ev.object) {
+            let obj = self.converted(&ev.object).await?;
+            let json = if self.metadata_only {
+                serde_json::to_vec(&crate::request::partial_object_metadata(&obj))
+            } else {
+                serde_json::to_vec(&*obj)
+            };
+            return self.send(event_line(kind, &json.unwrap_or_default())).await;
+        }
         if self.metadata_only {
             let json = serde_json::to_vec(&crate::request::partial_object_metadata(&ev.object)).unwrap_or_default();
             return self.send(event_line(kind, &json)).await;
         }
         self.send(event_line(kind, &ev.object_json)).await
+    }
+
+    /// Whether `obj` is in another version than the watch's.
+    fn needs_conversion(&self, obj: &Value) -> bool {
+        self.convert.as_ref().is_some_and(|(converter, version)| {
+            obj["apiVersion"].as_str() != Some(converter.api_version(version).as_str())
+        })
+    }
+
+    /// `obj` in the watch's version (itself when no conversion applies). A failed conversion
+    /// sends an `ERROR` event with its `Status` and ends the watch (`None`).
+    async fn converted(&self, obj: &Arc<Value>) -> Option<Arc<Value>> {
+        let Some((converter, version)) = self.convert.as_ref().filter(|_| self.needs_conversion(obj)) else {
+            return Some(obj.clone());
+        };
+        match converter.convert((**obj).clone(), version).await {
+            Ok(o) => Some(Arc::new(o)),
+            Err(e) => {
+                tracing::warn!(error = %e.message, "watch event conversion failed; ending the watch");
+                self.send(error_line(&e.to_status())).await?;
+                None
+            }
+        }
     }
 
     fn bookmark_line(&self, rv: u64, initial_events_end: bool) -> Bytes {

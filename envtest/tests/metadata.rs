@@ -91,7 +91,7 @@ async fn accept_is_negotiated_in_order_and_an_impossible_one_is_406() {
         .unwrap();
     let path = "/api/v1/namespaces/default/configmaps";
 
-    // kubectl's Table request falls back to the list as stored (envtest serves no tables).
+    // kubectl's Accept: the Table it asks for first.
     let table = get_with_accept(
         &client,
         path,
@@ -99,7 +99,20 @@ async fn accept_is_negotiated_in_order_and_an_impossible_one_is_406() {
     )
     .await
     .unwrap();
-    assert_eq!(table["kind"], "ConfigMapList");
+    assert_eq!(
+        (table["kind"].as_str(), table["apiVersion"].as_str()),
+        (Some("Table"), Some("meta.k8s.io/v1"))
+    );
+    assert_eq!(table["rows"][0]["cells"][0], "a");
+    // A Table of another meta.k8s.io version is skipped for the plain list that follows.
+    let list = get_with_accept(
+        &client,
+        path,
+        "application/json;as=Table;v=v2;g=meta.k8s.io,application/json",
+    )
+    .await
+    .unwrap();
+    assert_eq!(list["kind"], "ConfigMapList");
 
     // The single-object form asked of a list, with no fallback: nothing fits.
     let wrong = get_with_accept(

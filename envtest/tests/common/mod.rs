@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod webhook_server;
+
 use std::future::Future;
 use std::time::Duration;
 

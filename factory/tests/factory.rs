@@ -333,6 +333,16 @@ async fn every_generated_accessor_syncs_against_envtest() {
         rbac.rolebindings().map(|_| ()),
         rbac.clusterroles().map(|_| ()),
         rbac.clusterrolebindings().map(|_| ()),
+        factory
+            .admissionregistration()
+            .v1()
+            .mutatingwebhookconfigurations()
+            .map(|_| ()),
+        factory
+            .admissionregistration()
+            .v1()
+            .validatingwebhookconfigurations()
+            .map(|_| ()),
         factory.apiextensions().v1().customresourcedefinitions().map(|_| ()),
     ];
     assert!(started.iter().all(Result::is_ok));

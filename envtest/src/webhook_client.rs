@@ -102,7 +102,12 @@ impl WebhookClient {
     }
 
     /// POSTs `body` as JSON to the webhook `client_config` describes and returns its JSON reply.
-    pub(crate) async fn post(&self, client_config: &Value, body: &Value, timeout: Duration) -> Result<Value, CallError> {
+    pub(crate) async fn post(
+        &self,
+        client_config: &Value,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<Value, CallError> {
         let target = self.target(client_config, timeout)?;
         let roots = self.roots(client_config)?;
         let url = target.url.clone();
@@ -268,7 +273,10 @@ async fn call(target: Target, roots: Arc<rustls::RootCertStore>, body: &Value) -
     };
     if status != 200 {
         let text = String::from_utf8_lossy(&bytes[..bytes.len().min(1024)]).into_owned();
-        return Err(CallError::Status { code: status, body: text });
+        return Err(CallError::Status {
+            code: status,
+            body: text,
+        });
     }
     serde_json::from_slice(&bytes).map_err(|e| CallError::Decode(e.to_string()))
 }
@@ -299,7 +307,10 @@ mod tests {
         services.insert(("ns".into(), "hook".into()), "127.0.0.1:8443".into());
         let client = WebhookClient::new(services);
         let t = client
-            .target(&json!({"url": "https://127.0.0.1:9443/validate?x=1"}), Duration::from_secs(10))
+            .target(
+                &json!({"url": "https://127.0.0.1:9443/validate?x=1"}),
+                Duration::from_secs(10),
+            )
             .unwrap();
         assert_eq!(t.url, "https://127.0.0.1:9443/validate?x=1&timeout=10s");
         assert_eq!(t.address, "127.0.0.1:9443");

@@ -105,13 +105,21 @@ fn one_of(hook: &Value, path: &str, field: &str, allowed: &[&str], errs: &mut Ve
         && !v.as_str().is_some_and(|s| allowed.contains(&s))
     {
         let allowed: Vec<Value> = allowed.iter().map(|s| json!(s)).collect();
-        errs.push(FieldError::not_supported(format!("{path}.{field}"), v.clone(), &allowed));
+        errs.push(FieldError::not_supported(
+            format!("{path}.{field}"),
+            v.clone(),
+            &allowed,
+        ));
     }
 }
 
 /// The checks of one webhook other than its name.
 fn webhook(hook: &Value, path: &str, mutating: bool, errs: &mut Vec<FieldError>) {
-    client_config(hook.get("clientConfig").unwrap_or(&Value::Null), &format!("{path}.clientConfig"), errs);
+    client_config(
+        hook.get("clientConfig").unwrap_or(&Value::Null),
+        &format!("{path}.clientConfig"),
+        errs,
+    );
     match hook.get("sideEffects").filter(|v| !v.is_null()) {
         None => errs.push(FieldError::required(
             format!("{path}.sideEffects"),
@@ -126,19 +134,24 @@ fn webhook(hook: &Value, path: &str, mutating: bool, errs: &mut Vec<FieldError>)
         .unwrap_or_default();
     let versions_path = format!("{path}.admissionReviewVersions");
     if versions.is_empty() {
-        errs.push(FieldError::required(
-            &versions_path,
-            "must specify one of v1, v1beta1",
-        ));
+        errs.push(FieldError::required(&versions_path, "must specify one of v1, v1beta1"));
     } else {
         let mut seen: Vec<&str> = Vec::new();
         for (j, v) in versions.iter().enumerate() {
             let s = v.as_str().unwrap_or("");
             let label = crate::validation::dns1035_label(s);
             if !label.is_empty() {
-                errs.push(FieldError::invalid(format!("{versions_path}[{j}]"), json!(s), label.join(",")));
+                errs.push(FieldError::invalid(
+                    format!("{versions_path}[{j}]"),
+                    json!(s),
+                    label.join(","),
+                ));
             } else if seen.contains(&s) {
-                errs.push(FieldError::invalid(format!("{versions_path}[{j}]"), json!(s), "duplicate version"));
+                errs.push(FieldError::invalid(
+                    format!("{versions_path}[{j}]"),
+                    json!(s),
+                    "duplicate version",
+                ));
             }
             seen.push(s);
         }
@@ -249,7 +262,11 @@ fn rule_errors(rule: &Value, path: &str, errs: &mut Vec<FieldError>) {
     for (k, op) in ops.iter().enumerate() {
         if !allowed.contains(op) {
             let allowed: Vec<Value> = allowed.iter().map(|s| json!(s)).collect();
-            errs.push(FieldError::not_supported(format!("{path}.operations[{k}]"), json!(op), &allowed));
+            errs.push(FieldError::not_supported(
+                format!("{path}.operations[{k}]"),
+                json!(op),
+                &allowed,
+            ));
         }
     }
     if ops.len() > 1 && ops.contains(&"*") {
@@ -283,7 +300,9 @@ fn rule_errors(rule: &Value, path: &str, errs: &mut Vec<FieldError>) {
         ));
     }
     if let Some(scope) = rule.get("scope").filter(|v| !v.is_null())
-        && !scope.as_str().is_some_and(|s| ["*", "Cluster", "Namespaced"].contains(&s))
+        && !scope
+            .as_str()
+            .is_some_and(|s| ["*", "Cluster", "Namespaced"].contains(&s))
     {
         errs.push(FieldError::not_supported(
             format!("{path}.scope"),
@@ -318,7 +337,11 @@ mod tests {
     fn webhook_configurations_are_validated_with_kube_apiservers_paths() {
         assert!(errors(json!([valid_hook("a.example.com")])).is_empty());
         assert_eq!(
-            errors(json!([valid_hook("a.example.com"), valid_hook("example.com"), valid_hook("a.example.com")])),
+            errors(json!([
+                valid_hook("a.example.com"),
+                valid_hook("example.com"),
+                valid_hook("a.example.com")
+            ])),
             [
                 "webhooks[1].name: Invalid value: \"example.com\": should be a domain with at least three segments separated by dots",
                 "webhooks[2].name: Duplicate value: \"a.example.com\"",

@@ -22,7 +22,9 @@ fn strings<'a>(v: &'a Value, field: &str) -> impl Iterator<Item = &'a str> {
 fn rule_matches(rule: &Value, attrs: &Attributes<'_>) -> bool {
     let op = attrs.operation.as_str();
     let any_of = |field: &str, want: &str| strings(rule, field).any(|s| s == "*" || s == want);
-    if !any_of("operations", op) || !any_of("apiGroups", &attrs.info.group) || !any_of("apiVersions", &attrs.info.version)
+    if !any_of("operations", op)
+        || !any_of("apiGroups", &attrs.info.group)
+        || !any_of("apiVersions", &attrs.info.version)
     {
         return false;
     }
@@ -172,7 +174,10 @@ mod tests {
         assert!(should_call(&h, &a, Some(&plain), Some(&obj)));
         assert!(!should_call(&h, &a, Some(&skipped), Some(&obj)));
         let a = attrs(&ns, None, Operation::Create, None);
-        assert!(!should_call(&h, &a, None, Some(&skipped)), "a namespace by its own labels");
+        assert!(
+            !should_call(&h, &a, None, Some(&skipped)),
+            "a namespace by its own labels"
+        );
         let mut h = hook(&["*"], &["*"]);
         h["objectSelector"] = json!({"matchLabels": {"hooked": "true"}});
         let labelled = json!({"metadata": {"labels": {"hooked": "true"}}});

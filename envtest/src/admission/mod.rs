@@ -325,7 +325,8 @@ impl Admission {
             .post(&client_config, &request, Duration::from_secs(timeout))
             .await
             .map_err(|e| failed(e.to_string()))?;
-        review::reply(version, &uid, &reply, mutating).map_err(|e| failed(format!("received invalid webhook response: {e}")))
+        review::reply(version, &uid, &reply, mutating)
+            .map_err(|e| failed(format!("received invalid webhook response: {e}")))
     }
 }
 
@@ -387,7 +388,10 @@ mod tests {
                 .await
                 .unwrap_err();
             assert_eq!((e.code, e.reason), (400, "BadRequest"), "{side_effects}");
-            assert_eq!(e.message, "admission webhook \"side.example.com\" does not support dry run");
+            assert_eq!(
+                e.message,
+                "admission webhook \"side.example.com\" does not support dry run"
+            );
             attrs.dry_run = false;
             // Not a dry run: called, failing (nothing listens) and ignored.
             admission

@@ -176,7 +176,10 @@ mod tests {
 
     #[test]
     fn denials_read_as_kube_apiservers() {
-        let e = denied("v.example.com", Some(&json!({"code": 422, "reason": "Invalid", "message": "no"})));
+        let e = denied(
+            "v.example.com",
+            Some(&json!({"code": 422, "reason": "Invalid", "message": "no"})),
+        );
         assert_eq!((e.code, e.reason), (422, "Invalid"));
         assert_eq!(e.message, "admission webhook \"v.example.com\" denied the request: no");
         let e = denied("v.example.com", None);
@@ -187,7 +190,10 @@ mod tests {
         );
         let e = denied("v.example.com", Some(&json!({"code": 200, "reason": "Custom"})));
         assert_eq!((e.code, e.reason), (403, ""));
-        assert_eq!(e.message, "admission webhook \"v.example.com\" denied the request: Custom");
+        assert_eq!(
+            e.message,
+            "admission webhook \"v.example.com\" denied the request: Custom"
+        );
     }
 
     #[test]
@@ -197,7 +203,11 @@ mod tests {
         let r = reply("v1", "u", &ok, true).unwrap();
         assert!(r.allowed && r.patch.is_none());
         assert_eq!(r.warnings, ["w"]);
-        assert!(reply("v1", "other", &ok, true).unwrap_err().contains("expected response.uid"));
+        assert!(
+            reply("v1", "other", &ok, true)
+                .unwrap_err()
+                .contains("expected response.uid")
+        );
         let mut bad_kind = ok.clone();
         bad_kind["apiVersion"] = json!("admission.k8s.io/v1beta1");
         assert!(reply("v1", "u", &bad_kind, true).is_err());

@@ -1,0 +1,762 @@
+//! envtest's admission chain against real HTTPS webhooks run by the test: validating denials
+//! and warnings as a client sees them, mutating patches (then validated), the order of mutating
+//! webhooks and their reinvocation, rules and selectors, failure policies against a webhook
+//! that is down or never answers, a CA bundle that does not match, dry runs, and deletes.
+
+mod common;
+
+use common::webhook_server::WebhookServer;
+use envtest::{Config, Server};
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+/// An `AdmissionReview` answer to `review`: its uid echoed, `allowed`, and `extra` merged into
+/// the response (status, warnings, patch).
+fn answer(review: &Value, allowed: bool, extra: Value) -> Value {
+    let mut response = json!({"uid": review["request"]["uid"], "allowed": allowed});
+    if let (Some(r), Some(e)) = (response.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            r.insert(k.clone(), v.clone());
+        }
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+/// A mutating answer applying `patch` (a JSON patch).
+fn patched(review: &Value, patch: Value) -> Value {
+    use base64::Engine;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(patch.to_string());
+    answer(review, true, json!({"patchType": "JSONPatch", "patch": encoded}))
+}
+
+/// One webhook of a configuration: `name`, calling `client_config`, for `rules`, with
+/// `extra` fields (policies, selectors) merged in.
+fn webhook(name: &str, client_config: Value, rules: Value, extra: Value) -> Value {
+    let mut w = json!({"name": name, "clientConfig": client_config, "rules": rules,
+        "sideEffects": "None", "admissionReviewVersions": ["v1"]});
+    if let (Some(w), Some(e)) = (w.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            w.insert(k.clone(), v.clone());
+        }
+    }
+    w
+}
+
+/// A rule for `resources` of the core group on `operations`.
+fn core_rule(resources: &[&str], operations: &[&str]) -> Value {
+    json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": resources, "operations": operations}])
+}
+
+async fn validating(client: &kube::Client, name: &str, webhooks: Vec<Value>) {
+    let config: ValidatingWebhookConfiguration =
+        serde_json::from_value(json!({"metadata": {"name": name}, "webhooks": webhooks})).unwrap();
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+}
+
+async fn mutating(client: &kube::Client, name: &str, webhooks: Vec<Value>) {
+    let config: MutatingWebhookConfiguration =
+        serde_json::from_value(json!({"metadata": {"name": name}, "webhooks": webhooks})).unwrap();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+}
+
+fn configmap(name: &str, labels: Value) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})).unwrap()
+}
+
+/// The API error of a failed write (panics on success: tests only).
+fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::Status {
+    match r {
+        Err(kube::Error::Api(s)) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// A port on 127.0.0.1 where nothing listens (bound, then released).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The reviews `server` received on `path`.
+fn reviews(server: &WebhookServer, path: &str) -> Vec<Value> {
+    server
+        .received()
+        .into_iter()
+        .filter(|(p, _)| p == path)
+        .map(|(_, b)| b)
+        .collect()
+}
+
+/// The configurations are served as kube-apiserver serves them (cluster-scoped, defaulted) and
+/// validated with its field paths.
+#[tokio::test]
+async fn webhook_configurations_are_served_defaulted_and_validated() {
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    let hook = webhook(
+        "check.example.com",
+        json!({"url": "https://127.0.0.1:1/x"}),
+        core_rule(&["configmaps"], &["CREATE"]),
+        json!({}),
+    );
+    validating(&client, "checks", vec![hook.clone()]).await;
+    let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let stored = serde_json::to_value(api.get("checks").await.unwrap()).unwrap();
+    let w = &stored["webhooks"][0];
+    assert_eq!(w["failurePolicy"], "Fail");
+    assert_eq!(w["matchPolicy"], "Equivalent");
+    assert_eq!(w["timeoutSeconds"], 10);
+    assert_eq!(w["rules"][0]["scope"], "*");
+    assert_eq!(stored["metadata"]["generation"], 1);
+
+    let mut bad = hook.clone();
+    bad["name"] = json!("two.parts");
+    bad["clientConfig"]["service"] = json!({"namespace": "ns", "name": "svc"});
+    let mut dup = hook.clone();
+    dup["sideEffects"] = json!("Some");
+    let config: ValidatingWebhookConfiguration =
+        serde_json::from_value(json!({"metadata": {"name": "bad"}, "webhooks": [hook, bad, dup]})).unwrap();
+    let e = api_error(api.create(&PostParams::default(), &config).await);
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    for part in [
+        "webhooks[1].name: Invalid value: \"two.parts\": should be a domain with at least three segments separated by dots",
+        "webhooks[1].clientConfig: Required value: exactly one of url or service is required",
+        "webhooks[2].name: Duplicate value: \"check.example.com\"",
+        "webhooks[2].sideEffects: Unsupported value: \"Some\": supported values: \"None\", \"NoneOnDryRun\"",
+    ] {
+        assert!(e.message.contains(part), "{part} in {}", e.message);
+    }
+    env.shutdown().await;
+}
+
+/// A validating webhook's denial reaches the client with the webhook's code and kube-apiserver's
+/// message; an allowed request is stored.
+#[tokio::test]
+async fn a_validating_webhook_denies_with_its_code_and_message() {
+    let hooks = WebhookServer::start(|_, review| {
+        let labels = &review["request"]["object"]["metadata"]["labels"];
+        if labels["forbidden"] == "yes" {
+            answer(
+                &review,
+                false,
+                json!({"status": {"code": 422, "reason": "Invalid", "message": "forbidden label"}}),
+            )
+        } else if labels["silent"] == "yes" {
+            answer(&review, false, json!({}))
+        } else {
+            answer(&review, true, json!({}))
+        }
+    })
+    .await;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    validating(
+        &client,
+        "checks",
+        vec![webhook(
+            "labels.example.com",
+            hooks.client_config("/validate"),
+            core_rule(&["configmaps"], &["CREATE"]),
+            json!({}),
+        )],
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let e = api_error(
+        cms.create(
+            &PostParams::default(),
+            &configmap("denied", json!({"forbidden": "yes"})),
+        )
+        .await,
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        e.message,
+        "admission webhook \"labels.example.com\" denied the request: forbidden label"
+    );
+    let e = api_error(
+        cms.create(&PostParams::default(), &configmap("silent", json!({"silent": "yes"})))
+            .await,
+    );
+    assert_eq!(e.code, 403);
+    assert_eq!(
+        e.message,
+        "admission webhook \"labels.example.com\" denied the request without explanation"
+    );
+    assert!(cms.get_opt("denied").await.unwrap().is_none());
+    cms.create(&PostParams::default(), &configmap("fine", json!({})))
+        .await
+        .unwrap();
+    let review = &reviews(&hooks, "/validate")[0];
+    let request = &review["request"];
+    assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(request["operation"], "CREATE");
+    assert_eq!(
+        request["kind"],
+        json!({"group": "", "version": "v1", "kind": "ConfigMap"})
+    );
+    assert_eq!(
+        request["resource"],
+        json!({"group": "", "version": "v1", "resource": "configmaps"})
+    );
+    assert_eq!(request["namespace"], "default");
+    assert_eq!(request["name"], "denied");
+    assert_eq!(request["options"]["kind"], "CreateOptions");
+    assert_eq!(request["userInfo"]["username"], "system:admin");
+    assert!(request["uid"].as_str().is_some_and(|u| !u.is_empty()));
+    env.shutdown().await;
+}
+
+/// A webhook's warnings reach kubectl as `Warning` headers, which it prints.
+#[tokio::test]
+async fn warnings_reach_kubectl() {
+    let kubectl_ok = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !kubectl_ok {
+        eprintln!("SKIPPED: kubectl is not installed on this machine");
+        return;
+    }
+    let hooks = WebhookServer::start(|_, review| {
+        answer(
+            &review,
+            true,
+            json!({"warnings": ["configmaps are \"deprecated\" here", "second warning"]}),
+        )
+    })
+    .await;
+    let env = Server::start(Config::default()).await.unwrap();
+    validating(
+        &env.client(),
+        "warn",
+        vec![webhook(
+            "warn.example.com",
+            hooks.client_config("/warn"),
+            core_rule(&["configmaps"], &["CREATE"]),
+            json!({}),
+        )],
+    )
+    .await;
+    let dir = std::env::temp_dir().join(format!("envtest-admission-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    env.write_kubeconfig(&kubeconfig).unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("kubectl")
+            .args([
+                "create",
+                "configmap",
+                "warned",
+                "--from-literal=a=b",
+                "--request-timeout=20s",
+            ])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("HOME", kubeconfig.parent().unwrap())
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: configmaps are \"deprecated\" here") && stderr.contains("Warning: second warning"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    env.shutdown().await;
+}
+
+/// A mutating webhook's patch is applied to what is stored, and the patched object is
+/// validated: a patch that breaks it fails the write with the validation's 422.
+#[tokio::test]
+async fn a_mutating_patch_is_applied_and_then_validated() {
+    let hooks = WebhookServer::start(|_, review| {
+        if review["request"]["object"]["metadata"]["name"] == "broken" {
+            patched(
+                &review,
+                json!([{"op": "add", "path": "/metadata/labels", "value": {"team": "-not a label-"}}]),
+            )
+        } else {
+            patched(
+                &review,
+                json!([{"op": "add", "path": "/metadata/labels", "value": {"team": "platform"}}]),
+            )
+        }
+    })
+    .await;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    mutating(
+        &client,
+        "defaults",
+        vec![webhook(
+            "team.example.com",
+            hooks.client_config("/mutate"),
+            core_rule(&["configmaps"], &["CREATE"]),
+            json!({}),
+        )],
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let created = cms
+        .create(&PostParams::default(), &configmap("labelled", json!(null)))
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.labels.unwrap()["team"], "platform");
+    let stored = cms.get("labelled").await.unwrap();
+    assert_eq!(stored.metadata.labels.unwrap()["team"], "platform");
+    let e = api_error(
+        cms.create(&PostParams::default(), &configmap("broken", json!(null)))
+            .await,
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(
+        e.message.contains("metadata.labels: Invalid value: \"-not a label-\""),
+        "{}",
+        e.message
+    );
+    env.shutdown().await;
+}
+
+/// Mutating webhooks run by configuration name, then webhook order; a webhook with
+/// `reinvocationPolicy: IfNeeded` runs once more when a later one changed the object, one with
+/// `Never` does not.
+#[tokio::test]
+async fn mutating_webhooks_run_in_order_and_are_reinvoked_if_needed() {
+    // Each webhook appends its name (the path) to the `order` annotation.
+    let hooks = WebhookServer::start(|path, review| {
+        let before = review["request"]["object"]["metadata"]["annotations"]["order"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let name = path.trim_start_matches('/');
+        let order = if before.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{before},{name}")
+        };
+        patched(
+            &review,
+            json!([{"op": "add", "path": "/metadata/annotations", "value": {"order": order}}]),
+        )
+    })
+    .await;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    let rule = core_rule(&["configmaps"], &["CREATE"]);
+    let hook = |name: &str, policy: &str| {
+        webhook(
+            &format!("{name}.example.com"),
+            hooks.client_config(&format!("/{name}")),
+            rule.clone(),
+            json!({"reinvocationPolicy": policy}),
+        )
+    };
+    // Created out of name order: the order is by name.
+    mutating(&client, "b-config", vec![hook("b1", "Never")]).await;
+    mutating(&client, "a-config", vec![hook("a1", "IfNeeded"), hook("a2", "Never")]).await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let cm = cms
+        .create(&PostParams::default(), &configmap("ordered", json!(null)))
+        .await
+        .unwrap();
+    assert_eq!(cm.metadata.annotations.unwrap()["order"], "a1,a2,b1,a1");
+    env.shutdown().await;
+}
+
+/// Webhooks whose rules do not match the resource, the operation or the subresource are not
+/// called; `deployments/status` matches a status write only.
+#[tokio::test]
+async fn webhooks_whose_rules_do_not_match_are_not_called() {
+    let hooks = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    validating(
+        &client,
+        "rules",
+        vec![
+            webhook(
+                "cm-create.example.com",
+                hooks.client_config("/cm-create"),
+                core_rule(&["configmaps"], &["CREATE"]),
+                json!({}),
+            ),
+            webhook(
+                "deploy-status.example.com",
+                hooks.client_config("/deploy-status"),
+                json!([{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments/status"],
+                    "operations": ["UPDATE"]}]),
+                json!({}),
+            ),
+            webhook(
+                "cluster-only.example.com",
+                hooks.client_config("/cluster-only"),
+                json!([{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"],
+                    "operations": ["CREATE"], "scope": "Cluster"}]),
+                json!({}),
+            ),
+        ],
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &configmap("c", json!(null)))
+        .await
+        .unwrap();
+    cms.patch("c", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "w"}})))
+        .await
+        .unwrap();
+    let secrets = Api::<Secret>::namespaced(client.clone(), "default");
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "s"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let deployments = Api::<Deployment>::namespaced(client.clone(), "default");
+    let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}))
+    .unwrap();
+    deployments.create(&PostParams::default(), &d).await.unwrap();
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    assert!(
+        reviews(&hooks, "/deploy-status").is_empty(),
+        "not called for the main resource"
+    );
+    deployments
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    let status = reviews(&hooks, "/deploy-status");
+    assert_eq!(status.len(), 1, "called for the status write");
+    assert_eq!(status[0]["request"]["subResource"], "status");
+    let cm_calls = reviews(&hooks, "/cm-create");
+    assert_eq!(
+        cm_calls.len(),
+        1,
+        "the configmap create only, not its update or the secret"
+    );
+    assert_eq!(cm_calls[0]["request"]["name"], "c");
+    let namespaces = Api::<Namespace>::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "extra"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let cluster: Vec<String> = reviews(&hooks, "/cluster-only")
+        .iter()
+        .map(|r| r["request"]["resource"]["resource"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(cluster, ["namespaces"], "scope Cluster: the namespace only");
+    env.shutdown().await;
+}
+
+/// `namespaceSelector` sees the labels of the object's namespace, `objectSelector` those of the
+/// object: excluded writes are not sent to the webhook (which would deny them).
+#[tokio::test]
+async fn selectors_exclude_namespaces_and_objects() {
+    let hooks = WebhookServer::start(|_, review| {
+        answer(
+            &review,
+            false,
+            json!({"status": {"message": "denied by selector test"}}),
+        )
+    })
+    .await;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    let namespaces = Api::<Namespace>::all(client.clone());
+    for (name, labels) in [("exempt", json!({"webhooks": "skip"})), ("checked", json!({}))] {
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    validating(
+        &client,
+        "selectors",
+        vec![webhook(
+            "deny.example.com",
+            hooks.client_config("/deny"),
+            core_rule(&["configmaps"], &["CREATE"]),
+            json!({
+                "namespaceSelector": {"matchExpressions": [{"key": "webhooks", "operator": "NotIn", "values": ["skip"]}]},
+                "objectSelector": {"matchLabels": {"checked": "true"}},
+            }),
+        )],
+    )
+    .await;
+    let create = |ns: &str, name: &str, labels: Value| {
+        let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+        let cm = configmap(name, labels);
+        async move { api.create(&PostParams::default(), &cm).await }
+    };
+    create("exempt", "a", json!({"checked": "true"})).await.unwrap();
+    create("checked", "b", json!({"checked": "false"})).await.unwrap();
+    let e = api_error(create("checked", "c", json!({"checked": "true"})).await);
+    assert_eq!(e.code, 403);
+    assert!(e.message.contains("denied by selector test"), "{}", e.message);
+    assert_eq!(reviews(&hooks, "/deny").len(), 1, "only the write both selectors match");
+    env.shutdown().await;
+}
+
+/// Against a webhook that is down: `failurePolicy: Fail` fails the write with a 500 naming the
+/// webhook, `Ignore` lets it through.
+#[tokio::test]
+async fn failure_policy_decides_when_a_webhook_is_down() {
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    let port = closed_port();
+    let url = format!("https://127.0.0.1:{port}/validate");
+    validating(
+        &client,
+        "down",
+        vec![
+            webhook(
+                "fail.example.com",
+                json!({"url": url}),
+                core_rule(&["configmaps"], &["CREATE"]),
+                json!({"failurePolicy": "Fail", "objectSelector": {"matchLabels": {"policy": "fail"}}}),
+            ),
+            webhook(
+                "ignore.example.com",
+                json!({"url": url}),
+                core_rule(&["configmaps"], &["CREATE"]),
+                json!({"failurePolicy": "Ignore", "objectSelector": {"matchLabels": {"policy": "ignore"}}}),
+            ),
+        ],
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let e = api_error(
+        cms.create(&PostParams::default(), &configmap("f", json!({"policy": "fail"})))
+            .await,
+    );
+    assert_eq!((e.code, e.reason.as_str()), (500, "InternalError"));
+    assert!(
+        e.message.starts_with(&format!(
+            "Internal error occurred: failed calling webhook \"fail.example.com\": failed to call webhook: Post \"https://127.0.0.1:{port}/validate?timeout=10s\""
+        )),
+        "{}",
+        e.message
+    );
+    cms.create(&PostParams::default(), &configmap("i", json!({"policy": "ignore"})))
+        .await
+        .unwrap();
+    env.shutdown().await;
+}
+
+/// A webhook that never answers: after `timeoutSeconds`, `Fail` fails the write with kube-
+/// apiserver's deadline message, `Ignore` lets it through.
+#[tokio::test]
+async fn a_webhook_that_never_answers_times_out() {
+    // Bound but never accepting: connections queue, nothing is ever answered.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}/validate", silent.local_addr().unwrap());
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    validating(
+        &client,
+        "silent",
+        vec![
+            webhook(
+                "fail.example.com",
+                json!({"url": url}),
+                core_rule(&["configmaps"], &["CREATE"]),
+                json!({"timeoutSeconds": 1, "objectSelector": {"matchLabels": {"policy": "fail"}}}),
+            ),
+            webhook(
+                "ignore.example.com",
+                json!({"url": url}),
+                core_rule(&["configmaps"], &["CREATE"]),
+                json!({"timeoutSeconds": 1, "failurePolicy": "Ignore",
+                    "objectSelector": {"matchLabels": {"policy": "ignore"}}}),
+            ),
+        ],
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let e = api_error(
+        cms.create(&PostParams::default(), &configmap("f", json!({"policy": "fail"})))
+            .await,
+    );
+    assert_eq!(e.code, 500);
+    assert!(
+        e.message.contains("failed calling webhook \"fail.example.com\"")
+            && e.message.ends_with("?timeout=1s\": context deadline exceeded"),
+        "{}",
+        e.message
+    );
+    cms.create(&PostParams::default(), &configmap("i", json!({"policy": "ignore"})))
+        .await
+        .unwrap();
+    drop(silent);
+    env.shutdown().await;
+}
+
+/// The webhook's certificate is verified against `caBundle`: another CA's bundle makes the call
+/// fail (refused before any request reaches the webhook).
+#[tokio::test]
+async fn a_ca_bundle_that_does_not_match_is_refused() {
+    let hooks = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
+    let other = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    validating(
+        &client,
+        "tls",
+        vec![webhook(
+            "tls.example.com",
+            json!({"url": hooks.url("/validate"), "caBundle": other.ca_bundle()}),
+            core_rule(&["configmaps"], &["CREATE"]),
+            json!({}),
+        )],
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    let e = api_error(cms.create(&PostParams::default(), &configmap("c", json!(null))).await);
+    assert_eq!(e.code, 500);
+    assert!(
+        e.message.contains("failed calling webhook \"tls.example.com\"") && e.message.contains("tls: "),
+        "{}",
+        e.message
+    );
+    assert!(hooks.received().is_empty(), "no request past the handshake");
+    // The right bundle: the same webhook is called and allows.
+    let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    api.patch(
+        "tls",
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([{"op": "replace", "path": "/webhooks/0/clientConfig/caBundle",
+                "value": hooks.ca_bundle()}]))
+            .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+    cms.create(&PostParams::default(), &configmap("c", json!(null)))
+        .await
+        .unwrap();
+    assert_eq!(reviews(&hooks, "/validate").len(), 1);
+    env.shutdown().await;
+}
+
+/// A dry run is sent to a webhook without side effects with `dryRun: true`, and nothing is
+/// stored.
+#[tokio::test]
+async fn a_dry_run_reaches_webhooks_without_side_effects() {
+    let hooks = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    validating(
+        &client,
+        "dry",
+        vec![webhook(
+            "dry.example.com",
+            hooks.client_config("/validate"),
+            core_rule(&["configmaps"], &["CREATE"]),
+            json!({"sideEffects": "NoneOnDryRun"}),
+        )],
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    cms.create(
+        &PostParams {
+            dry_run: true,
+            ..Default::default()
+        },
+        &configmap("d", json!(null)),
+    )
+    .await
+    .unwrap();
+    assert!(cms.get_opt("d").await.unwrap().is_none());
+    let calls = reviews(&hooks, "/validate");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0]["request"]["dryRun"], true);
+    assert_eq!(calls[0]["request"]["options"]["dryRun"], json!(["All"]));
+    env.shutdown().await;
+}
+
+/// A delete is admitted with the stored object as `oldObject` and no `object`; a denial keeps
+/// the object.
+#[tokio::test]
+async fn a_delete_is_admitted_with_the_old_object() {
+    let hooks = WebhookServer::start(|_, review| {
+        if review["request"]["oldObject"]["metadata"]["labels"]["protected"] == "true" {
+            answer(
+                &review,
+                false,
+                json!({"status": {"code": 403, "reason": "Forbidden", "message": "protected"}}),
+            )
+        } else {
+            answer(&review, true, json!({}))
+        }
+    })
+    .await;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    validating(
+        &client,
+        "deletes",
+        vec![webhook(
+            "protect.example.com",
+            hooks.client_config("/delete"),
+            core_rule(&["configmaps"], &["DELETE"]),
+            json!({}),
+        )],
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    cms.create(&PostParams::default(), &configmap("keep", json!({"protected": "true"})))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &configmap("drop", json!(null)))
+        .await
+        .unwrap();
+    let e = api_error(cms.delete("keep", &DeleteParams::default()).await);
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        e.message,
+        "admission webhook \"protect.example.com\" denied the request: protected"
+    );
+    assert!(cms.get_opt("keep").await.unwrap().is_some());
+    cms.delete("drop", &DeleteParams::default()).await.unwrap();
+    assert!(cms.get_opt("drop").await.unwrap().is_none());
+    let calls = reviews(&hooks, "/delete");
+    assert_eq!(calls.len(), 2);
+    let request = &calls[0]["request"];
+    assert_eq!(request["operation"], "DELETE");
+    assert_eq!(request["object"], Value::Null);
+    assert_eq!(request["oldObject"]["metadata"]["name"], "keep");
+    assert_eq!(request["options"]["kind"], "DeleteOptions");
+    env.shutdown().await;
+}

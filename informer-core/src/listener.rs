@@ -18,6 +18,14 @@
 //! A handler that panics loses that one notification, which is logged and counted; the
 //! listener goes on.
 //!
+//! The listener owns its drains: it keeps each drain's `JoinHandle` (the one scheduled, and a
+//! finished one until the next is spawned), and [`join_drains`](ProcessorListener::join_drains),
+//! which the processor calls when the informer stops, awaits them, so no drain outlives the
+//! informer's `run`. A drain that dies of a panic escaping the handler's guard (a panic payload
+//! whose own drop panics, say) is logged at ERROR naming the informer and the listener when it
+//! happens, leaves the listener usable (a new drain takes over what is pending), and is
+//! reported again when its handle is joined.
+//!
 //! The buffer is unbounded by default, as client-go's. A registration may set a bound
 //! (`HandlerOptions::max_pending`): when the buffer grows past it, pending notifications are
 //! *coalesced by object key*, as a DeltaFifo would have: an add followed by updates becomes one
@@ -33,11 +41,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::FutureExt;
 use kube::Resource;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{error, warn};
+use tracing::{debug, error, warn};
 
 use crate::delta::DeletedObject;
 use crate::event_handler::ResourceEventHandler;
@@ -89,7 +99,9 @@ impl<K> Notification<K> {
 /// Invariants: once `stopped` is set nothing is appended and nothing more is delivered;
 /// `scheduled` is set exactly while a drain is queued or running, and a drain is scheduled
 /// whenever `pending` is non-empty, `runtime` is set and the listener is not stopped;
-/// `in_call` is set only while a drain is inside the handler.
+/// `in_call` is set only while a drain is inside the handler; `drains` holds the handle of
+/// every drain spawned and not yet found finished (the scheduled one, at most one finished
+/// before it).
 struct Buffer<K> {
     pending: VecDeque<Notification<K>>,
     /// Coalesce when `pending` grows past this (None: unbounded); raised after a coalescing
@@ -100,6 +112,7 @@ struct Buffer<K> {
     runtime: Option<Handle>,
     scheduled: bool,
     in_call: bool,
+    drains: Vec<JoinHandle<()>>,
 }
 
 struct Resync {
@@ -135,11 +148,14 @@ pub(crate) struct ProcessorListener<K> {
     initial_pending: AtomicUsize,
     pub(crate) metrics: ListenerMetrics,
     name: String,
+    /// The informer's name, for logs.
+    informer: String,
 }
 
 /// How a listener is set up.
 pub(crate) struct ListenerOptions {
     pub(crate) name: String,
+    pub(crate) informer: String,
     pub(crate) requested_resync_period: Duration,
     pub(crate) resync_period: Duration,
     pub(crate) non_blocking: bool,
@@ -150,6 +166,7 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
     pub(crate) fn new(handler: Arc<dyn ResourceEventHandler<K>>, options: ListenerOptions) -> Arc<Self> {
         let ListenerOptions {
             name,
+            informer,
             requested_resync_period,
             resync_period,
             non_blocking,
@@ -165,6 +182,7 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
                 runtime: None,
                 scheduled: false,
                 in_call: false,
+                drains: Vec::new(),
             }),
             left_call: Notify::new(),
             non_blocking,
@@ -177,6 +195,7 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
             initial_pending: AtomicUsize::new(0),
             metrics: ListenerMetrics::default(),
             name,
+            informer,
         })
     }
 
@@ -212,15 +231,13 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
         {
             self.coalesce(&mut buffer);
         }
-        let runtime = self.claim_drain(&mut buffer);
-        drop(buffer);
-        if let Some(runtime) = runtime {
-            self.spawn_drain(&runtime);
+        if let Some(runtime) = self.claim_drain(&mut buffer) {
+            self.spawn_drain(&mut buffer, &runtime);
         }
     }
 
     /// If a drain is due and none is scheduled, marks one scheduled and returns the runtime
-    /// to spawn it on (spawned after the lock is released).
+    /// to spawn it on.
     fn claim_drain(&self, buffer: &mut Buffer<K>) -> Option<Handle> {
         if buffer.scheduled || buffer.stopped || buffer.pending.is_empty() {
             return None;
@@ -230,20 +247,73 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
         Some(runtime)
     }
 
-    fn spawn_drain(self: &Arc<Self>, runtime: &Handle) {
-        let listener = self.clone();
-        if self.non_blocking {
+    /// Spawns the drain `claim_drain` scheduled and keeps its handle (after dropping the
+    /// handles of drains found finished, reporting any that panicked). Under the buffer's
+    /// lock, so a `join_drains` after `stop` finds every drain ever spawned (spawning does not
+    /// run the drain, which takes the lock itself).
+    fn spawn_drain(self: &Arc<Self>, buffer: &mut Buffer<K>, runtime: &Handle) {
+        let listener = DrainGuard(self.clone());
+        let drain = if self.non_blocking {
             runtime.spawn(async move {
                 let mut delivered = 0usize;
-                while listener.deliver_next() {
+                while listener.0.deliver_next() {
                     delivered += 1;
                     if delivered.is_multiple_of(NON_BLOCKING_BUDGET) {
                         tokio::task::yield_now().await;
                     }
                 }
-            });
+            })
         } else {
-            runtime.spawn_blocking(move || while listener.deliver_next() {});
+            runtime.spawn_blocking(move || while listener.0.deliver_next() {})
+        };
+        self.prune_drains(buffer);
+        buffer.drains.push(drain);
+    }
+
+    /// Awaits every drain spawned (call after [`stop`](Self::stop), so each ends after the
+    /// notification in progress); one that panicked is reported at ERROR.
+    pub(crate) async fn join_drains(&self) {
+        let drains = std::mem::take(&mut self.buffer().drains);
+        for drain in drains {
+            self.report_drain(drain.await);
+        }
+    }
+
+    /// Whether a drain of this listener may still be running; drops (and reports) the handles
+    /// of finished ones.
+    pub(crate) fn has_running_drains(&self) -> bool {
+        let mut buffer = self.buffer();
+        self.prune_drains(&mut buffer);
+        !buffer.drains.is_empty()
+    }
+
+    /// Drops the handles of finished drains, reporting any that panicked.
+    fn prune_drains(&self, buffer: &mut Buffer<K>) {
+        let mut running = Vec::with_capacity(buffer.drains.len() + 1);
+        for mut drain in std::mem::take(&mut buffer.drains) {
+            match (&mut drain).now_or_never() {
+                Some(outcome) => self.report_drain(outcome),
+                None => running.push(drain),
+            }
+        }
+        buffer.drains = running;
+    }
+
+    /// The number of drains whose handles the listener holds (spawned, not yet found finished).
+    #[cfg(test)]
+    pub(crate) fn drains_held(&self) -> usize {
+        self.buffer().drains.len()
+    }
+
+    fn report_drain(&self, outcome: Result<(), tokio::task::JoinError>) {
+        match outcome {
+            Ok(()) => {}
+            Err(e) if e.is_panic() => {
+                error!(informer = %self.informer, listener = %self.name,
+                    "a listener's drain task panicked (outside the handler's guard); its notification is lost");
+            }
+            // Cancelled: the runtime shut down under it.
+            Err(e) => debug!(informer = %self.informer, listener = %self.name, error = %e, "listener drain cancelled"),
         }
     }
 
@@ -348,10 +418,8 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
             return;
         }
         buffer.runtime = Some(runtime.clone());
-        let runtime = self.claim_drain(&mut buffer);
-        drop(buffer);
-        if let Some(runtime) = runtime {
-            self.spawn_drain(&runtime);
+        if let Some(runtime) = self.claim_drain(&mut buffer) {
+            self.spawn_drain(&mut buffer, &runtime);
         }
     }
 
@@ -414,9 +482,12 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
             Notification::Delete(obj) => handler.on_delete(obj),
         }));
         self.metrics.delivered.fetch_add(1, Ordering::Relaxed);
-        if outcome.is_err() {
+        if let Err(panic) = outcome {
             self.metrics.handler_panics.fetch_add(1, Ordering::Relaxed);
-            error!(listener = %self.name, "event handler panicked; notification dropped");
+            error!(informer = %self.informer, listener = %self.name, panic = %panic_message(&*panic),
+                "event handler panicked; notification dropped");
+            // Dropped here, outside the guard: a payload whose drop panics unwinds the drain.
+            drop(panic);
         }
         if initial {
             // Saturating: `stop` may have reset the count meanwhile.
@@ -463,6 +534,31 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
     }
 }
 
+/// The listener as a running drain holds it: if the drain unwinds (a panic that escaped the
+/// handler's guard), logs it and hands on as if the drain had ended normally (not in a call; a
+/// new drain scheduled for what is still pending), so neither `wait_stopped` nor the pending
+/// notifications wait for it forever.
+struct DrainGuard<K: Resource + Send + Sync + 'static>(Arc<ProcessorListener<K>>);
+
+impl<K: Resource + Send + Sync + 'static> Drop for DrainGuard<K> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let listener = &self.0;
+        error!(informer = %listener.informer, listener = %listener.name,
+            "a listener's drain panicked outside the handler's guard; the notification in progress is lost");
+        let mut buffer = listener.buffer();
+        buffer.in_call = false;
+        buffer.scheduled = false;
+        if let Some(runtime) = listener.claim_drain(&mut buffer) {
+            listener.spawn_drain(&mut buffer, &runtime);
+        }
+        drop(buffer);
+        listener.left_call.notify_waiters();
+    }
+}
+
 /// What coalescing does with a key's previous pending notification and the next one.
 enum Merge<K> {
     /// Both fold into this, in the previous one's place.
@@ -475,6 +571,15 @@ enum Merge<K> {
     New(Notification<K>),
 }
 
+/// The message of a panic's payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(non-string panic payload)")
+}
+
 /// The object key a notification is about.
 fn notification_key<K: Resource>(notification: &Notification<K>) -> Option<String> {
     match notification {
@@ -482,5 +587,173 @@ fn notification_key<K: Resource>(notification: &Notification<K>) -> Option<Strin
         Notification::Update { new, .. } => meta_namespace_key(new.as_ref()).ok(),
         Notification::Delete(DeletedObject::DeletedFinalStateUnknown(t)) => Some(t.key.clone()),
         Notification::Delete(DeletedObject::Object(obj)) => meta_namespace_key(obj.as_ref()).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Drain ownership: the listener holds its drains' handles and joins them, and a drain that
+    //! dies of a panic escaping the handler's guard is reported and leaves the listener usable.
+
+    use std::sync::Mutex as StdMutex;
+
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+    use crate::event_handler::ResourceEventHandlerFuncs;
+    use crate::processor::SharedProcessor;
+
+    fn listener(
+        name: &str,
+        non_blocking: bool,
+        handler: ResourceEventHandlerFuncs<ConfigMap>,
+    ) -> Arc<ProcessorListener<ConfigMap>> {
+        ProcessorListener::new(
+            Arc::new(handler),
+            ListenerOptions {
+                name: name.into(),
+                informer: "v1/ConfigMap".into(),
+                requested_resync_period: Duration::ZERO,
+                resync_period: Duration::ZERO,
+                non_blocking,
+                max_pending: None,
+            },
+        )
+    }
+
+    fn add(name: &str) -> Notification<ConfigMap> {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("ns".into());
+        Notification::Add {
+            obj: Arc::new(cm),
+            is_in_initial_list: false,
+        }
+    }
+
+    /// Yields until no drain of `listener` is scheduled; panics after 10,000 yields.
+    async fn until_idle(listener: &ProcessorListener<ConfigMap>) {
+        for _ in 0..10_000 {
+            if !listener.buffer().scheduled {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("a drain is still scheduled after 10,000 yields");
+    }
+
+    fn alive_tasks() -> usize {
+        Handle::current().metrics().num_alive_tasks()
+    }
+
+    #[tokio::test]
+    async fn the_processor_joins_a_drain_still_queued_when_it_stops() {
+        let processor = SharedProcessor::<ConfigMap>::new();
+        let before = alive_tasks();
+        let (queued, removed) = (
+            listener("queued", true, ResourceEventHandlerFuncs::default()),
+            listener("removed", true, ResourceEventHandlerFuncs::default()),
+        );
+        assert!(processor.add_listener(queued.clone()) && processor.add_listener(removed.clone()));
+        processor.run(Handle::current());
+        // On this one-thread runtime nothing has yielded: both drains are spawned, not yet run.
+        processor.distribute(&[(add("a"), false)]);
+        assert_eq!(alive_tasks(), before + 2, "one drain per listener");
+        assert!(processor.remove_listener(&removed));
+        assert_eq!(queued.drains_held(), 1);
+        processor.stop().await;
+        assert_eq!(
+            alive_tasks(),
+            before,
+            "stop joined both drains, the removed listener's too"
+        );
+        assert_eq!(queued.drains_held(), 0);
+        assert!(!removed.has_running_drains());
+    }
+
+    #[tokio::test]
+    async fn finished_drains_are_dropped_when_the_next_one_is_spawned() {
+        let listener = listener("many", true, ResourceEventHandlerFuncs::default());
+        listener.start(&Handle::current());
+        for round in 0..10 {
+            listener.add_all([add(&format!("o{round}"))]);
+            // Let the drain run to its end.
+            until_idle(&listener).await;
+        }
+        assert!(listener.drains_held() <= 2, "{} handles held", listener.drains_held());
+        listener.stop();
+        listener.join_drains().await;
+        assert_eq!(listener.drains_held(), 0);
+        assert_eq!(listener.metrics.delivered.load(Ordering::Relaxed), 10);
+    }
+
+    /// A panic payload whose drop panics too: dropped after the handler's guard caught it, it
+    /// unwinds the drain itself.
+    struct Bomb;
+
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                panic!("the payload's drop panicked");
+            }
+        }
+    }
+
+    /// Collects what `tracing` prints on this thread.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<StdMutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_drain_killed_by_a_panic_is_reported_and_the_listener_keeps_delivering() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+        let seen = Arc::new(StdMutex::new(Vec::<String>::new()));
+        let sink = seen.clone();
+        let handler = ResourceEventHandlerFuncs::default().on_add(move |cm: &Arc<ConfigMap>, _| {
+            let name = cm.metadata.name.clone().unwrap_or_default();
+            if name == "bomb" {
+                std::panic::panic_any(Bomb);
+            }
+            sink.lock().unwrap().push(name);
+        });
+        let listener = listener("bombed", true, handler);
+        listener.start(&Handle::current());
+        listener.add_all([add("before"), add("bomb"), add("lost")]);
+        // The drain dies on "bomb"; the guard hands "lost" on to a new drain.
+        until_idle(&listener).await;
+        assert!(!listener.buffer().in_call, "the dead drain left the listener in a call");
+        listener.add_all([add("after")]);
+        until_idle(&listener).await;
+        assert_eq!(*seen.lock().unwrap(), ["before", "lost", "after"]);
+        listener.stop();
+        listener.wait_stopped().await;
+        listener.join_drains().await;
+        assert_eq!(listener.drains_held(), 0);
+        let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let died = log
+            .lines()
+            .filter(|l| l.contains("ERROR") && l.contains("drain") && l.contains("panicked"))
+            .collect::<Vec<_>>();
+        assert!(!died.is_empty(), "the dead drain was not reported:\n{log}");
+        assert!(
+            died.iter()
+                .all(|l| l.contains("informer=v1/ConfigMap") && l.contains("listener=bombed")),
+            "{died:?}"
+        );
     }
 }

@@ -27,6 +27,9 @@ struct Inner<K> {
     runtime: Option<Handle>,
     /// Set by `stop`: no listener may be added after it, or its deliveries would outlive `run`.
     stopped: bool,
+    /// Listeners removed while their drain may still run, joined by `stop` (pruned of those
+    /// whose drains are all finished whenever another is removed).
+    removed: Vec<Arc<ProcessorListener<K>>>,
 }
 
 pub(crate) struct SharedProcessor<K> {
@@ -53,6 +56,7 @@ impl<K: kube::Resource + Send + Sync + 'static> SharedProcessor<K> {
                 listeners: Vec::new(),
                 runtime: None,
                 stopped: false,
+                removed: Vec::new(),
             }),
         }
     }
@@ -89,9 +93,10 @@ impl<K: kube::Resource + Send + Sync + 'static> SharedProcessor<K> {
         let before = inner.listeners.len();
         inner.listeners.retain(|e| !Arc::ptr_eq(&e.listener, listener));
         let removed = inner.listeners.len() != before;
-        drop(inner);
         if removed {
             listener.stop();
+            inner.removed.retain(|l| l.has_running_drains());
+            inner.removed.push(listener.clone());
         }
         removed
     }
@@ -162,11 +167,18 @@ impl<K: kube::Resource + Send + Sync + 'static> SharedProcessor<K> {
         }
     }
 
-    /// Stops every listener and waits until none is inside its handler any more.
+    /// Stops every listener, waits until none is inside its handler any more, and joins every
+    /// drain task they spawned (those of listeners removed before too), so none outlives this.
     pub(crate) async fn stop(&self) {
         self.stop_listeners();
-        for listener in self.listeners() {
+        let (listeners, removed) = {
+            let mut inner = self.write();
+            let listeners: Vec<_> = inner.listeners.iter().map(|e| e.listener.clone()).collect();
+            (listeners, std::mem::take(&mut inner.removed))
+        };
+        for listener in listeners.iter().chain(&removed) {
             listener.wait_stopped().await;
+            listener.join_drains().await;
         }
     }
 }

@@ -514,6 +514,7 @@ where
         let listener = ProcessorListener::new(
             Arc::new(handler),
             ListenerOptions {
+                informer: self.inner.reflector_config.name.clone(),
                 name: options
                     .name
                     .unwrap_or_else(|| format!("{}-{id}", self.inner.reflector_config.name)),

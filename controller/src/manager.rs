@@ -28,7 +28,8 @@
 //! `/metrics` on `0.0.0.0:8080` (Prometheus text: the controllers', work queues', informers'
 //! and manager's series), and the probes on `0.0.0.0:8081`. Either can be moved (port 0 picks
 //! a free one; `127.0.0.1` keeps it local) or turned off. Both use the `http-serving` crate's
-//! timeouts and connection cap.
+//! timeouts and connection cap. A third, the HTTPS webhook server (`0.0.0.0:9443`), runs only
+//! when configured ([`ManagerBuilder::webhook_server`]; see [`webhook`](crate::webhook)).
 //!
 //! The probes answer as controller-runtime's `pkg/healthz` (see [`healthz`](crate::healthz)):
 //! `/healthz` and `/readyz` run every check (`?verbose` lists them, `?exclude=name` skips

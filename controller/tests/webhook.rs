@@ -5,126 +5,21 @@
 //! rotation with no restart, and the metrics on the Manager's `/metrics`.
 
 mod common;
+mod webhook_support;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::http::Request;
+use controller::Manager;
 use controller::webhook::{
-    Conversion, Convertible, MutatingWebhook, ValidatingWebhook, Verdict, WebhookServer, WebhookServerConfig,
+    Conversion, MutatingWebhook, ValidatingWebhook, Verdict, WebhookServer, WebhookServerConfig,
 };
-use controller::{BoxError, Manager};
-use kube::CustomResource;
 use kube::core::admission::{AdmissionRequest, Operation};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-mod v1 {
-    use super::*;
-
-    /// The hub version.
-    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-    #[kube(group = "webhook.kinformer.dev", version = "v1", kind = "Foo", namespaced)]
-    pub struct FooSpec {
-        pub replicas: i32,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub image: Option<String>,
-    }
-}
-
-mod v1alpha1 {
-    use super::*;
-
-    /// A spoke: `size` is a string there.
-    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-    #[kube(group = "webhook.kinformer.dev", version = "v1alpha1", kind = "Foo", namespaced)]
-    pub struct FooSpec {
-        pub size: String,
-    }
-}
-
-impl Convertible<v1::Foo> for v1alpha1::Foo {
-    fn to_hub(self) -> Result<v1::Foo, BoxError> {
-        let replicas = self
-            .spec
-            .size
-            .parse::<i32>()
-            .map_err(|e| format!("size {:?}: {e}", self.spec.size))?;
-        Ok(v1::Foo {
-            metadata: self.metadata,
-            spec: v1::FooSpec { replicas, image: None },
-        })
-    }
-
-    fn from_hub(hub: v1::Foo) -> Result<Self, BoxError> {
-        Ok(v1alpha1::Foo {
-            metadata: hub.metadata,
-            spec: v1alpha1::FooSpec {
-                size: hub.spec.replicas.to_string(),
-            },
-        })
-    }
-}
-
-/// A CA and a serving certificate for 127.0.0.1 it signed, written as `tls.crt`/`tls.key`.
-struct Pki {
-    ca_der: Vec<u8>,
-    /// For a webhook configuration's `caBundle`.
-    #[allow(dead_code)]
-    ca_pem: String,
-}
-
-impl Pki {
-    fn write(dir: &Path, ca_name: &str) -> Pki {
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        ca_params.distinguished_name.push(DnType::CommonName, ca_name);
-        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-        let ca_key = KeyPair::generate().unwrap();
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let mut serving = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
-        serving.distinguished_name.push(DnType::CommonName, "webhook");
-        let key = KeyPair::generate().unwrap();
-        let cert = serving.signed_by(&key, &issuer).unwrap();
-        // Written aside and renamed in, key first, as a Secret volume's swap is atomic.
-        for (name, content) in [("tls.key", key.serialize_pem()), ("tls.crt", cert.pem())] {
-            let aside = dir.join(format!(".{name}.new"));
-            std::fs::write(&aside, content).unwrap();
-            std::fs::rename(&aside, dir.join(name)).unwrap();
-        }
-        Pki {
-            ca_der: ca.der().to_vec(),
-            ca_pem: ca.pem(),
-        }
-    }
-}
-
-/// A fresh directory under the temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "kinformer-webhook-{}-{}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use webhook_support::{Pki, TempDir, https_client, v1, v1alpha1};
 
 struct Running {
     server: WebhookServer,
@@ -173,15 +68,6 @@ impl Running {
         self.stop.cancel();
         self.task.await.unwrap().unwrap();
     }
-}
-
-/// kube's HTTPS client for `addr`, trusting only `ca_der`.
-fn https_client(addr: SocketAddr, ca_der: &[u8]) -> kube::Client {
-    let mut config = kube::Config::new(format!("https://{addr}").parse().unwrap());
-    config.root_cert = Some(vec![ca_der.to_vec()]);
-    config.connect_timeout = Some(Duration::from_secs(5));
-    config.read_timeout = Some(Duration::from_secs(60));
-    kube::Client::try_from(config).unwrap()
 }
 
 async fn try_post(client: &kube::Client, path: &str, body: Vec<u8>, content_type: &str) -> Result<String, kube::Error> {

@@ -41,6 +41,9 @@ pub const CONVERSION_PATH: &str = "/convert";
 /// at etcd's 1.5 MiB limit each, JSON-escaped, with room).
 const MAX_REQUEST_BYTES: usize = 7 * 1024 * 1024;
 
+/// How long the server waits, once stopped, for the handler tasks it aborted to unwind.
+const HANDLER_UNWIND_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where and how the webhook server serves (controller-runtime's `webhook.Options`).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -399,9 +402,17 @@ impl WebhookServer {
             info!(%addr, "serving webhooks");
             http_serving::serve(listener, router, Some(Arc::new(tls)), serving, shutdown).await;
             // Every request has ended, so every handler task was joined or aborted: wait for
-            // the aborted ones to unwind.
+            // the aborted ones to unwind. One stuck in blocking code (never reaching an
+            // `.await`) cannot be aborted; it is named and left after a bound.
             tasks.close();
-            tasks.wait().await;
+            if tokio::time::timeout(HANDLER_UNWIND_BOUND, tasks.wait()).await.is_err() {
+                tracing::warn!(
+                    %addr,
+                    handlers = tasks.len(),
+                    bound = ?HANDLER_UNWIND_BOUND,
+                    "webhook handlers aborted after their timeout are still running (blocked outside an .await)"
+                );
+            }
             info!(%addr, "webhook server stopped");
         }))
     }

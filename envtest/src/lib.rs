@@ -52,8 +52,8 @@
 //! - CRD schemas: no `allOf`/`anyOf`/`oneOf`/`not`, `format`, or `x-kubernetes-list-type`
 //!   uniqueness; a CRD's own schema is not checked for being structural;
 //! - CEL rules (`x-kubernetes-validations`) run with the standard library, the strings extension
-//!   and Kubernetes' lists, regex, URL and quantity libraries; a rule using anything else (IP,
-//!   CIDR, `format`, `semver`) is refused when the CRD is written. No type checker (a type
+//!   and Kubernetes' lists, regex, URL, quantity, IP and CIDR libraries; a rule using anything else
+//!   (`format`, `semver`) is refused when the CRD is written. No type checker (a type
 //!   mismatch fails when the rule runs, not at CRD creation), no cost limits, no ratcheting, and
 //!   `format: duration`/`date-time` strings stay strings in rules;
 //! - strategic merge patch knows the merge keys of the lists controllers patch (containers, env,

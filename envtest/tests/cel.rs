@@ -1,8 +1,8 @@
 //! CRD validation rules (`x-kubernetes-validations`) as kube-apiserver evaluates them: each case
 //! in the shape of a rule from a well-known CRD (Gateway API, cert-manager, Cluster API), its
 //! message, `messageExpression`, `fieldPath` and `reason`, transition rules with `oldSelf`
-//! (`optionalOldSelf` too), the Kubernetes quantity, URL, regex and list libraries, and rules
-//! refused when the CRD is written. Every request goes through `kube::Client` over HTTP.
+//! (`optionalOldSelf` too), the Kubernetes quantity, URL, IP/CIDR, regex and list libraries, and
+//! rules refused when the CRD is written. Every request goes through `kube::Client` over HTTP.
 
 use envtest::{Config, Server};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -78,6 +78,10 @@ fn widget_schema() -> Value {
             "rule": "isURL(self) && url(self).getScheme() == 'https' && url(self).getHostname() != 'localhost'",
             "messageExpression": "'endpoint must be https and not localhost, got ' + url(self).getScheme() + '://' + url(self).getHost()",
             "message": "endpoint must be an https URL"}]},
+        // A pod network (IP and CIDR libraries).
+        "podCIDR": {"type": "string", "x-kubernetes-validations": [{
+            "rule": "isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).prefixLength() <= 24",
+            "message": "podCIDR must be an IPv4 CIDR of /24 or larger"}]},
         // A version tag checked with the regex library.
         "version": {"type": "string", "x-kubernetes-validations": [
             {"rule": "self.find('^v[0-9]+') != ''", "messageExpression": "'version ' + self + ' must start with v<major>'"}]},
@@ -233,6 +237,14 @@ async fn rules_shaped_like_well_known_crds_accept_and_refuse_as_kube_apiserver()
             invalid: json!({"endpoint": "not a url"}),
             error: r#"spec.endpoint: Invalid value: "string": endpoint must be an https URL"#,
             field: "spec.endpoint",
+            reason: "FieldValueInvalid",
+        },
+        Case {
+            name: "pod-cidr",
+            valid: json!({"podCIDR": "10.244.0.0/16"}),
+            invalid: json!({"podCIDR": "fd00::/64"}),
+            error: r#"spec.podCIDR: Invalid value: "string": podCIDR must be an IPv4 CIDR of /24 or larger"#,
+            field: "spec.podCIDR",
             reason: "FieldValueInvalid",
         },
         Case {
@@ -440,7 +452,7 @@ async fn crds_with_rules_envtest_cannot_evaluate_are_refused() {
             "self.frobnicate()",
             "undeclared reference to 'frobnicate' (in container '')",
         ),
-        ("isIP(self)", "undeclared reference to 'isIP' (in container '')"),
+        ("isSemver(self)", "undeclared reference to 'isSemver' (in container '')"),
         ("self.size() >", "Syntax error"),
     ] {
         let status = status_of(crds.create(&pp, &bad(rule)).await.unwrap_err());

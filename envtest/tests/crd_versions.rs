@@ -69,9 +69,11 @@ fn widget_crd(client_config: Value) -> Value {
             "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
             "versions": [
                 {"name": "v1alpha1", "served": true, "storage": false, "deprecated": true,
-                    "schema": schema("size"), "subresources": {"status": {}}},
+                    "schema": schema("size"), "subresources": {"status": {},
+                        "scale": {"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.replicas"}}},
                 {"name": "v1", "served": true, "storage": true, "schema": schema("replicas"),
-                    "subresources": {"status": {}}},
+                    "subresources": {"status": {},
+                        "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}}},
             ],
             "conversion": {"strategy": "Webhook", "webhook": {
                 "clientConfig": client_config, "conversionReviewVersions": ["v1"]}},
@@ -419,6 +421,112 @@ async fn a_conversion_webhook_that_is_down_fails_other_versions_with_500() {
         stored(&env, "/apis/conv.example.com/v1/namespaces/default/widgets").len(),
         1
     );
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_status_and_scale_subresources_convert_too() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let mut webhook = conversion_webhook().await;
+    create_crd(&client, widget_crd(webhook.client_config("/convert"))).await;
+    widgets(&client, "v1")
+        .create(
+            &PostParams::default(),
+            &object(json!({"apiVersion": "conv.example.com/v1", "kind": "Widget",
+                "metadata": {"name": "w"}, "spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    let alpha = widgets(&client, "v1alpha1");
+    // v1alpha1's scale reads its own path, .spec.size, of the converted object.
+    let scale = alpha.get_scale("w").await.unwrap();
+    assert_eq!(scale.spec.unwrap().replicas, Some(2));
+    alpha
+        .patch_scale(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 6}})),
+        )
+        .await
+        .unwrap();
+    let status = value(
+        &alpha
+            .patch_status(
+                "w",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"replicas": 6}})),
+            )
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        (status["apiVersion"].as_str(), &status["spec"]),
+        (Some("conv.example.com/v1alpha1"), &json!({"size": 6}))
+    );
+    let stored = stored(&env, "/apis/conv.example.com/v1/namespaces/default/widgets").remove(0);
+    assert_eq!(
+        (&stored["spec"], &stored["status"]),
+        (&json!({"replicas": 6}), &json!({"replicas": 6})),
+        "written through v1alpha1's subresources, stored in v1"
+    );
+
+    webhook.stop().await;
+    let e = api_error(alpha.get_scale("w").await.unwrap_err());
+    assert_eq!(e.code, 500, "{e:?}");
+    let e = api_error(alpha.get_status("w").await.unwrap_err());
+    assert_eq!(e.code, 500, "{e:?}");
+    let e = api_error(alpha.delete("w", &Default::default()).await.unwrap_err());
+    assert_eq!(e.code, 500, "a delete reads the object in its version too: {e:?}");
+    assert_eq!(stored_len(&env), 1);
+    env.shutdown().await;
+}
+
+fn stored_len(env: &envtest::Server) -> usize {
+    stored(env, "/apis/conv.example.com/v1/namespaces/default/widgets").len()
+}
+
+#[tokio::test]
+async fn a_watch_whose_conversion_fails_ends_with_an_error_event() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let mut webhook = conversion_webhook().await;
+    create_crd(&client, widget_crd(webhook.client_config("/convert"))).await;
+    let mut events = widgets(&client, "v1alpha1")
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    webhook.stop().await;
+    widgets(&client, "v1")
+        .create(
+            &PostParams::default(),
+            &object(json!({"apiVersion": "conv.example.com/v1", "kind": "Widget",
+                "metadata": {"name": "w"}, "spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(10), events.try_next())
+        .await
+        .expect("an event within 10s")
+        .unwrap()
+        .expect("an event before the end");
+    match event {
+        WatchEvent::Error(status) => {
+            assert_eq!(status.code, 500, "{status:?}");
+            assert!(
+                status
+                    .message
+                    .starts_with("conversion webhook for conv.example.com/v1, Kind=Widget failed: "),
+                "{status:?}"
+            );
+        }
+        other => panic!("expected an ERROR event, got {other:?}"),
+    }
+    let end = tokio::time::timeout(Duration::from_secs(10), events.try_next())
+        .await
+        .expect("the stream ends within 10s");
+    assert!(matches!(end, Ok(None)), "{end:?}");
     env.shutdown().await;
 }
 

@@ -164,7 +164,7 @@ fn kubectl_sees_the_foos_deployments_and_events_of_a_keep_running_demo() {
     ] {
         assert!(deployments.contains(deployment), "{deployments}");
     }
-    // envtest serves no Table, so kubectl shows NAME and AGE only: read the fields from YAML.
+    // kubectl's tables show a few columns of each kind: read the fields from YAML.
     let all = kubectl(
         &home,
         &kubeconfig,

@@ -1,24 +1,30 @@
 //! The Kubernetes CEL libraries a CRD's rules call (`k8s.io/apiserver/pkg/cel/library`), on top
 //! of cel-rust's standard library and its `strings` extension: lists (`isSorted`, `sum`, `min`,
 //! `max`, `indexOf`, `lastIndexOf`), regex (`find`, `findAll`), URLs (`url`, `isURL`,
-//! `getScheme`, `getHost`, `getHostname`, `getPort`, `getEscapedPath`, `getQuery`) and
+//! `getScheme`, `getHost`, `getHostname`, `getPort`, `getEscapedPath`, `getQuery`),
 //! quantities (`quantity`, `isQuantity`, `sign`, `isInteger`, `asInteger`,
-//! `asApproximateFloat`, `add`, `sub`, `isLessThan`, `isGreaterThan`, `compareTo`).
+//! `asApproximateFloat`, `add`, `sub`, `isLessThan`, `isGreaterThan`, `compareTo`), IPs (`ip`,
+//! `isIP`, `family`, `isUnspecified`, `isLoopback`, `isLinkLocalMulticast`,
+//! `isLinkLocalUnicast`, `isGlobalUnicast`, `string`) and CIDRs (`cidr`, `isCIDR`, `containsIP`,
+//! `containsCIDR`, `ip`, `prefixLength`, `masked`, `string`).
 //!
 //! Each is a function of the evaluation's [`Context`] called with any arguments (cel-rust has no
 //! type checker), which checks its receiver and arguments itself and answers `no such overload`
-//! otherwise, as cel-go does at run time. `indexOf`/`lastIndexOf` on lists are member overloads of
-//! the [`Env`] instead, because the strings extension declares those names for strings.
-//! What is not here (IP and CIDR, `format`, `authz`, `semver`) is refused when a CRD is
-//! written, as any unknown function (see `cel/mod.rs`).
+//! otherwise, as cel-go does at run time. `indexOf`/`lastIndexOf` on lists and `string` of an IP
+//! or CIDR are overloads of the [`Env`] instead, because the strings extension and the standard
+//! library declare those names. URLs are parsed by `http::Uri` (Go's `url.ParseRequestURI`
+//! accepts a few URIs it refuses, such as `mailto:` ones), addresses by `std::net`. What is not
+//! here (`ip.isCanonical`, `format`, `authz`, `semver`) is refused when a CRD is written, as any
+//! unknown function (see `cel/mod.rs`).
 
 use super::quantity::{self, Quantity};
-use cel::common::types::{DYN_TYPE, LIST_TYPE};
+use cel::common::types::{DYN_TYPE, LIST_TYPE, Type};
 use cel::common::value::CowVal;
 use cel::objects::{Key, Opaque};
 use cel::{Context, DeclarationError, Env, ExecutionError, FunctionContext, Value};
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// A Kubernetes function: its receiver (if called as a method) followed by its arguments.
@@ -51,6 +57,20 @@ const FUNCTIONS: &[(&str, Library)] = &[
     ("isLessThan", quantities),
     ("isGreaterThan", quantities),
     ("compareTo", quantities),
+    ("ip", ips),
+    ("isIP", ips),
+    ("family", ips),
+    ("isUnspecified", ips),
+    ("isLoopback", ips),
+    ("isLinkLocalMulticast", ips),
+    ("isLinkLocalUnicast", ips),
+    ("isGlobalUnicast", ips),
+    ("cidr", ips),
+    ("isCIDR", ips),
+    ("containsIP", ips),
+    ("containsCIDR", ips),
+    ("prefixLength", ips),
+    ("masked", ips),
 ];
 
 /// Whether `name` is one of the functions [`register`] adds (for the check at CRD creation).
@@ -78,6 +98,20 @@ pub(crate) fn register_env(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_member_overload("indexOf", "list_index_of", LIST_TYPE, vec![DYN_TYPE], |args| {
         member_on_list("indexOf", args)
     })?;
+    // `string(ip)` and `string(cidr)`: `string` is the standard library's, so these are overloads
+    // of it for the two opaque types.
+    env.add_overload(
+        "string",
+        "string_ip",
+        vec![Type::new_opaque_type(IP_TYPE)],
+        to_string_overload,
+    )?;
+    env.add_overload(
+        "string",
+        "string_cidr",
+        vec![Type::new_opaque_type(CIDR_TYPE)],
+        to_string_overload,
+    )?;
     env.add_member_overload("lastIndexOf", "list_last_index_of", LIST_TYPE, vec![DYN_TYPE], |args| {
         member_on_list("lastIndexOf", args)
     })
@@ -90,6 +124,22 @@ fn member_on_list<'b, 'v>(name: &str, args: Vec<CowVal<'b, 'v>>) -> Result<CowVa
         .collect::<Result<Vec<_>, _>>()?;
     let out = lists(name, &values)?;
     let boxed: Box<dyn cel::common::value::Val> = out.try_into()?;
+    Ok(CowVal::from(boxed))
+}
+
+fn to_string_overload<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let values = args
+        .iter()
+        .map(|v| Value::try_from(v.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let text = match values.as_slice() {
+        [v] => ip_of(v)
+            .map(|ip| ip.to_string())
+            .or_else(|| cidr_of(v).map(|c| c.to_string())),
+        _ => None,
+    };
+    let text = text.ok_or_else(|| no_overload("string", &values))?;
+    let boxed: Box<dyn cel::common::value::Val> = Value::from(text).try_into()?;
     Ok(CowVal::from(boxed))
 }
 
@@ -409,6 +459,176 @@ fn quantities(name: &str, args: &[Value]) -> Result<Value, ExecutionError> {
                 })),
                 _ => Err(no_overload(name, args)),
             }
+        }
+        _ => Err(no_overload(name, args)),
+    }
+}
+
+const IP_TYPE: &str = "net.IP";
+const CIDR_TYPE: &str = "net.CIDR";
+
+/// An IP address of the IP library (`netip.Addr`).
+#[derive(Debug, PartialEq, Eq)]
+struct Ip(IpAddr);
+
+impl Opaque for Ip {
+    fn runtime_type_name(&self) -> &str {
+        IP_TYPE
+    }
+}
+
+/// A CIDR of the CIDR library (`netip.Prefix`): an address, not necessarily masked, and a prefix
+/// length.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub(crate) struct Cidr {
+    addr: IpAddr,
+    bits: u8,
+}
+
+impl Opaque for Cidr {
+    fn runtime_type_name(&self) -> &str {
+        CIDR_TYPE
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.bits)
+    }
+}
+
+/// Parses an address as the IP library's `ip()`: no zone, no IPv4-mapped IPv6.
+pub(crate) fn parse_ip(s: &str) -> Result<IpAddr, String> {
+    let ip: IpAddr = s
+        .parse()
+        .map_err(|e| format!("IP Address {s:?} parse error during conversion from string: {e}"))?;
+    if let IpAddr::V6(v6) = ip
+        && v6.to_ipv4_mapped().is_some()
+    {
+        return Err(format!("IPv4-mapped IPv6 address {s:?} is not allowed"));
+    }
+    Ok(ip)
+}
+
+impl Cidr {
+    /// Parses a prefix as the CIDR library's `cidr()`.
+    pub(crate) fn parse(s: &str) -> Result<Cidr, String> {
+        let bad = |why: &str| format!("network address {s:?} parse error during conversion from string: {why}");
+        let (addr, bits) = s.split_once('/').ok_or_else(|| bad("no '/'"))?;
+        let addr = parse_ip(addr).map_err(|e| bad(&e))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let bits: u8 = bits
+            .parse()
+            .ok()
+            .filter(|b| *b <= max && !bits.starts_with('+') && (bits == "0" || !bits.starts_with('0')))
+            .ok_or_else(|| bad("bad bits after slash"))?;
+        Ok(Cidr { addr, bits })
+    }
+
+    /// The prefix with the host bits cleared.
+    pub(crate) fn masked(self) -> Cidr {
+        let addr = match self.addr {
+            IpAddr::V4(v4) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.bits)).unwrap_or(0);
+                IpAddr::V4((u32::from(v4) & mask).into())
+            }
+            IpAddr::V6(v6) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.bits)).unwrap_or(0);
+                IpAddr::V6((u128::from(v6) & mask).into())
+            }
+        };
+        Cidr { addr, bits: self.bits }
+    }
+
+    /// Whether `ip` is in the prefix (of the same family).
+    pub(crate) fn contains(self, ip: IpAddr) -> bool {
+        ip.is_ipv4() == self.addr.is_ipv4()
+            && Cidr {
+                addr: ip,
+                bits: self.bits,
+            }
+            .masked()
+                == self.masked()
+    }
+}
+
+fn ip_of(v: &Value) -> Option<IpAddr> {
+    match v {
+        Value::Opaque(o) => o.downcast_ref::<Ip>().map(|ip| ip.0),
+        _ => None,
+    }
+}
+
+fn cidr_of(v: &Value) -> Option<Cidr> {
+    match v {
+        Value::Opaque(o) => o.downcast_ref::<Cidr>().copied(),
+        _ => None,
+    }
+}
+
+/// Go's `netip.Addr.IsGlobalUnicast`: not unspecified, loopback, multicast, link-local unicast
+/// or the IPv4 broadcast address (private ranges count).
+fn is_global_unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            !(v4.is_unspecified() || v4.is_loopback() || v4.is_multicast() || v4.is_link_local() || v4.is_broadcast())
+        }
+        IpAddr::V6(v6) => !(v6.is_unspecified() || v6.is_loopback() || v6.is_multicast() || v6.is_unicast_link_local()),
+    }
+}
+
+/// The IP and CIDR libraries.
+fn ips(name: &str, args: &[Value]) -> Result<Value, ExecutionError> {
+    let ip_value = |ip: IpAddr| Value::Opaque(Arc::new(Ip(ip)));
+    match (name, args) {
+        ("ip", [Value::String(s)]) => parse_ip(s).map(ip_value).map_err(|e| fail(name, e)),
+        ("isIP", [Value::String(s)]) => Ok(Value::Bool(parse_ip(s).is_ok())),
+        ("cidr", [Value::String(s)]) => Cidr::parse(s)
+            .map(|c| Value::Opaque(Arc::new(c)))
+            .map_err(|e| fail(name, e)),
+        ("isCIDR", [Value::String(s)]) => Ok(Value::Bool(Cidr::parse(s).is_ok())),
+        ("containsIP", [c, other]) => {
+            let c = cidr_of(c).ok_or_else(|| no_overload(name, args))?;
+            let ip = match other {
+                Value::String(s) => parse_ip(s).map_err(|e| fail(name, e))?,
+                v => ip_of(v).ok_or_else(|| no_overload(name, args))?,
+            };
+            Ok(Value::Bool(c.contains(ip)))
+        }
+        ("containsCIDR", [c, other]) => {
+            let c = cidr_of(c).ok_or_else(|| no_overload(name, args))?;
+            let other = match other {
+                Value::String(s) => Cidr::parse(s).map_err(|e| fail(name, e))?,
+                v => cidr_of(v).ok_or_else(|| no_overload(name, args))?,
+            };
+            Ok(Value::Bool(c.contains(other.addr) && c.bits <= other.bits))
+        }
+        (_, [v]) => {
+            if let Some(c) = cidr_of(v) {
+                return match name {
+                    "ip" => Ok(ip_value(c.addr)),
+                    "prefixLength" => Ok(Value::Int(i64::from(c.bits))),
+                    "masked" => Ok(Value::Opaque(Arc::new(c.masked()))),
+                    _ => Err(no_overload(name, args)),
+                };
+            }
+            let ip = ip_of(v).ok_or_else(|| no_overload(name, args))?;
+            let link_local_multicast = match ip {
+                IpAddr::V4(v4) => v4.octets()[..3] == [224, 0, 0],
+                IpAddr::V6(v6) => v6.segments()[0] & 0xff0f == 0xff02,
+            };
+            Ok(match name {
+                "family" => Value::Int(if ip.is_ipv4() { 4 } else { 6 }),
+                "isUnspecified" => Value::Bool(ip.is_unspecified()),
+                "isLoopback" => Value::Bool(ip.is_loopback()),
+                "isLinkLocalMulticast" => Value::Bool(link_local_multicast),
+                "isLinkLocalUnicast" => Value::Bool(match ip {
+                    IpAddr::V4(v4) => v4.is_link_local(),
+                    IpAddr::V6(v6) => v6.is_unicast_link_local(),
+                }),
+                "isGlobalUnicast" => Value::Bool(is_global_unicast(ip)),
+                _ => return Err(no_overload(name, args)),
+            })
         }
         _ => Err(no_overload(name, args)),
     }

@@ -7,7 +7,8 @@
 //! shape); and in the CRD's own validation (`crd.rs` calls [`check_schema`]).
 //!
 //! Parsing and evaluation are cel-rust's (the `cel` crate: standard library, macros, the
-//! `strings` extension, `optional`), with the Kubernetes libraries in `library.rs`. What
+//! `strings` extension, `optional`), with the Kubernetes libraries in `library.rs` (lists, regex,
+//! URLs, quantities, IPs and CIDRs). What
 //! apiextensions-apiserver's `pkg/apiserver/schema/cel` does and this module does too:
 //! - `self` is the node's value: objects as maps (property names escaped as Kubernetes escapes
 //!   them: `__dash__`, `__dot__`, `__slash__`, `__underscores__`, `__{keyword}__`), lists,
@@ -41,7 +42,7 @@
 //! - strings with `format: duration`, `date`, `date-time` or `byte` stay strings (kube-apiserver
 //!   makes them durations, timestamps and bytes); `x-kubernetes-list-type: set`/`map` lists
 //!   compare in order;
-//! - the IP, CIDR, `format`, `semver` and two-variable comprehension libraries are not
+//! - `ip.isCanonical`, the `format`, `semver` and two-variable comprehension libraries are not
 //!   implemented, so a rule using them is refused at CRD creation; ratcheting (an unchanged
 //!   invalid value allowed with a warning) is not implemented;
 //! - the value shown for a refused rule is the rule as JSON, where Go prints its struct.
@@ -1009,6 +1010,41 @@ mod tests {
             "quantities must match the regular expression",
         );
         fails("quantity(1) == quantity('1')", "no such overload");
+    }
+
+    #[test]
+    fn ip_and_cidr_libraries() {
+        yes(
+            "isIP('10.0.0.1') && isIP('::1') && !isIP('10.0.0.256') && !isIP('::ffff:10.0.0.1') && !isIP('fe80::1%eth0')",
+        );
+        yes("ip('10.0.0.1').family() == 4 && ip('2001:db8::1').family() == 6");
+        yes("ip('127.0.0.1').isLoopback() && ip('::').isUnspecified() && ip('0.0.0.0').isUnspecified()");
+        yes("ip('169.254.1.1').isLinkLocalUnicast() && ip('fe80::1').isLinkLocalUnicast()");
+        yes(
+            "ip('224.0.0.1').isLinkLocalMulticast() && ip('ff02::1').isLinkLocalMulticast() && !ip('224.0.1.1').isLinkLocalMulticast()",
+        );
+        yes(
+            "ip('10.0.0.1').isGlobalUnicast() && !ip('255.255.255.255').isGlobalUnicast() && !ip('127.0.0.1').isGlobalUnicast()",
+        );
+        yes("string(ip('2001:0db8::0001')) == '2001:db8::1' && ip('10.0.0.1') == ip('10.0.0.1')");
+        yes("isCIDR('10.0.0.0/8') && !isCIDR('10.0.0.0/33') && !isCIDR('10.0.0.0') && !isCIDR('10.0.0.0/08')");
+        yes("cidr('10.0.0.0/8').containsIP('10.1.2.3') && !cidr('10.0.0.0/8').containsIP(ip('11.0.0.1'))");
+        yes("!cidr('10.0.0.0/8').containsIP('::1')");
+        yes("cidr('10.0.0.0/8').containsCIDR('10.1.0.0/16') && !cidr('10.1.0.0/16').containsCIDR(cidr('10.0.0.0/8'))");
+        yes("cidr('10.1.2.3/8').ip() == ip('10.1.2.3') && cidr('10.1.2.3/8').prefixLength() == 8");
+        yes(
+            "string(cidr('10.1.2.3/8').masked()) == '10.0.0.0/8' && string(cidr('2001:db8::1/32').masked()) == '2001:db8::/32'",
+        );
+        yes("cidr('0.0.0.0/0').containsIP('1.2.3.4') && string(cidr('1.2.3.4/0').masked()) == '0.0.0.0/0'");
+        fails(
+            "ip('nope') == ip('10.0.0.1')",
+            "parse error during conversion from string",
+        );
+        fails("ip('::ffff:1.2.3.4').family() == 6", "IPv4-mapped IPv6 address");
+        fails(
+            "cidr('10.0.0.0/99').prefixLength() == 1",
+            "parse error during conversion from string",
+        );
     }
 
     #[test]

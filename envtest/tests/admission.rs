@@ -400,6 +400,13 @@ async fn webhooks_whose_rules_do_not_match_are_not_called() {
                 json!({}),
             ),
             webhook(
+                "deploy-main.example.com",
+                hooks.client_config("/deploy-main"),
+                json!([{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments"],
+                    "operations": ["UPDATE"]}]),
+                json!({}),
+            ),
+            webhook(
                 "cluster-only.example.com",
                 hooks.client_config("/cluster-only"),
                 json!([{"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"],
@@ -453,6 +460,9 @@ async fn webhooks_whose_rules_do_not_match_are_not_called() {
     let status = reviews(&hooks, "/deploy-status");
     assert_eq!(status.len(), 1, "called for the status write");
     assert_eq!(status[0]["request"]["subResource"], "status");
+    let main = reviews(&hooks, "/deploy-main");
+    assert_eq!(main.len(), 1, "`deployments` is the main resource's write only, not /status");
+    assert_eq!(main[0]["request"]["subResource"], Value::Null);
     let cm_calls = reviews(&hooks, "/cm-create");
     assert_eq!(
         cm_calls.len(),

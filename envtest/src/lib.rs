@@ -37,6 +37,24 @@
 //! `deprecated` versions answer with a `Warning`. `kubectl get` receives a `Table` with a CRD
 //! version's `additionalPrinterColumns`.
 //!
+//! Admission webhooks run as kube-apiserver runs them (`admission/`). On a create, update,
+//! patch, apply, `/status` or `/scale` write and on a delete, in this order: the matching
+//! webhooks of the `MutatingWebhookConfiguration`s (configurations by name, then each one's
+//! webhooks in order; those with `reinvocationPolicy: IfNeeded` once more if a later webhook
+//! changed the object), each JSON patch applied and the object decoded again; then validation
+//! (ObjectMeta, the CRD schema, CEL rules); then the `ValidatingWebhookConfiguration`s' webhooks,
+//! called in parallel; then the commit. Matching follows `rules` (groups, versions, resources
+//! with `*`, `*/*` and `x/sub` subresources, operations, scope), `namespaceSelector` (a
+//! namespace's own labels for a Namespace) and `objectSelector` (old or new object).
+//! `failurePolicy`, `timeoutSeconds`, `sideEffects` with `dryRun` (`400` "does not support dry
+//! run"), `admissionReviewVersions` (v1, else v1beta1) and `caBundle` (verified by rustls) apply
+//! as on a cluster. A denial answers the webhook's code (`403` by default) and `admission webhook
+//! "<name>" denied the request: <message>`; a failed call under `Fail` answers `500` `failed
+//! calling webhook "<name>": ...`; warnings become `Warning: 299 - "<text>"` headers. A webhook
+//! named by `service` is reached at the address [`Config::webhook_service`] maps it to (envtest
+//! has no cluster network; the certificate is verified for `<name>.<namespace>.svc`); `url` is
+//! called as is. Every request is admitted as the user `system:admin` (group `system:masters`).
+//!
 //! # Differences from kube-apiserver
 //!
 //! What a test against envtest can still see differently from a cluster, one line each:
@@ -66,8 +84,14 @@
 //!   RBAC, Ingress) and the fields those carry; responses are always JSON;
 //! - OpenAPI: v3 only (no v2 document), built-in schemas from k8s-openapi (no `default`s or
 //!   `x-kubernetes-patch-*` extensions), a few operations per kind rather than every one;
-//! - no admission: no quota, limit ranges, default service account or token, allocated
-//!   `clusterIP`, Pod default tolerations;
+//! - admission: webhooks only. No ValidatingAdmissionPolicy or MutatingAdmissionPolicy, no
+//!   webhook `matchConditions` (refused when a configuration is written), no built-in plugins
+//!   (quota, limit ranges, default service account or token, allocated `clusterIP`, Pod default
+//!   tolerations); `matchPolicy: Equivalent` matches as `Exact` (a webhook for one version of a
+//!   multi-version CRD is not called for requests in its other versions); writes made by
+//!   envtest's own garbage collector and namespace finalizer skip admission; a denial's
+//!   `reason` outside the standard `StatusReason`s is sent empty; validating webhooks' failures
+//!   are reported in webhook order (kube-apiserver reports the first to finish);
 //! - no controllers but the CRD, namespace and garbage-collection ones (no Deployment → ReplicaSet
 //!   → Pod; write status yourself);
 //! - one version served per built-in group; custom objects are not defaulted again on read in
@@ -102,9 +126,10 @@
 //! Bearer tokens are compared in constant time. With [`Config::cert_dir`] the TLS CA and serving
 //! key pair are kept across restarts, so a kubeconfig written before a restart works after it.
 //!
-//! A patch or an apply is computed off the store's lock and written only if the object has not
-//! changed meanwhile (else computed again on the new object), as kube-apiserver's
-//! GuaranteedUpdate: the lock is never held while a patch is computed.
+//! Every write is computed, admitted (webhook calls are HTTP) and validated off the store's
+//! lock and committed only if the object it started from is still the stored one (else done
+//! again on the new object), as kube-apiserver's GuaranteedUpdate: the lock is never held while
+//! a patch is computed or a webhook answers.
 //!
 //! ```
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

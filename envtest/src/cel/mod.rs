@@ -620,7 +620,9 @@ struct Checker<'a> {
     /// The node's schema, for the fields selected from `self`/`oldSelf`.
     schema: &'a Value,
     resource: bool,
-    scope: Vec<String>,
+    /// The comprehension variables in scope, innermost last, each with the schema of what it
+    /// iterates over when known (`self.items.all(i, …)`: `i` is an item of `items`).
+    scope: Vec<(String, Option<(Value, bool)>)>,
     errors: Vec<String>,
 }
 
@@ -641,7 +643,7 @@ impl Checker<'_> {
     }
 
     fn is_variable(&self, name: &str) -> bool {
-        self.scope.iter().any(|s| s == name)
+        self.scope.iter().any(|(s, _)| s == name)
     }
 
     fn check(&mut self, e: &IdedExpr) {
@@ -689,10 +691,22 @@ impl Checker<'_> {
                 self.check(&c.iter_range);
                 self.check(&c.accu_init);
                 let pushed = 2 + usize::from(c.iter_var2.is_some());
-                self.scope.push(c.iter_var.clone());
-                self.scope.push(c.accu_var.clone());
+                // Over a list, the variable is an item; over a map (or with two variables) it
+                // is a key, not checked.
+                let item = match &c.iter_var2 {
+                    None => {
+                        let schema = self.schema.clone();
+                        self.chain(&c.iter_range, &schema).and_then(|(node, _)| {
+                            let items = node.get("items").filter(|i| i.is_object())?;
+                            Some((items.clone(), embedded(Some(items))))
+                        })
+                    }
+                    Some(_) => None,
+                };
+                self.scope.push((c.iter_var.clone(), item));
+                self.scope.push((c.accu_var.clone(), None));
                 if let Some(v) = &c.iter_var2 {
-                    self.scope.push(v.clone());
+                    self.scope.push((v.clone(), None));
                 }
                 self.check(&c.loop_cond);
                 self.check(&c.loop_step);
@@ -734,13 +748,16 @@ impl Checker<'_> {
         }
     }
 
-    /// The schema node (and whether it is a resource root) a `self.a.b` chain reaches; `None`
-    /// when the chain does not start at `self`/`oldSelf` or reaches a node that is not checked.
+    /// The schema node (and whether it is a resource root) a `self.a.b` chain reaches (or one
+    /// starting at a comprehension variable whose schema is known); `None` when the chain starts
+    /// elsewhere or reaches a node that is not checked.
     fn chain(&self, e: &IdedExpr, schema: &Value) -> Option<(Value, bool)> {
         match &e.expr {
-            Expr::Ident(n) if (n == "self" || n == "oldSelf") && !self.is_variable(n) => {
-                Some((schema.clone(), self.resource))
+            Expr::Ident(n) if self.is_variable(n) => {
+                let (_, known) = self.scope.iter().rev().find(|(s, _)| s == n)?;
+                known.clone()
             }
+            Expr::Ident(n) if n == "self" || n == "oldSelf" => Some((schema.clone(), self.resource)),
             Expr::Select(s) if !s.test => {
                 let (node, resource) = self.chain(&s.operand, schema)?;
                 field_of(&node, &s.field, resource)
@@ -1095,6 +1112,8 @@ mod tests {
             {"rule": "true", "fieldPath": ".nope"},
             {"rule": "true", "messageExpression": "nope()"},
             {"rule": "self.replicas == oldSelf.replicas"},
+            {"rule": "self.items.all(i, i.nam != '') && self.items.exists(i, i.name == 'x')"},
+            {"rule": "self.labels.all(k, k.size() > 0 && self.labels[k].startsWith('a'))"},
         ]));
         let at = |i: usize, f: &str| {
             format!("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[{i}].{f}")
@@ -1132,6 +1151,14 @@ mod tests {
             )
         );
         assert!(find("fieldPath must be a valid path").starts_with(&at(7, "fieldPath")));
+        assert!(
+            find("undefined field 'nam'").starts_with(&at(10, "rule")),
+            "a list item's fields are checked"
+        );
+        assert!(
+            !errs.iter().any(|e| e.starts_with(&at(11, "rule"))),
+            "a map's keys are not fields: {errs:#?}"
+        );
         assert!(find("messageExpression compilation failed").starts_with(&at(8, "messageExpression")));
         let uncorrelated = find("oldSelf cannot be used");
         assert!(uncorrelated.starts_with(

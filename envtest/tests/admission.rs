@@ -216,9 +216,11 @@ async fn a_validating_webhook_denies_with_its_code_and_message() {
     env.shutdown().await;
 }
 
-/// A webhook's warnings reach kubectl as `Warning` headers, which it prints.
+/// kubectl applies a webhook configuration from YAML (discovery and the OpenAPI document know
+/// the kind), is denied with the webhook's message, and prints a webhook's warnings (sent as
+/// `Warning` headers).
 #[tokio::test]
-async fn warnings_reach_kubectl() {
+async fn kubectl_applies_a_configuration_and_prints_denials_and_warnings() {
     let kubectl_ok = std::process::Command::new("kubectl")
         .args(["version", "--client"])
         .output()
@@ -228,50 +230,76 @@ async fn warnings_reach_kubectl() {
         return;
     }
     let hooks = WebhookServer::start(|_, review| {
-        answer(
-            &review,
-            true,
-            json!({"warnings": ["configmaps are \"deprecated\" here", "second warning"]}),
-        )
+        if review["request"]["name"] == "denied" {
+            answer(
+                &review,
+                false,
+                json!({"status": {"message": "configmaps named denied are not allowed"}}),
+            )
+        } else {
+            answer(
+                &review,
+                true,
+                json!({"warnings": ["configmaps are \"deprecated\" here", "second warning"]}),
+            )
+        }
     })
     .await;
     let env = Server::start(Config::default()).await.unwrap();
-    validating(
-        &env.client(),
-        "warn",
-        vec![webhook(
-            "warn.example.com",
-            hooks.client_config("/warn"),
-            core_rule(&["configmaps"], &["CREATE"]),
-            json!({}),
-        )],
-    )
-    .await;
     let dir = std::env::temp_dir().join(format!("envtest-admission-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
     env.write_kubeconfig(&kubeconfig).unwrap();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("kubectl")
-            .args([
-                "create",
-                "configmap",
-                "warned",
-                "--from-literal=a=b",
-                "--request-timeout=20s",
-            ])
+    let yaml = format!(
+        "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: warn}}
+webhooks:
+- name: warn.example.com
+  clientConfig: {{url: \"{}\", caBundle: {}}}
+  rules: [{{apiGroups: [\"\"], apiVersions: [v1], resources: [configmaps], operations: [CREATE]}}]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+",
+        hooks.url("/warn"),
+        hooks.ca_bundle()
+    );
+    std::fs::write(dir.join("webhook.yaml"), yaml).unwrap();
+    let kubectl = move |args: &[&str]| {
+        let out = std::process::Command::new("kubectl")
+            .args(args)
+            .arg("--request-timeout=20s")
             .env("KUBECONFIG", &kubeconfig)
             .env("HOME", kubeconfig.parent().unwrap())
             .output()
-            .unwrap()
+            .unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let webhook_yaml = dir.join("webhook.yaml").to_str().unwrap().to_owned();
+    let (applied, denied, warned) = tokio::task::spawn_blocking(move || {
+        (
+            kubectl(&["apply", "-f", &webhook_yaml]),
+            kubectl(&["create", "configmap", "denied", "--from-literal=a=b"]),
+            kubectl(&["create", "configmap", "warned", "--from-literal=a=b"]),
+        )
     })
     .await
     .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    assert!(applied.0, "{}", applied.1);
+    assert!(!denied.0);
     assert!(
-        stderr.contains("Warning: configmaps are \"deprecated\" here") && stderr.contains("Warning: second warning"),
-        "{stderr}"
+        denied.1.contains(
+            "admission webhook \"warn.example.com\" denied the request: configmaps named denied are not allowed"
+        ),
+        "{}",
+        denied.1
+    );
+    assert!(warned.0, "{}", warned.1);
+    assert!(
+        warned.1.contains("Warning: configmaps are \"deprecated\" here")
+            && warned.1.contains("Warning: second warning"),
+        "{}",
+        warned.1
     );
     let _ = std::fs::remove_dir_all(&dir);
     env.shutdown().await;
@@ -461,7 +489,11 @@ async fn webhooks_whose_rules_do_not_match_are_not_called() {
     assert_eq!(status.len(), 1, "called for the status write");
     assert_eq!(status[0]["request"]["subResource"], "status");
     let main = reviews(&hooks, "/deploy-main");
-    assert_eq!(main.len(), 1, "`deployments` is the main resource's write only, not /status");
+    assert_eq!(
+        main.len(),
+        1,
+        "`deployments` is the main resource's write only, not /status"
+    );
     assert_eq!(main[0]["request"]["subResource"], Value::Null);
     let cm_calls = reviews(&hooks, "/cm-create");
     assert_eq!(

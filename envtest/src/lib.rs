@@ -72,8 +72,7 @@
 //! - CEL rules (`x-kubernetes-validations`) run with the standard library, the strings extension
 //!   and Kubernetes' lists, regex, URL, quantity, IP and CIDR libraries; a rule using anything else
 //!   (`format`, `semver`) is refused when the CRD is written. No type checker (a type
-//!   mismatch fails when the rule runs, not at CRD creation), no cost limits, no ratcheting, and
-//!   `format: duration`/`date-time` strings stay strings in rules;
+//!   mismatch fails when the rule runs, not at CRD creation), no cost limits, no ratcheting;
 //! - strategic merge patch knows the merge keys of the lists controllers patch (containers, env,
 //!   ports, volumes, conditions, …), not every list of every type;
 //! - field ownership: built-in kinds' list types come from a table of common lists (other lists

@@ -12,7 +12,8 @@
 //! apiextensions-apiserver's `pkg/apiserver/schema/cel` does and this module does too:
 //! - `self` is the node's value: objects as maps (property names escaped as Kubernetes escapes
 //!   them: `__dash__`, `__dot__`, `__slash__`, `__underscores__`, `__{keyword}__`), lists,
-//!   scalars; a `number` node is a `double`; at the root and in embedded resources, `apiVersion`,
+//!   scalars; a `number` node is a `double`, a string of `format: duration` a duration, of
+//!   `date`/`date-time` a timestamp, of `byte` bytes; at the root and in embedded resources, `apiVersion`,
 //!   `kind` and `metadata.name`/`metadata.generateName` are visible;
 //! - a rule that references `oldSelf` (a transition rule) runs only on update and only where the
 //!   old value exists at the same place: object properties (not under
@@ -39,9 +40,9 @@
 //!   cost over `maxItems`/`maxLength` is too high and stops a rule that runs over its budget;
 //!   here every rule runs to the end (CEL has no loops, so every rule ends, in time proportional
 //!   to the object's size to the power of its comprehensions' nesting);
-//! - strings with `format: duration`, `date`, `date-time` or `byte` stay strings (kube-apiserver
-//!   makes them durations, timestamps and bytes); `x-kubernetes-list-type: set`/`map` lists
-//!   compare in order;
+//! - a string with `format: duration`, `date`, `date-time` or `byte` that does not parse as one
+//!   stays a string (kube-apiserver refuses it before the rules run); `x-kubernetes-list-type:
+//!   set`/`map` lists compare in order;
 //! - `ip.isCanonical`, the `format`, `semver` and two-variable comprehension libraries are not
 //!   implemented, so a rule using them is refused at CRD creation; ratcheting (an unchanged
 //!   invalid value allowed with a warning) is not implemented;
@@ -254,7 +255,18 @@ fn to_cel(v: &Value, schema: Option<&Value>, resource: bool) -> Cel {
             (_, None, Some(u)) => Cel::UInt(u),
             _ => Cel::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
-        Value::String(s) => Cel::from(s.clone()),
+        Value::String(s) => match schema.and_then(|s| s.get("format")).and_then(Value::as_str) {
+            Some("duration") => typed_string("duration", s),
+            Some("date-time") => typed_string("timestamp", s),
+            Some("date") => typed_string("timestamp", &format!("{s}T00:00:00Z")),
+            Some("byte") => {
+                use base64::Engine as _;
+                base64::engine::general_purpose::STANDARD
+                    .decode(s)
+                    .map_or_else(|_| Cel::from(s.clone()), |b| Cel::Bytes(Arc::new(b)))
+            }
+            _ => Cel::from(s.clone()),
+        },
         Value::Array(items) => {
             let item_schema = schema.and_then(|s| s.get("items"));
             let items = items
@@ -303,6 +315,20 @@ fn to_cel(v: &Value, schema: Option<&Value>, resource: bool) -> Cel {
             Cel::from(out)
         }
     }
+}
+
+/// A string of a `format: duration`/`date-time`/`date` node as the duration or timestamp
+/// kube-apiserver gives rules, converted by CEL's own `duration()`/`timestamp()`; the string
+/// itself when it does not parse (envtest does not check `format`).
+fn typed_string(conversion: &str, s: &str) -> Cel {
+    let converted = (|| {
+        let env = env().ok()?;
+        let program = compile(&format!("{conversion}(value)")).ok()?;
+        let mut ctx = Context::with_env(env.clone());
+        ctx.add_variable_from_value("value", s.to_owned());
+        program.execute(&ctx).ok()
+    })();
+    converted.unwrap_or_else(|| Cel::from(s.to_owned()))
 }
 
 fn embedded(schema: Option<&Value>) -> bool {
@@ -1077,6 +1103,29 @@ mod tests {
         let v = to_cel(&json!({"foo-bar": 1, "ratio": 1}), Some(&schema), false);
         let ctx = context(env().unwrap(), &v, None).unwrap();
         let p = compile("self.foo__dash__bar == 1 && type(self.ratio) == double").unwrap();
+        assert_eq!(p.execute(&ctx), Ok(Cel::Bool(true)));
+    }
+
+    #[test]
+    fn formatted_strings_are_durations_timestamps_and_bytes() {
+        let schema = json!({"type": "object", "properties": {
+            "every": {"type": "string", "format": "duration"},
+            "at": {"type": "string", "format": "date-time"},
+            "on": {"type": "string", "format": "date"},
+            "blob": {"type": "string", "format": "byte"},
+            "bad": {"type": "string", "format": "duration"},
+        }});
+        let v = to_cel(
+            &json!({"every": "1h30m", "at": "2024-05-01T10:00:00Z", "on": "2024-05-01", "blob": "aGk=", "bad": "soon"}),
+            Some(&schema),
+            false,
+        );
+        let ctx = context(env().unwrap(), &v, None).unwrap();
+        let p = compile(
+            "self.every == duration('90m') && self.at > timestamp('2024-05-01T00:00:00Z') \
+             && self.on == timestamp('2024-05-01T00:00:00Z') && self.blob == b'hi' && self.bad == 'soon'",
+        )
+        .unwrap();
         assert_eq!(p.execute(&ctx), Ok(Cel::Bool(true)));
     }
 

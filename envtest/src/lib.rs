@@ -94,9 +94,8 @@
 //! - no controllers but the CRD, namespace and garbage-collection ones (no Deployment → ReplicaSet
 //!   → Pod; write status yourself);
 //! - one version served per built-in group; custom objects are not defaulted again on read in
-//!   the storage version's schema (kube-apiserver does), and a watch asked for a `Table` gets
-//!   objects; `kubectl get` of a built-in kind shows `NAME` and `AGE` only (no per-kind
-//!   columns).
+//!   the storage version's schema (kube-apiserver does); `kubectl get` of a built-in kind shows
+//!   `NAME` and `AGE` only (no per-kind columns).
 //!
 //! # Limits
 //!

@@ -102,8 +102,8 @@ pub(crate) enum Representation {
     /// `meta.k8s.io/v1` `PartialObjectMetadata` (one object, or each object of a watch) or
     /// `PartialObjectMetadataList` (a list): kind, apiVersion and metadata only.
     Metadata,
-    /// A `meta.k8s.io` `Table` of the object or list (`table.rs`), in this version of
-    /// `meta.k8s.io` (`v1` or `v1beta1`). A watch asked for one is answered with objects.
+    /// A `meta.k8s.io` `Table` of the object or list, or a one-row Table per watch event
+    /// (`table.rs`), in this version of `meta.k8s.io` (`v1` or `v1beta1`).
     Table(&'static str),
 }
 

@@ -607,6 +607,10 @@ fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query, representation: Representa
             "resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
         ));
     }
+    let table = match representation {
+        Representation::Table(version) => Some(crate::table::for_watch(&app.rest.storage, &p.info, q, version)?),
+        _ => None,
+    };
     let key = p.info.key();
     let mut inner = app.rest.storage.lock();
     let current = inner.current_rv();
@@ -659,6 +663,7 @@ fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query, representation: Representa
         metadata_only: representation == Representation::Metadata,
         convert: crate::conversion::for_resource(&app.rest.storage, &p.info, app.rest.admission.client())
             .map(|c| (c, p.info.version.clone())),
+        table,
         last_rv,
         initial,
         initial_events_end: initial_end,

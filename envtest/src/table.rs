@@ -2,8 +2,10 @@
 //!
 //! Where it sits: on the read path, after the object or list is read (and converted to the
 //! request's version), when the `Accept` header asks for `as=Table` first (`request.rs`
-//! negotiates it; kubectl sends `application/json;as=Table;v=v1;g=meta.k8s.io,...`). A watch is
-//! answered with objects whatever the `Accept` (kubectl prints those too).
+//! negotiates it; kubectl sends `application/json;as=Table;v=v1;g=meta.k8s.io,...`), and for
+//! each event of a watch that asks for one (`kubectl get --watch`): a one-row Table per event,
+//! with the column definitions each time (kubectl prints the header once while they stay the
+//! same).
 //!
 //! Columns, as kube-apiserver's table convertors:
 //! - a custom resource: `Name`, then its version's `additionalPrinterColumns` (name, type,
@@ -219,6 +221,23 @@ pub(crate) fn render(
     } else {
         convertor.table(&[body], None, include, table_version)
     })
+}
+
+/// What a watch asked for as a `Table` sends: the convertor of `info`, what its rows hold
+/// (`includeObject` from `q`) and the Table's version.
+pub(crate) fn for_watch(
+    storage: &crate::storage::Storage,
+    info: &ResourceInfo,
+    q: &crate::request::Query,
+    table_version: &'static str,
+) -> Result<(TableConvertor, IncludeObject, &'static str), ApiError> {
+    let include = IncludeObject::from_query(q.get("includeObject"))?;
+    let crd = crate::crd::of_resource(&storage.lock(), info);
+    Ok((
+        TableConvertor::for_resource(info, crd.as_deref()),
+        include,
+        table_version,
+    ))
 }
 
 /// One cell, as kube-apiserver's CRD table convertor fills it: `null` (kubectl's `<none>`)

@@ -7,6 +7,9 @@
 //! - Each watch request gets a [`CacheWatcher`]: a task with a bounded input channel, its filter
 //!   (namespace, labels, fields), its start revision, bookmark timer and deadline. The writer
 //!   dispatches with `try_send` under the store lock, so it never waits for a watcher.
+//! - Each event is sent as the watch asked: the object (converted to the watch's version for a
+//!   custom resource whose storage version differs, `conversion.rs`), its
+//!   `PartialObjectMetadata`, or a one-row `Table` (`table.rs`).
 //! - A watcher whose input is full is marked *lagging*: the dispatcher stops sending to it. If it
 //!   drains its input within the grace period it catches up from the ring (nothing lost, order
 //!   kept); if it stays full past the grace period, or the ring no longer reaches back to its last
@@ -342,6 +345,9 @@ pub(crate) struct CacheWatcher {
     /// converter and the version each object is converted to before it is sent
     /// (`conversion.rs`). A failed conversion ends the watch with an `ERROR` event.
     pub(crate) convert: Option<(crate::conversion::Converter, String)>,
+    /// Send each object as a one-row `meta.k8s.io` `Table` (the client's `Accept` asked for
+    /// one, as `kubectl get --watch` does): the convertor, what rows hold, the Table's version.
+    pub(crate) table: Option<(crate::table::TableConvertor, crate::table::IncludeObject, &'static str)>,
     /// The last revision the client has been brought up to.
     pub(crate) last_rv: u64,
     pub(crate) initial: InitialEvents,
@@ -369,12 +375,8 @@ impl CacheWatcher {
                 for obj in objects {
                     if self.filter.matches(&obj) {
                         let obj = self.converted(&obj).await?;
-                        let json = if self.metadata_only {
-                            serde_json::to_vec(&crate::request::partial_object_metadata(&obj))
-                        } else {
-                            serde_json::to_vec(&*obj)
-                        };
-                        self.send(event_line("ADDED", &json.unwrap_or_default())).await?;
+                        let json = serde_json::to_vec(&self.rendered(&obj)).unwrap_or_default();
+                        self.send(event_line("ADDED", &json)).await?;
                     }
                 }
             }
@@ -446,20 +448,22 @@ impl CacheWatcher {
             EventType::Deleted if now || before => "DELETED",
             _ => return Some(()),
         };
-        if self.needs_conversion(&ev.object) {
+        if self.needs_conversion(&ev.object) || self.metadata_only || self.table.is_some() {
             let obj = self.converted(&ev.object).await?;
-            let json = if self.metadata_only {
-                serde_json::to_vec(&crate::request::partial_object_metadata(&obj))
-            } else {
-                serde_json::to_vec(&*obj)
-            };
-            return self.send(event_line(kind, &json.unwrap_or_default())).await;
-        }
-        if self.metadata_only {
-            let json = serde_json::to_vec(&crate::request::partial_object_metadata(&ev.object)).unwrap_or_default();
+            let json = serde_json::to_vec(&self.rendered(&obj)).unwrap_or_default();
             return self.send(event_line(kind, &json)).await;
         }
         self.send(event_line(kind, &ev.object_json)).await
+    }
+
+    /// An event's object as the client asked for it: a one-row `Table`, a
+    /// `PartialObjectMetadata`, or the object.
+    fn rendered(&self, obj: &Arc<Value>) -> Value {
+        match &self.table {
+            Some((convertor, include, version)) => convertor.table(&[obj], None, *include, version),
+            None if self.metadata_only => crate::request::partial_object_metadata(obj),
+            None => (**obj).clone(),
+        }
     }
 
     /// Whether `obj` is in another version than the watch's.

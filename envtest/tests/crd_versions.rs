@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
 
 /// `foos.example.com`, listed v1alpha1, v1 (storage), v1beta1; one schema (`spec.size`,
 /// `status`), the status subresource, conversion `None`. v1 has printer columns, v1alpha1 is
@@ -788,6 +789,40 @@ async fn printer_columns_reach_kubectl_get() {
         [vec!["NAME", "SIZE", "READY", "WIDE"], vec!["f1", "3", "True", "web"]],
         "{out}"
     );
+    // A watch asked for a Table sends one per event: `kubectl get --watch` prints the change in
+    // the same columns.
+    let mut watch = tokio::process::Command::new("kubectl")
+        .args(["get", "foos", "--watch"])
+        .env("HOME", &kubectl.home)
+        .env("KUBECONFIG", kubectl.home.join("kubeconfig"))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut next_line = async || {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("kubectl prints within 20s")
+            .unwrap()
+            .expect("kubectl goes on watching");
+        line.split_whitespace().map(str::to_owned).collect::<Vec<_>>()
+    };
+    assert_eq!(next_line().await, ["NAME", "SIZE", "READY"]);
+    assert_eq!(next_line().await, ["f1", "3", "True"]);
+    api.patch(
+        "f1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"size": 4}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next_line().await,
+        ["f1", "4", "True"],
+        "the event, as a row of the same table"
+    );
+    watch.kill().await.unwrap();
     // A version without columns: Name and Age.
     let (out, _) = kubectl.ok(&["get", "foos.v1beta1.example.com"]).await;
     let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();

@@ -271,9 +271,12 @@ async fn mutating_webhook_answers_the_patch_of_the_typed_change() {
     assert_eq!(response["uid"], "uid-m");
     assert_eq!(response["allowed"], true);
     assert_eq!(response["patchType"], "JSONPatch");
-    // kube's `AdmissionResponse` writes the patch bytes as a JSON array of numbers (Go's
-    // decoder of `[]byte` accepts that as well as base64).
-    let patch_bytes: Vec<u8> = serde_json::from_value(response["patch"].clone()).unwrap();
+    // `[]byte` in Go's JSON: base64.
+    let patch_bytes = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        response["patch"].as_str().expect("the patch is a base64 string"),
+    )
+    .unwrap();
     let patch: json_patch::Patch = serde_json::from_slice(&patch_bytes).unwrap();
     let mut patched = raw.clone();
     json_patch::patch(&mut patched, &patch).unwrap();

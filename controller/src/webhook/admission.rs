@@ -500,7 +500,26 @@ where
         request: None,
         response: Some(response),
     };
-    HookResponse::json(&review)
+    match serde_json::to_value(&review) {
+        Ok(mut review) => {
+            base64_patch(&mut review);
+            HookResponse::json(&review)
+        }
+        Err(e) => HookResponse::internal(format!("encoding the AdmissionReview: {e}")),
+    }
+}
+
+/// Writes `response.patch` as Go writes a `[]byte`: a base64 string, as kube-apiserver and
+/// controller-runtime do (kube's `AdmissionResponse` serializes its `Vec<u8>` as an array of
+/// numbers, which Go's decoder accepts but other readers of the API's JSON do not).
+fn base64_patch(review: &mut Value) {
+    use base64::Engine as _;
+    let Some(patch) = review.pointer_mut("/response/patch") else {
+        return;
+    };
+    if let Ok(bytes) = serde_json::from_value::<Vec<u8>>(patch.clone()) {
+        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
 }
 
 /// A request that cannot be handled: what to answer (controller-runtime's `Errored`).

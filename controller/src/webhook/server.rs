@@ -139,14 +139,17 @@ impl HookResponse {
                 content_type: "application/json",
                 body,
             },
-            Err(e) => {
-                tracing::error!(error = %e, "encoding the webhook response");
-                HookResponse {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    content_type: "text/plain; charset=utf-8",
-                    body: format!("encoding the response: {e}\n").into_bytes(),
-                }
-            }
+            Err(e) => HookResponse::internal(format!("encoding the response: {e}")),
+        }
+    }
+
+    /// 500 with `message`, logged.
+    pub(crate) fn internal(message: String) -> HookResponse {
+        tracing::error!(error = %message, "webhook response failed");
+        HookResponse {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            content_type: "text/plain; charset=utf-8",
+            body: format!("{message}\n").into_bytes(),
         }
     }
 

@@ -482,7 +482,12 @@ impl CacheWatcher {
         match converter.convert((**obj).clone(), version).await {
             Ok(o) => Some(Arc::new(o)),
             Err(e) => {
-                tracing::warn!(error = %e.message, "watch event conversion failed; ending the watch");
+                tracing::warn!(
+                    api_version = %converter.api_version(version),
+                    kind = %self.kind,
+                    error = %e.message,
+                    "watch event conversion failed; ending the watch"
+                );
                 self.send(error_line(&e.to_status())).await?;
                 None
             }

@@ -802,3 +802,98 @@ async fn a_delete_is_admitted_with_the_old_object() {
     assert_eq!(request["options"]["kind"], "DeleteOptions");
     env.shutdown().await;
 }
+
+/// A webhook named by `service` is called at the address `Config::webhook_service` maps the
+/// service to, its certificate verified for `<name>.<namespace>.svc`; a `/scale` write is
+/// admitted as its `autoscaling/v1` `Scale`.
+#[tokio::test]
+async fn a_service_webhook_is_reached_through_the_config_and_scale_is_admitted_as_scale() {
+    let hooks = WebhookServer::start_for(&["hooks.webhooks.svc"], |_, review| {
+        if review["request"]["object"]["spec"]["replicas"].as_i64() > Some(5) {
+            answer(&review, false, json!({"status": {"message": "at most 5 replicas"}}))
+        } else {
+            answer(&review, true, json!({}))
+        }
+    })
+    .await;
+    let env = Server::start(Config::default().webhook_service("webhooks", "hooks", hooks.address()))
+        .await
+        .unwrap();
+    let client = env.client();
+    validating(
+        &client,
+        "scale",
+        vec![webhook(
+            "scale.example.com",
+            json!({"service": {"namespace": "webhooks", "name": "hooks", "path": "/scale"},
+                "caBundle": hooks.ca_bundle()}),
+            json!([{"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments/scale"],
+                "operations": ["UPDATE"]}]),
+            json!({}),
+        )],
+    )
+    .await;
+    let deployments = Api::<Deployment>::namespaced(client.clone(), "default");
+    let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}}}))
+    .unwrap();
+    deployments.create(&PostParams::default(), &d).await.unwrap();
+    deployments
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    let e = api_error(
+        deployments
+            .patch_scale(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 9}})),
+            )
+            .await,
+    );
+    assert_eq!(e.code, 403);
+    assert!(e.message.contains("at most 5 replicas"), "{}", e.message);
+    assert_eq!(deployments.get("web").await.unwrap().spec.unwrap().replicas, Some(3));
+    let calls = reviews(&hooks, "/scale");
+    assert_eq!(calls.len(), 2);
+    let request = &calls[0]["request"];
+    assert_eq!(
+        request["kind"],
+        json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+    );
+    assert_eq!(request["resource"]["resource"], "deployments");
+    assert_eq!(request["subResource"], "scale");
+    assert_eq!(request["object"]["kind"], "Scale");
+    assert_eq!(request["oldObject"]["spec"]["replicas"], 1);
+    // Without the mapping, the service cannot be reached: the call fails (Fail: 500).
+    let unmapped = Server::start(Config::default()).await.unwrap();
+    validating(
+        &unmapped.client(),
+        "scale",
+        vec![webhook(
+            "scale.example.com",
+            json!({"service": {"namespace": "webhooks", "name": "hooks"}, "caBundle": hooks.ca_bundle()}),
+            json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "operations": ["CREATE"]}]),
+            json!({}),
+        )],
+    )
+    .await;
+    let e = api_error(
+        Api::<ConfigMap>::namespaced(unmapped.client(), "default")
+            .create(&PostParams::default(), &configmap("c", json!(null)))
+            .await,
+    );
+    assert_eq!(e.code, 500);
+    assert!(
+        e.message.contains("service \"webhooks/hooks\" has no address"),
+        "{}",
+        e.message
+    );
+    unmapped.shutdown().await;
+    env.shutdown().await;
+}

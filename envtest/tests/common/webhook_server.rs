@@ -36,6 +36,15 @@ pub struct WebhookServer {
 impl WebhookServer {
     /// Starts a webhook on 127.0.0.1 (a free port) answering with `handler`.
     pub async fn start(handler: impl Fn(&str, Value) -> Value + Send + Sync + 'static) -> WebhookServer {
+        Self::start_for(&[], handler).await
+    }
+
+    /// As [`start`](Self::start), with a certificate valid for `dns_names` too (a service's
+    /// `<name>.<namespace>.svc`).
+    pub async fn start_for(
+        dns_names: &[&str],
+        handler: impl Fn(&str, Value) -> Value + Send + Sync + 'static,
+    ) -> WebhookServer {
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
@@ -43,7 +52,9 @@ impl WebhookServer {
         ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
         let ca = ca_params.self_signed(&ca_key).unwrap();
         let issuer = Issuer::new(ca_params, ca_key);
-        let mut serving = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+        let mut names = vec!["127.0.0.1".to_owned(), "localhost".to_owned()];
+        names.extend(dns_names.iter().map(|n| (*n).to_owned()));
+        let mut serving = CertificateParams::new(names).unwrap();
         serving.distinguished_name.push(DnType::CommonName, "test webhook");
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let key = KeyPair::generate().unwrap();
@@ -79,6 +90,11 @@ impl WebhookServer {
             cancel,
             task: Some(task),
         }
+    }
+
+    /// `127.0.0.1:<port>`: where a service's calls are routed (`Config::webhook_service`).
+    pub fn address(&self) -> String {
+        self.addr.to_string()
     }
 
     /// `https://127.0.0.1:<port><path>`.

@@ -26,11 +26,12 @@
 //! - a run-time error is `Invalid` at the node: `<error> evaluating rule: <rule>`;
 //! - at CRD creation and update every rule and `messageExpression` is compiled: a syntax error, a
 //!   function or variable that is not declared, a field the schema does not declare (selected
-//!   from `self`/`oldSelf`), a transition rule under a list that is not a map list, an unknown
-//!   `reason` or a `fieldPath` that names no field are refused with `422` at
-//!   `spec.versions[i].schema.openAPIV3Schema…x-kubernetes-validations[j].rule` (or `.reason`,
-//!   `.fieldPath`, `.messageExpression`), `compilation failed: ERROR: <input>:1:6: undeclared
-//!   reference to 'foo' (in container '')`.
+//!   from `self`/`oldSelf` or a comprehension variable over a list), a transition rule under a
+//!   list that is not a map list, an unknown `reason`, a `fieldPath` that names no field, a
+//!   `message` that is blank or has a line break (or is missing for a multi-line rule) are refused
+//!   with `422` at `spec.versions[i].schema.openAPIV3Schema…x-kubernetes-validations[j].rule` (or
+//!   `.message`, `.reason`, `.fieldPath`, `.messageExpression`), e.g. `compilation failed: ERROR:
+//!   <input>:1:6: undeclared reference to 'foo' (in container '')`.
 //!
 //! What differs from kube-apiserver:
 //! - no type checker: a rule applying an operator or function to the wrong type (an int-or-string
@@ -566,11 +567,12 @@ fn error_for_reason(reason: Option<&str>, path: String, ty: Value, detail: Strin
     }
 }
 
+/// The reasons a rule may give, sorted as kube-apiserver lists them.
 const REASONS: [&str; 4] = [
-    "FieldValueRequired",
+    "FieldValueDuplicate",
     "FieldValueForbidden",
     "FieldValueInvalid",
-    "FieldValueDuplicate",
+    "FieldValueRequired",
 ];
 
 /// A rule's `fieldPath` (`.spec.x`, `.map['key']`) checked against the node's schema and
@@ -857,9 +859,33 @@ pub(crate) fn check_schema(schema: &Value, path: &str) -> Vec<FieldError> {
 fn check_node(schema: &Value, path: &str, resource: bool, uncorrelatable: Option<&str>, errs: &mut Vec<FieldError>) {
     for (i, rule) in rules_of(schema).enumerate() {
         let at = |field: &str| format!("{path}.x-kubernetes-validations[{i}].{field}");
+        let message = rule.message.trim();
         if rule.rule.trim().is_empty() {
             errs.push(FieldError::required(at("rule"), "rule is not specified"));
             continue;
+        } else if !rule.message.is_empty() && message.is_empty() {
+            errs.push(FieldError::invalid(
+                at("message"),
+                json!(rule.message),
+                "message must be non-empty if specified",
+            ));
+        } else if message.contains('\n') {
+            errs.push(FieldError::invalid(
+                at("message"),
+                json!(rule.message),
+                "message must not contain line breaks",
+            ));
+        } else if rule.rule.trim().contains('\n') && message.is_empty() {
+            errs.push(FieldError::required(
+                at("message"),
+                "message must be specified if rule contains line breaks",
+            ));
+        }
+        if !rule.message_expression.is_empty() && rule.message_expression.trim().is_empty() {
+            errs.push(FieldError::required(
+                at("messageExpression"),
+                "messageExpression must be non-empty if specified",
+            ));
         }
         match check_expression(rule.rule, schema, resource) {
             Err(e) => errs.push(FieldError::invalid(
@@ -1163,6 +1189,10 @@ mod tests {
             {"rule": "self.replicas == oldSelf.replicas"},
             {"rule": "self.items.all(i, i.nam != '') && self.items.exists(i, i.name == 'x')"},
             {"rule": "self.labels.all(k, k.size() > 0 && self.labels[k].startsWith('a'))"},
+            {"rule": "true &&\ntrue"},
+            {"rule": "true", "message": "two\nlines"},
+            {"rule": "true", "message": "  "},
+            {"rule": "true", "messageExpression": " "},
         ]));
         let at = |i: usize, f: &str| {
             format!("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[{i}].{f}")
@@ -1195,11 +1225,21 @@ mod tests {
         assert_eq!(
             find("Unsupported value"),
             format!(
-                r#"{}: Unsupported value: "Bogus": supported values: "FieldValueRequired", "FieldValueForbidden", "FieldValueInvalid", "FieldValueDuplicate""#,
+                r#"{}: Unsupported value: "Bogus": supported values: "FieldValueDuplicate", "FieldValueForbidden", "FieldValueInvalid", "FieldValueRequired""#,
                 at(6, "reason")
             )
         );
         assert!(find("fieldPath must be a valid path").starts_with(&at(7, "fieldPath")));
+        assert_eq!(
+            find("message must be specified if rule contains line breaks"),
+            format!(
+                "{}: Required value: message must be specified if rule contains line breaks",
+                at(12, "message")
+            )
+        );
+        assert!(find("message must not contain line breaks").starts_with(&at(13, "message")));
+        assert!(find("message must be non-empty if specified").starts_with(&at(14, "message")));
+        assert!(find("messageExpression must be non-empty if specified").starts_with(&at(15, "messageExpression")));
         assert!(
             find("undefined field 'nam'").starts_with(&at(10, "rule")),
             "a list item's fields are checked"

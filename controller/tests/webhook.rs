@@ -210,16 +210,22 @@ async fn validating_webhook_allows_denies_and_warns() {
 }
 
 #[tokio::test]
-async fn dry_run_reaches_the_handler() {
+async fn dry_run_reaches_the_handler_at_a_custom_path() {
     let running = Running::start(|server| {
-        server
-            .register_validating(ValidatingWebhook::new(replicas_in_range))
+        let path = server
+            .register_validating(ValidatingWebhook::new(replicas_in_range).path("/check-foo"))
             .unwrap();
+        assert_eq!(path, "/check-foo");
+        let taken = server.register_validating(ValidatingWebhook::new(replicas_in_range).path("/check-foo"));
+        assert!(
+            matches!(taken, Err(controller::WebhookError::PathInUse { ref path }) if path == "/check-foo"),
+            "{taken:?}"
+        );
     });
     for dry_run in [true, false] {
         let answer = running
             .post(
-                VALIDATE,
+                "/check-foo",
                 &review(
                     "uid-d",
                     "CREATE",

@@ -29,8 +29,9 @@ use super::error::WebhookError;
 /// What identifies one version of a file on disk: its modification time and size.
 type FileStamp = Option<(SystemTime, u64)>;
 
-/// Serves the certificate and key in two PEM files, re-read when they change. See the [module
-/// docs](self).
+/// Serves the certificate and key in two PEM files, re-read at the first TLS handshake after
+/// either file's modification time or size changed; a pair that cannot be used (half written,
+/// or a key that does not match) leaves the previous one serving.
 #[derive(Debug)]
 pub struct CertWatcher {
     cert_path: PathBuf,

@@ -58,8 +58,8 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use informer_core::{
-    ApiListerWatcher, InformerConfig, InformerError, InformerStats, Partition, ReflectorConfig, SharedIndexInformer,
-    TransformFunc,
+    ApiListerWatcher, InformerConfig, InformerError, InformerStats, ListerWatcher, Partition, ReflectorConfig,
+    SharedIndexInformer, TransformFunc,
 };
 use kube::api::{ApiResource, DynamicObject};
 pub use kube::core::PartialObjectMeta;
@@ -201,7 +201,8 @@ struct State {
 struct Inner {
     client: Client,
     default_resync: Duration,
-    namespace: Option<String>,
+    /// The namespaces of namespaced types without their own (empty: all).
+    namespaces: Vec<String>,
     tweak: Option<Tweak>,
     custom_resync: HashMap<TypeId, Duration>,
     transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
@@ -243,7 +244,8 @@ pub struct SharedInformerFactory {
 pub struct SharedInformerFactoryBuilder {
     client: Client,
     default_resync: Duration,
-    namespace: Option<String>,
+    /// The namespaces of namespaced types without their own (empty: all).
+    namespaces: Vec<String>,
     tweak: Option<Tweak>,
     custom_resync: HashMap<TypeId, Duration>,
     transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
@@ -261,8 +263,21 @@ impl SharedInformerFactoryBuilder {
     }
 
     /// Watch only this namespace (namespaced resources; cluster-scoped ones are unaffected).
+    /// Replaces [`namespaces`](Self::namespaces).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.namespace = Some(namespace.into());
+        self.namespaces = vec![namespace.into()];
+        self
+    }
+
+    /// Watch only these namespaces (controller-runtime's `cache.Options.DefaultNamespaces`):
+    /// every namespaced type whose own options name no namespace gets one list/watch per
+    /// namespace behind one informer, one cache and one lister (see [`CacheOptions::namespaces`]).
+    /// Cluster-scoped types are unaffected. Replaces [`namespace`](Self::namespace).
+    pub fn namespaces<S: Into<String>>(mut self, namespaces: impl IntoIterator<Item = S>) -> Self {
+        let mut all: Vec<String> = namespaces.into_iter().map(Into::into).collect();
+        all.sort();
+        all.dedup();
+        self.namespaces = all;
         self
     }
 
@@ -326,7 +341,7 @@ impl SharedInformerFactoryBuilder {
             inner: Arc::new(Inner {
                 client: self.client,
                 default_resync: self.default_resync,
-                namespace: self.namespace,
+                namespaces: self.namespaces,
                 tweak: self.tweak,
                 custom_resync: self.custom_resync,
                 transforms: self.transforms,
@@ -362,7 +377,7 @@ impl SharedInformerFactory {
         SharedInformerFactoryBuilder {
             client,
             default_resync: Duration::ZERO,
-            namespace: None,
+            namespaces: Vec::new(),
             tweak: None,
             custom_resync: HashMap::new(),
             transforms: HashMap::new(),
@@ -507,25 +522,34 @@ impl SharedInformerFactory {
         options.validate()?;
         let namespaced = TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
         let name = informer_name::<K>(&options);
-        // One list/watch per namespace of `namespaces` (behind one informer), else one.
-        let partitions: Vec<Partition<K>> = if namespaced && !options.namespaces.is_empty() {
+        // The namespaces listed, each with the options it lists with: the type's own, else
+        // the factory's; none for a cluster-scoped type or when all are watched.
+        let namespaces: Vec<(String, CacheOptions)> = if !namespaced {
+            Vec::new()
+        } else if !options.namespaces.is_empty() {
             options
                 .namespaces
                 .keys()
-                .map(|namespace| {
-                    let own = options.for_namespace(namespace);
-                    let reflector = self.reflector_config(format!("{name} (namespace {namespace})"), &own);
-                    self.partition::<K>(Some(namespace.clone()), reflector)
-                })
+                .map(|namespace| (namespace.clone(), options.for_namespace(namespace)))
                 .collect()
+        } else if let Some(namespace) = &options.namespace {
+            vec![(namespace.clone(), options.clone())]
         } else {
-            let namespace = if namespaced {
-                options.namespace.clone().or_else(|| self.inner.namespace.clone())
-            } else {
-                None
-            };
-            vec![self.partition::<K>(namespace, self.reflector_config(name.clone(), &options))]
+            let of = |namespace: &String| (namespace.clone(), options.clone().namespace(namespace.clone()));
+            self.inner.namespaces.iter().map(of).collect()
         };
+        let partitions = self.partitions(
+            &name,
+            namespaces,
+            &options,
+            |namespace| K::url_path(&(), namespace),
+            |url_path| {
+                Arc::new(
+                    ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), url_path)
+                        .skip_managed_fields(self.inner.strip_managed_fields),
+                )
+            },
+        );
         let resync = self
             .inner
             .custom_resync
@@ -568,16 +592,38 @@ impl SharedInformerFactory {
         Ok(informer)
     }
 
-    /// One list/watch of `K`'s objects in `namespace` (`None`: all, or cluster-scoped).
-    fn partition<K: FactoryResource>(&self, namespace: Option<String>, reflector: ReflectorConfig) -> Partition<K> {
-        let url_path = K::url_path(&(), namespace.as_deref());
-        let lister_watcher = ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), url_path)
-            .skip_managed_fields(self.inner.strip_managed_fields);
-        Partition::new(namespace, Arc::new(lister_watcher), reflector)
+    /// The list/watches of an informer named `name`: one per namespace of `namespaces` (each
+    /// with its options), or one of every namespace (or a cluster-scoped type) with `options`.
+    fn partitions<K>(
+        &self,
+        name: &str,
+        namespaces: Vec<(String, CacheOptions)>,
+        options: &CacheOptions,
+        url_path: impl Fn(Option<&str>) -> String,
+        lister_watcher: impl Fn(String) -> Arc<dyn ListerWatcher<K>>,
+    ) -> Vec<Partition<K>> {
+        if namespaces.is_empty() {
+            let reflector = self.reflector_config(name.to_owned(), options);
+            return vec![Partition::new(None, lister_watcher(url_path(None)), reflector)];
+        }
+        let several = namespaces.len() > 1;
+        namespaces
+            .into_iter()
+            .map(|(namespace, options)| {
+                let reflector_name = if several {
+                    format!("{name} (namespace {namespace})")
+                } else {
+                    name.to_owned()
+                };
+                let reflector = self.reflector_config(reflector_name, &options);
+                let lister_watcher = lister_watcher(url_path(Some(&namespace)));
+                Partition::new(Some(namespace), lister_watcher, reflector)
+            })
+            .collect()
     }
 
     /// The shared informer for a dynamic resource (client-go `dynamicinformer`), one per
-    /// group/version/kind. `namespaced` says whether the factory's namespace applies.
+    /// group/version/kind. `namespaced` says whether the factory's namespaces apply.
     pub fn dynamic_informer_for(
         &self,
         resource: &ApiResource,
@@ -597,15 +643,28 @@ impl SharedInformerFactory {
         {
             return Ok(informer.clone());
         }
-        let namespace = if namespaced {
-            self.inner.namespace.as_deref()
-        } else {
-            None
-        };
-        let url_path = DynamicObject::url_path(resource, namespace);
         let name = format!("{}/{} (dynamic)", resource.api_version, resource.kind);
-        let informer = SharedIndexInformer::new(
-            ApiListerWatcher::<DynamicObject>::from_url_path(self.inner.client.clone(), url_path),
+        let options = CacheOptions::default();
+        let namespaces: Vec<(String, CacheOptions)> = if namespaced {
+            let of = |namespace: &String| (namespace.clone(), options.clone().namespace(namespace.clone()));
+            self.inner.namespaces.iter().map(of).collect()
+        } else {
+            Vec::new()
+        };
+        let partitions = self.partitions(
+            &name,
+            namespaces,
+            &options,
+            |namespace| DynamicObject::url_path(resource, namespace),
+            |url_path| {
+                Arc::new(ApiListerWatcher::<DynamicObject>::from_url_path(
+                    self.inner.client.clone(),
+                    url_path,
+                ))
+            },
+        );
+        let informer = SharedIndexInformer::partitioned(
+            partitions,
             InformerConfig::default()
                 .resync_period(self.inner.default_resync)
                 .reflector(self.reflector_config(name.clone(), &CacheOptions::default())),

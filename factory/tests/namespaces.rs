@@ -200,3 +200,54 @@ async fn a_namespace_listed_both_ways_or_empty_is_refused() {
     let empty = factory.informer_for_with::<ConfigMap>(CacheOptions::default().namespaces([""]));
     assert!(matches!(empty.err(), Some(factory::FactoryError::InvalidOptions(_))));
 }
+
+#[tokio::test]
+async fn the_factorys_namespaces_apply_to_every_namespaced_type_without_its_own() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for name in ["a", "b", "c"] {
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Namespace::default()
+        };
+        namespaces.create(&PostParams::default(), &namespace).await.unwrap();
+        create(&client, name, "x", "web").await;
+    }
+    let factory = SharedInformerFactory::builder(client.clone())
+        .namespaces(["b", "a"])
+        .by_object::<k8s_openapi::api::core::v1::Secret>(CacheOptions::default().namespace("c"))
+        .build();
+    let configmaps = factory.informer_for::<ConfigMap>().unwrap();
+    let all_namespaces = factory.informer_for::<Namespace>().unwrap();
+    let secrets = factory.informer_for::<k8s_openapi::api::core::v1::Secret>().unwrap();
+    let resource = kube::api::ApiResource::erase::<ConfigMap>(&());
+    let dynamic = factory.dynamic_informer_for(&resource, true).unwrap();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let synced = factory.wait_for_cache_sync(&shutdown).await;
+    assert!(synced.values().all(|ok| *ok), "{synced:?}");
+
+    assert_eq!(keys(&Lister::new(configmaps.indexer().clone())), ["a/x", "b/x"]);
+    let mut dynamic_keys = dynamic.indexer().list_keys();
+    dynamic_keys.sort();
+    assert_eq!(dynamic_keys, ["a/x", "b/x"]);
+    // A cluster-scoped type is not narrowed; a type's own namespace wins.
+    for name in ["a", "b", "c"] {
+        assert!(all_namespaces.indexer().get_by_key(name).is_some(), "namespace {name}");
+    }
+    let reads = env.requests();
+    assert!(
+        reads
+            .iter()
+            .any(|r| r.method == "GET" && r.path == "/api/v1/namespaces/c/secrets")
+    );
+    assert!(!reads.iter().any(|r| r.method == "GET"
+        && (r.path == "/api/v1/namespaces/a/secrets" || r.path == "/api/v1/namespaces/c/configmaps")));
+    assert!(secrets.has_synced());
+    shutdown.cancel();
+    factory.shutdown().await;
+}

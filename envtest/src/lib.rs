@@ -84,10 +84,12 @@
 //! - OpenAPI: v3 only (no v2 document), built-in schemas from k8s-openapi (no `default`s or
 //!   `x-kubernetes-patch-*` extensions), a few operations per kind rather than every one;
 //! - admission: webhooks only. No ValidatingAdmissionPolicy or MutatingAdmissionPolicy, no
-//!   webhook `matchConditions` (refused when a configuration is written), no built-in plugins
-//!   (quota, limit ranges, default service account or token, allocated `clusterIP`, Pod default
-//!   tolerations); `matchPolicy: Equivalent` matches as `Exact` (a webhook for one version of a
-//!   multi-version CRD is not called for requests in its other versions); writes made by
+//!   built-in plugins (quota, limit ranges, default service account or token, allocated
+//!   `clusterIP`, Pod default tolerations); `matchPolicy: Equivalent` finds equivalents only among
+//!   a CRD's served versions (envtest serves each built-in resource in one version); webhook
+//!   `matchConditions` have no `authorizer` variable (refused when a configuration is written)
+//!   and, without a type checker, an expression that is not boolean is accepted at write and
+//!   fails when evaluated (then the failure policy decides); writes made by
 //!   envtest's own garbage collector and namespace finalizer skip admission; a denial's
 //!   `reason` outside the standard `StatusReason`s is sent empty; validating webhooks' failures
 //!   are reported in webhook order (kube-apiserver reports the first to finish);

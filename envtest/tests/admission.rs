@@ -1,16 +1,19 @@
 //! envtest's admission chain against real HTTPS webhooks run by the test: validating denials
 //! and warnings as a client sees them, mutating patches (then validated), the order of mutating
 //! webhooks and their reinvocation, rules and selectors, failure policies against a webhook
-//! that is down or never answers, a CA bundle that does not match, dry runs, and deletes.
+//! that is down or never answers, a CA bundle that does not match, dry runs, and deletes;
+//! `matchPolicy: Equivalent` across a CRD's versions, and `matchConditions`.
 
 mod common;
 
-use common::webhook_server::WebhookServer;
+use common::webhook_server::{WebhookServer, conversion_response};
 use envtest::{Config, Server};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
 
 /// An `AdmissionReview` answer to `review`: its uid echoed, `allowed`, and `extra` merged into
@@ -895,5 +898,310 @@ async fn a_service_webhook_is_reached_through_the_config_and_scale_is_admitted_a
         e.message
     );
     unmapped.shutdown().await;
+    env.shutdown().await;
+}
+
+/// `widgets.conv.example.com`: v1alpha1 has `spec.size`, v1 (storage) `spec.replicas`,
+/// converted by the webhook at `client_config` (`convert_widget`).
+fn widget_crd(client_config: Value) -> CustomResourceDefinition {
+    let schema = |field: &str| {
+        json!({"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {field: {"type": "integer"}}}}}})
+    };
+    serde_json::from_value(json!({
+        "metadata": {"name": "widgets.conv.example.com"},
+        "spec": {
+            "group": "conv.example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [
+                {"name": "v1alpha1", "served": true, "storage": false, "schema": schema("size")},
+                {"name": "v1", "served": true, "storage": true, "schema": schema("replicas")},
+            ],
+            "conversion": {"strategy": "Webhook", "webhook": {
+                "clientConfig": client_config, "conversionReviewVersions": ["v1"]}},
+        },
+    }))
+    .unwrap()
+}
+
+/// The widget conversion: `spec.size` (v1alpha1) and `spec.replicas` (v1).
+fn convert_widget(mut obj: Value, desired: &str) -> Value {
+    let (from, to) = if desired.ends_with("/v1") {
+        ("size", "replicas")
+    } else {
+        ("replicas", "size")
+    };
+    if let Some(spec) = obj["spec"].as_object_mut()
+        && let Some(v) = spec.remove(from)
+    {
+        spec.insert(to.to_owned(), v);
+    }
+    obj["apiVersion"] = json!(desired);
+    obj
+}
+
+fn widgets(client: &kube::Client, version: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("conv.example.com", version, "Widget");
+    Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource::from_gvk_with_plural(&gvk, "widgets"),
+    )
+}
+
+/// `matchPolicy: Equivalent` (the default): webhooks whose rules name v1 of a two-version CRD
+/// are called for a v1alpha1 create with the object converted to v1 (by the CRD's conversion
+/// webhook), `kind`/`resource` v1 and `requestKind`/`requestResource` v1alpha1; the mutating
+/// patch, written against v1, reaches the v1alpha1 object converted back. `Exact` is not called
+/// for v1alpha1, and is for v1.
+#[tokio::test]
+async fn equivalent_match_policy_calls_a_webhook_in_the_version_its_rules_name() {
+    let hooks = WebhookServer::start(|path, review| match path {
+        "/convert" => conversion_response(&review, convert_widget),
+        "/mutate" => patched(
+            &review,
+            json!([{"op": "replace", "path": "/spec/replicas", "value": 5}]),
+        ),
+        _ => answer(&review, true, json!({})),
+    })
+    .await;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &widget_crd(hooks.client_config("/convert")))
+        .await
+        .unwrap();
+    let v1_rule = json!([{"apiGroups": ["conv.example.com"], "apiVersions": ["v1"], "resources": ["widgets"], "operations": ["CREATE"]}]);
+    mutating(
+        &client,
+        "m",
+        vec![webhook(
+            "five.example.com",
+            hooks.client_config("/mutate"),
+            v1_rule.clone(),
+            json!({}),
+        )],
+    )
+    .await;
+    validating(
+        &client,
+        "v",
+        vec![
+            webhook(
+                "equivalent.example.com",
+                hooks.client_config("/equivalent"),
+                v1_rule.clone(),
+                json!({}),
+            ),
+            webhook(
+                "exact.example.com",
+                hooks.client_config("/exact"),
+                v1_rule,
+                json!({"matchPolicy": "Exact"}),
+            ),
+        ],
+    )
+    .await;
+
+    let alpha = widgets(&client, "v1alpha1");
+    let widget: DynamicObject = serde_json::from_value(json!({"apiVersion": "conv.example.com/v1alpha1",
+        "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}}))
+    .unwrap();
+    let created = alpha.create(&PostParams::default(), &widget).await.unwrap();
+    assert_eq!(created.data["spec"], json!({"size": 5}), "the v1 patch, converted back");
+
+    let mutated = reviews(&hooks, "/mutate");
+    assert_eq!(mutated.len(), 1);
+    let request = &mutated[0]["request"];
+    assert_eq!(
+        request["kind"],
+        json!({"group": "conv.example.com", "version": "v1", "kind": "Widget"})
+    );
+    assert_eq!(
+        request["resource"],
+        json!({"group": "conv.example.com", "version": "v1", "resource": "widgets"})
+    );
+    assert_eq!(
+        request["requestKind"],
+        json!({"group": "conv.example.com", "version": "v1alpha1", "kind": "Widget"})
+    );
+    assert_eq!(
+        request["requestResource"],
+        json!({"group": "conv.example.com", "version": "v1alpha1", "resource": "widgets"})
+    );
+    assert_eq!(request["object"]["apiVersion"], "conv.example.com/v1");
+    assert_eq!(request["object"]["spec"], json!({"replicas": 1}));
+    let validated = reviews(&hooks, "/equivalent");
+    assert_eq!(validated.len(), 1);
+    assert_eq!(validated[0]["request"]["object"]["spec"], json!({"replicas": 5}));
+    assert_eq!(validated[0]["request"]["requestKind"]["version"], "v1alpha1");
+    assert!(reviews(&hooks, "/exact").is_empty(), "Exact is not called for v1alpha1");
+
+    let widget: DynamicObject = serde_json::from_value(json!({"apiVersion": "conv.example.com/v1",
+        "kind": "Widget", "metadata": {"name": "w1"}, "spec": {"replicas": 1}}))
+    .unwrap();
+    widgets(&client, "v1")
+        .create(&PostParams::default(), &widget)
+        .await
+        .unwrap();
+    let exact = reviews(&hooks, "/exact");
+    assert_eq!(exact.len(), 1, "Exact is called for v1");
+    assert_eq!(exact[0]["request"]["requestKind"]["version"], "v1");
+    env.shutdown().await;
+}
+
+/// `matchConditions` decide whether a webhook is called: a false condition skips it; a
+/// condition that fails to evaluate fails the request with `403` under `failurePolicy: Fail`
+/// (kube-apiserver's message) and skips the webhook under `Ignore`.
+#[tokio::test]
+async fn match_conditions_decide_whether_a_webhook_is_called() {
+    let hooks = WebhookServer::start(|_, review| {
+        answer(
+            &review,
+            false,
+            json!({"status": {"code": 403, "message": "denied by the test"}}),
+        )
+    })
+    .await;
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    let only = |policy: &str| json!({"matchLabels": {"policy": policy}});
+    validating(
+        &client,
+        "conditions",
+        vec![
+            webhook(
+                "conditioned.example.com",
+                hooks.client_config("/conditioned"),
+                core_rule(&["configmaps"], &["CREATE"]),
+                json!({"objectSelector": only("conditioned"), "matchConditions": [
+                    {"name": "not-exempt", "expression": "!('exempt' in object.metadata.labels)"},
+                    {"name": "configmaps", "expression": "request.kind.kind == 'ConfigMap' && request.operation == 'CREATE' && oldObject == null"},
+                ]}),
+            ),
+            webhook(
+                "fail.example.com",
+                hooks.client_config("/fail"),
+                core_rule(&["configmaps"], &["CREATE"]),
+                json!({"objectSelector": only("fail"), "failurePolicy": "Fail",
+                    "matchConditions": [{"name": "broken", "expression": "object.data.missing == 'x'"}]}),
+            ),
+            webhook(
+                "ignore.example.com",
+                hooks.client_config("/ignore"),
+                core_rule(&["configmaps"], &["CREATE"]),
+                json!({"objectSelector": only("ignore"), "failurePolicy": "Ignore",
+                    "matchConditions": [{"name": "broken", "expression": "object.data.missing == 'x'"}]}),
+            ),
+        ],
+    )
+    .await;
+    let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &configmap("exempt", json!({"policy": "conditioned", "exempt": "yes"})),
+    )
+    .await
+    .unwrap();
+    assert!(
+        reviews(&hooks, "/conditioned").is_empty(),
+        "a false condition skips the webhook"
+    );
+    let e = api_error(
+        cms.create(
+            &PostParams::default(),
+            &configmap("held", json!({"policy": "conditioned"})),
+        )
+        .await,
+    );
+    assert_eq!(
+        e.message,
+        "admission webhook \"conditioned.example.com\" denied the request: denied by the test"
+    );
+    assert_eq!(reviews(&hooks, "/conditioned").len(), 1, "all conditions true: called");
+
+    let e = api_error(
+        cms.create(&PostParams::default(), &configmap("f", json!({"policy": "fail"})))
+            .await,
+    );
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+    assert_eq!(
+        e.message,
+        "configmaps \"f\" is forbidden: expression 'object.data.missing == 'x'' resulted in error: no such key: missing"
+    );
+    cms.create(&PostParams::default(), &configmap("i", json!({"policy": "ignore"})))
+        .await
+        .unwrap();
+    assert!(reviews(&hooks, "/fail").is_empty() && reviews(&hooks, "/ignore").is_empty());
+    env.shutdown().await;
+}
+
+/// `matchConditions` are checked when a configuration is written, with kube-apiserver's field
+/// paths: an expression that does not compile, names missing or repeated, more than 64.
+#[tokio::test]
+async fn match_conditions_that_do_not_compile_are_refused() {
+    let env = Server::start(Config::default()).await.unwrap();
+    let client = env.client();
+    let with_conditions = |conditions: Value| {
+        let hook = webhook(
+            "c.example.com",
+            json!({"url": "https://127.0.0.1:1/x"}),
+            core_rule(&["configmaps"], &["CREATE"]),
+            json!({"matchConditions": conditions}),
+        );
+        serde_json::from_value::<ValidatingWebhookConfiguration>(json!({"metadata": {"name": "c"}, "webhooks": [hook]}))
+            .unwrap()
+    };
+    let api = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let e = api_error(
+        api.create(
+            &PostParams::default(),
+            &with_conditions(json!([
+                {"name": "a", "expression": "object.metadata.name =="},
+                {"name": "a", "expression": "self.x == 1"},
+                {"name": "", "expression": "true"},
+            ])),
+        )
+        .await,
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    let causes: Vec<(String, String)> = e
+        .details
+        .unwrap()
+        .causes
+        .into_iter()
+        .map(|c| (c.field, c.message))
+        .collect();
+    let fields: Vec<&str> = causes.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "webhooks[0].matchConditions[0].expression",
+            "webhooks[0].matchConditions[1].expression",
+            "webhooks[0].matchConditions[1].name",
+            "webhooks[0].matchConditions[2].name",
+        ],
+        "{causes:?}"
+    );
+    assert!(causes[0].1.contains("compilation failed: "), "{causes:?}");
+    assert!(causes[1].1.contains("undeclared reference to 'self'"), "{causes:?}");
+    let many: Vec<Value> = (0..65)
+        .map(|i| json!({"name": format!("c{i}"), "expression": "true"}))
+        .collect();
+    let e = api_error(api.create(&PostParams::default(), &with_conditions(json!(many))).await);
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message
+            .contains("webhooks[0].matchConditions: Too many: 65: must have at most 64 items"),
+        "{}",
+        e.message
+    );
+    api.create(
+        &PostParams::default(),
+        &with_conditions(json!([{"name": "ok", "expression": "has(object.data) && request.dryRun == false"}])),
+    )
+    .await
+    .unwrap();
     env.shutdown().await;
 }

@@ -7,8 +7,10 @@
 //! host, no query, fragment or user; a service's namespace and name), `sideEffects` (required,
 //! `None` or `NoneOnDryRun`), `admissionReviewVersions` (required, one of `v1`/`v1beta1`, no
 //! duplicates), `failurePolicy`, `matchPolicy`, `reinvocationPolicy`, `timeoutSeconds` (1..=30),
-//! and each rule's operations, resources and scope. Not checked: `matchConditions` (refused:
-//! envtest does not evaluate them) and the label selectors' syntax.
+//! each rule's operations, resources and scope, and `matchConditions` (at most 64; names
+//! required, qualified names, unique; expressions required and compiled with the variables
+//! `object`, `oldObject` and `request`: `compilation failed: ...` at
+//! `webhooks[i].matchConditions[j].expression`). Not checked: the label selectors' syntax.
 
 use crate::field::FieldError;
 use crate::resources::ResourceInfo;
@@ -177,16 +179,7 @@ fn webhook(hook: &Value, path: &str, mutating: bool, errs: &mut Vec<FieldError>)
             "the timeout value must be between 1 and 30 seconds",
         ));
     }
-    if hook
-        .get("matchConditions")
-        .and_then(Value::as_array)
-        .is_some_and(|c| !c.is_empty())
-    {
-        errs.push(FieldError::forbidden(
-            format!("{path}.matchConditions"),
-            "envtest does not evaluate matchConditions",
-        ));
-    }
+    match_conditions(hook, &format!("{path}.matchConditions"), errs);
     for (j, rule) in hook
         .get("rules")
         .and_then(Value::as_array)
@@ -195,6 +188,53 @@ fn webhook(hook: &Value, path: &str, mutating: bool, errs: &mut Vec<FieldError>)
         .enumerate()
     {
         rule_errors(rule, &format!("{path}.rules[{j}]"), errs);
+    }
+}
+
+/// The most `matchConditions` a webhook may have.
+const MAX_MATCH_CONDITIONS: usize = 64;
+
+/// `matchConditions`, as kube-apiserver's `validateMatchConditions`.
+fn match_conditions(hook: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let conditions = hook
+        .get("matchConditions")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if conditions.len() > MAX_MATCH_CONDITIONS {
+        errs.push(FieldError::too_many(
+            path,
+            conditions.len(),
+            MAX_MATCH_CONDITIONS as u64,
+        ));
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (j, condition) in conditions.iter().enumerate() {
+        let at = format!("{path}[{j}]");
+        let expression = condition.get("expression").and_then(Value::as_str).unwrap_or("");
+        if expression.trim().is_empty() {
+            errs.push(FieldError::required(format!("{at}.expression"), ""));
+        } else if let Err(e) =
+            crate::cel::check_admission_expression(expression.trim(), super::matching::CONDITION_VARIABLES)
+        {
+            errs.push(FieldError::invalid(
+                format!("{at}.expression"),
+                json!(expression.trim()),
+                format!("compilation failed: {e}"),
+            ));
+        }
+        let name = condition.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            errs.push(FieldError::required(format!("{at}.name"), ""));
+        } else {
+            for e in crate::validation::qualified_name(name) {
+                errs.push(FieldError::invalid(format!("{at}.name"), json!(name), e));
+            }
+            if names.contains(&name) {
+                errs.push(FieldError::duplicate(format!("{at}.name"), json!(name)));
+            }
+            names.push(name);
+        }
     }
 }
 

@@ -1,13 +1,24 @@
 //! Whether a webhook is called for a request: kube-apiserver's `ShouldCallHook` (rules,
-//! `namespaceSelector`, `objectSelector`), over a webhook as its configuration's JSON.
+//! `matchPolicy`, `namespaceSelector`, `objectSelector`, then `matchConditions`), over a webhook
+//! as its configuration's JSON.
 //!
-//! Rules are matched exactly (`matchPolicy: Exact`); `Equivalent` matches the same way, as envtest
-//! serves each built-in resource in one version and a request is matched in its own version.
+//! Rules are matched against the request's resource first. When none matches and the webhook's
+//! `matchPolicy` is `Equivalent` (the default), they are matched against each equivalent
+//! resource — the same group and resource served in another version: every other served
+//! version of a CRD; envtest serves each built-in resource in one version, so a built-in has
+//! none — and the first rule (in order) that matches one picks the version the webhook is
+//! called in (`mod.rs` converts the objects to it).
+//!
+//! `matchConditions` are evaluated last, on the objects in the version the webhook is called
+//! in, as kube-apiserver's `matchconditions` matcher: any condition `false` skips the webhook
+//! (even if another failed to evaluate); otherwise an evaluation error skips it under
+//! `failurePolicy: Ignore` and fails the request with `403` under `Fail`.
 
 use super::Attributes;
+use crate::resources::ResourceInfo;
 use crate::scale::selector_string;
 use crate::selectors::LabelSelector;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The strings of a list field (absent: empty).
 fn strings<'a>(v: &'a Value, field: &str) -> impl Iterator<Item = &'a str> {
@@ -18,17 +29,14 @@ fn strings<'a>(v: &'a Value, field: &str) -> impl Iterator<Item = &'a str> {
         .filter_map(Value::as_str)
 }
 
-/// Whether one `RuleWithOperations` matches `attrs`.
-fn rule_matches(rule: &Value, attrs: &Attributes<'_>) -> bool {
+/// Whether one `RuleWithOperations` matches `attrs` with its resource taken as `info`.
+fn rule_matches(rule: &Value, attrs: &Attributes<'_>, info: &ResourceInfo) -> bool {
     let op = attrs.operation.as_str();
     let any_of = |field: &str, want: &str| strings(rule, field).any(|s| s == "*" || s == want);
-    if !any_of("operations", op)
-        || !any_of("apiGroups", &attrs.info.group)
-        || !any_of("apiVersions", &attrs.info.version)
-    {
+    if !any_of("operations", op) || !any_of("apiGroups", &info.group) || !any_of("apiVersions", &info.version) {
         return false;
     }
-    let (resource, sub) = (attrs.info.plural.as_str(), attrs.subresource.unwrap_or(""));
+    let (resource, sub) = (info.plural.as_str(), attrs.subresource.unwrap_or(""));
     let resource_ok = strings(rule, "resources").any(|r| match r.split_once('/') {
         // `*` is every resource without a subresource, `x` is x alone; `x/*` and `*/*` take
         // the main resource too (a `*` matches the empty subresource).
@@ -39,8 +47,8 @@ fn rule_matches(rule: &Value, attrs: &Attributes<'_>) -> bool {
         return false;
     }
     match rule.get("scope").and_then(Value::as_str).unwrap_or("*") {
-        "Cluster" => !attrs.info.namespaced,
-        "Namespaced" => attrs.info.namespaced,
+        "Cluster" => !info.namespaced,
+        "Namespaced" => info.namespaced,
         _ => true,
     }
 }
@@ -54,22 +62,64 @@ fn selector_matches(selector: Option<&Value>, obj: &Value) -> bool {
     }
 }
 
-/// Whether `webhook` is called for `attrs`: a rule matches, the namespace's labels (for a
-/// namespace, its own) match `namespaceSelector` (cluster-scoped objects always do), and the
-/// new or the old object's labels match `objectSelector`.
+/// Which resource a webhook's rules matched a request as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Matched<'a> {
+    /// The request's own resource and version.
+    AsRequested,
+    /// An equivalent resource (another served version of it), matched under
+    /// `matchPolicy: Equivalent`: the webhook is called in that version.
+    Equivalent(&'a ResourceInfo),
+}
+
+/// The rule match of `webhook` for `attrs`: the request's resource, else (under
+/// `matchPolicy: Equivalent`) the first equivalent resource an earlier rule matches.
+fn rules_match<'e>(
+    webhook: &Value,
+    attrs: &Attributes<'_>,
+    equivalents: &'e [std::sync::Arc<ResourceInfo>],
+) -> Option<Matched<'e>> {
+    let rules = webhook.get("rules").and_then(Value::as_array)?;
+    if rules.iter().any(|rule| rule_matches(rule, attrs, attrs.info)) {
+        return Some(Matched::AsRequested);
+    }
+    if webhook.get("matchPolicy").and_then(Value::as_str) != Some("Equivalent") {
+        return None;
+    }
+    rules.iter().find_map(|rule| {
+        equivalents
+            .iter()
+            .filter(|e| e.version != attrs.info.version)
+            .find(|e| rule_matches(rule, attrs, e))
+            .map(|e| Matched::Equivalent(e))
+    })
+}
+
+/// Whether `webhook` is called for `attrs`, and in which resource: a rule matches (the
+/// request's resource, or under `matchPolicy: Equivalent` one of `equivalents`), the
+/// namespace's labels (for a namespace, its own) match `namespaceSelector` (cluster-scoped
+/// objects always do), and the new or the old object's labels match `objectSelector`.
+/// `matchConditions` are not evaluated here (see [`conditions_match`]): they see the objects
+/// in the version matched.
 ///
 /// `namespace` is the namespace the object lives in, as stored; `object` the new object, if
 /// any.
-pub(crate) fn should_call(
+pub(crate) fn should_call<'e>(
     webhook: &Value,
     attrs: &Attributes<'_>,
     namespace: Option<&Value>,
     object: Option<&Value>,
-) -> bool {
-    let rules = webhook.get("rules").and_then(Value::as_array);
-    if !rules.is_some_and(|r| r.iter().any(|rule| rule_matches(rule, attrs))) {
-        return false;
+    equivalents: &'e [std::sync::Arc<ResourceInfo>],
+) -> Option<Matched<'e>> {
+    let matched = rules_match(webhook, attrs, equivalents)?;
+    if !selectors_match(webhook, attrs, namespace, object) {
+        return None;
     }
+    Some(matched)
+}
+
+/// Whether the namespace and object selectors of `webhook` match.
+fn selectors_match(webhook: &Value, attrs: &Attributes<'_>, namespace: Option<&Value>, object: Option<&Value>) -> bool {
     let ns_selector = webhook.get("namespaceSelector");
     let ns_ok = if attrs.info.group.is_empty() && attrs.info.plural == "namespaces" {
         // A namespace is matched by its own labels (the old object's on a delete).
@@ -92,6 +142,75 @@ pub(crate) fn should_call(
         return selector_matches(obj_selector, &serde_json::json!({}));
     }
     candidates.iter().any(|o| selector_matches(obj_selector, o))
+}
+
+/// The variables a match condition may name (kube-apiserver's also `authorizer`, which envtest,
+/// having no authorizer, does not declare).
+pub(crate) const CONDITION_VARIABLES: &[&str] = &["object", "oldObject", "request"];
+
+/// What a webhook's `matchConditions` decided.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Conditions {
+    /// All true (or none): call the webhook.
+    Call,
+    /// One is false, or one failed under `failurePolicy: Ignore`: skip the webhook.
+    Skip,
+    /// One failed to evaluate under `failurePolicy: Fail`: the errors, as kube-apiserver
+    /// aggregates them (one alone, or `[e1, e2]`).
+    Failed(String),
+}
+
+/// Evaluates `webhook`'s `matchConditions` with `object`, `oldObject` (`null` when absent) and
+/// `request` (the `AdmissionReview`'s request the webhook would get).
+pub(crate) fn conditions_match(
+    webhook: &Value,
+    object: Option<&Value>,
+    old: Option<&Value>,
+    request: &Value,
+) -> Conditions {
+    let Some(conditions) = webhook.get("matchConditions").and_then(Value::as_array) else {
+        return Conditions::Call;
+    };
+    let null = Value::Null;
+    let variables = [
+        ("object", object.unwrap_or(&null)),
+        ("oldObject", old.unwrap_or(&null)),
+        ("request", request),
+    ];
+    let mut errors = Vec::new();
+    for condition in conditions {
+        let expression = condition.get("expression").and_then(Value::as_str).unwrap_or("").trim();
+        match crate::cel::evaluate_admission_expression(expression, &variables) {
+            Ok(true) => {}
+            Ok(false) => return Conditions::Skip,
+            Err(e) => errors.push(format!("expression '{expression}' resulted in error: {e}")),
+        }
+    }
+    match errors.len() {
+        0 => Conditions::Call,
+        _ if webhook.get("failurePolicy").and_then(Value::as_str) == Some("Ignore") => Conditions::Skip,
+        1 => Conditions::Failed(errors.remove(0)),
+        _ => Conditions::Failed(format!("[{}]", errors.join(", "))),
+    }
+}
+
+/// The `request` a match condition sees: the review's request with every field of
+/// `AdmissionRequest` present (zero values for the absent ones), as cel-go's typed request has
+/// them.
+pub(crate) fn condition_request(review_request: &Value) -> Value {
+    let mut req = review_request.clone();
+    if let Some(map) = req.as_object_mut() {
+        for (field, zero) in [
+            ("name", json!("")),
+            ("namespace", json!("")),
+            ("subResource", json!("")),
+            ("requestSubResource", json!("")),
+            ("dryRun", json!(false)),
+        ] {
+            map.entry(field).or_insert(zero);
+        }
+    }
+    req
 }
 
 #[cfg(test)]
@@ -146,7 +265,7 @@ mod tests {
         for (resources, sub, want) in cases {
             let a = attrs(&deploy, *sub, Operation::Create, None);
             assert_eq!(
-                should_call(&hook(resources, &["*"]), &a, Some(&obj), Some(&obj)),
+                should_call(&hook(resources, &["*"]), &a, Some(&obj), Some(&obj), &[]).is_some(),
                 *want,
                 "{resources:?} {sub:?}"
             );
@@ -154,7 +273,7 @@ mod tests {
         for op in [Operation::Create, Operation::Update, Operation::Delete] {
             let a = attrs(&deploy, None, op, None);
             assert_eq!(
-                should_call(&hook(&["*"], &["UPDATE"]), &a, Some(&obj), Some(&obj)),
+                should_call(&hook(&["*"], &["UPDATE"]), &a, Some(&obj), Some(&obj), &[]).is_some(),
                 op == Operation::Update
             );
         }
@@ -171,21 +290,24 @@ mod tests {
         let skipped = json!({"metadata": {"name": "default", "labels": {"skip": "yes"}}});
         let obj = json!({"metadata": {"name": "x"}});
         let a = attrs(&cm, None, Operation::Create, None);
-        assert!(should_call(&h, &a, Some(&plain), Some(&obj)));
-        assert!(!should_call(&h, &a, Some(&skipped), Some(&obj)));
+        assert!(should_call(&h, &a, Some(&plain), Some(&obj), &[]).is_some());
+        assert!(should_call(&h, &a, Some(&skipped), Some(&obj), &[]).is_none());
         let a = attrs(&ns, None, Operation::Create, None);
         assert!(
-            !should_call(&h, &a, None, Some(&skipped)),
+            should_call(&h, &a, None, Some(&skipped), &[]).is_none(),
             "a namespace by its own labels"
         );
         let mut h = hook(&["*"], &["*"]);
         h["objectSelector"] = json!({"matchLabels": {"hooked": "true"}});
         let labelled = json!({"metadata": {"labels": {"hooked": "true"}}});
         let a = attrs(&cm, None, Operation::Update, Some(&labelled));
-        assert!(should_call(&h, &a, Some(&plain), Some(&obj)), "the old object matches");
+        assert!(
+            should_call(&h, &a, Some(&plain), Some(&obj), &[]).is_some(),
+            "the old object matches"
+        );
         let a = attrs(&cm, None, Operation::Update, Some(&obj));
-        assert!(!should_call(&h, &a, Some(&plain), Some(&obj)));
+        assert!(should_call(&h, &a, Some(&plain), Some(&obj), &[]).is_none());
         let a = attrs(&cm, None, Operation::Delete, Some(&labelled));
-        assert!(should_call(&h, &a, Some(&plain), None));
+        assert!(should_call(&h, &a, Some(&plain), None, &[]).is_some());
     }
 }

@@ -9,6 +9,14 @@
 //! object it started from is still the stored one, else it starts again (kube-apiserver's
 //! `GuaranteedUpdate`). The configurations and the namespace's labels are read under the lock
 //! with the object ([`Admission::snapshot`]), so one attempt sees one consistent state.
+//!
+//! A webhook matched through an equivalent resource (`matchPolicy: Equivalent`, another served
+//! version of a CRD; see `matching.rs`) is called with the object and old object converted to
+//! that version by the CRD's conversion (`conversion.rs`: `None` or its webhook), with `kind`
+//! and `resource` that version's and `requestKind`/`requestResource` the request's; a mutating
+//! webhook's patch applies to the converted object, which is then converted back, as
+//! kube-apiserver's `VersionedAttributes` do. A failed conversion fails the request with `500`
+//! whatever the failure policy.
 
 mod configuration;
 mod matching;
@@ -16,6 +24,7 @@ mod review;
 
 pub(crate) use configuration::{default as default_configuration, validate as validate_configuration};
 
+use crate::conversion::Converter;
 use crate::resources::ResourceInfo;
 use crate::status::ApiError;
 use crate::storage::Inner;
@@ -118,6 +127,10 @@ pub(crate) struct Snapshot {
     mutating: Vec<(String, Value)>,
     validating: Vec<(String, Value)>,
     namespace: Option<Arc<Value>>,
+    /// The CRD of a custom resource, which converts objects to an equivalent version.
+    crd: Option<Arc<Value>>,
+    /// The resource in every other version it is served in (a CRD's other served versions).
+    equivalents: Vec<Arc<ResourceInfo>>,
 }
 
 /// Every webhook of the configurations stored under `key`, in call order.
@@ -155,12 +168,31 @@ impl Admission {
         if info.group == GROUP {
             return Snapshot::default();
         }
+        let crd = crate::crd::of_resource(inner, info);
+        // A CRD's versions share its kind, scope and names.
+        let equivalents = crd
+            .as_deref()
+            .and_then(|c| c["spec"]["versions"].as_array())
+            .into_iter()
+            .flatten()
+            .filter(|v| v["served"].as_bool().unwrap_or(false))
+            .filter_map(|v| v["name"].as_str())
+            .filter(|v| *v != info.version)
+            .map(|v| {
+                Arc::new(ResourceInfo {
+                    version: v.to_owned(),
+                    ..info.clone()
+                })
+            })
+            .collect();
         Snapshot {
             mutating: webhooks_of(inner, MUTATING_KEY),
             validating: webhooks_of(inner, VALIDATING_KEY),
             namespace: (!namespace.is_empty())
                 .then(|| inner.get("/namespaces", "", namespace))
                 .flatten(),
+            crd,
+            equivalents,
         }
     }
 
@@ -183,15 +215,26 @@ impl Admission {
         let mut reinvoke: BTreeSet<usize> = BTreeSet::new();
         for pass in 0..2 {
             for (i, (_, hook)) in hooks.iter().enumerate() {
-                // Matched against the object as the webhooks before left it.
-                if (pass == 1 && !reinvoke.contains(&i))
-                    || !matching::should_call(hook, attrs, snapshot.namespace.as_deref(), obj.as_deref())
-                {
+                if pass == 1 && !reinvoke.contains(&i) {
                     continue;
                 }
-                let changed = match self.call(hook, attrs, obj.as_deref_mut(), warnings, true).await? {
+                // Matched against the object as the webhooks before left it.
+                let Some(matched) = matching::should_call(
+                    hook,
+                    attrs,
+                    snapshot.namespace.as_deref(),
+                    obj.as_deref(),
+                    &snapshot.equivalents,
+                ) else {
+                    continue;
+                };
+                let changed = match self
+                    .call(snapshot, hook, matched, attrs, obj.as_deref_mut(), warnings, true)
+                    .await?
+                {
                     Called::Changed => true,
                     Called::Unchanged | Called::Skipped => false,
+                    Called::Excluded => continue,
                 };
                 if changed {
                     changed_any = true;
@@ -220,10 +263,14 @@ impl Admission {
         let calls = snapshot
             .validating
             .iter()
-            .filter(|(_, h)| matching::should_call(h, attrs, snapshot.namespace.as_deref(), obj))
-            .map(|(_, hook)| async move {
+            .filter_map(|(_, h)| {
+                matching::should_call(h, attrs, snapshot.namespace.as_deref(), obj, &snapshot.equivalents)
+                    .map(|m| (h, m))
+            })
+            .map(|(hook, matched)| async move {
                 let mut copy = obj.cloned();
-                self.call(hook, attrs, copy.as_mut(), warnings, false).await
+                self.call(snapshot, hook, matched, attrs, copy.as_mut(), warnings, false)
+                    .await
             });
         for outcome in futures::future::join_all(calls).await {
             outcome?;
@@ -231,17 +278,79 @@ impl Admission {
         Ok(())
     }
 
-    /// Calls one webhook and applies its answer: `Err` for a denial, a refused dry run, or a
-    /// failed call under `failurePolicy: Fail`.
+    /// Calls one webhook whose rules matched as `matched` and applies its answer: `Err` for a
+    /// denial, a refused dry run, a failed conversion to the matched version, a match condition
+    /// or call that failed under `failurePolicy: Fail`.
+    #[allow(clippy::too_many_arguments)]
     async fn call(
         &self,
+        snapshot: &Snapshot,
         hook: &Value,
+        matched: matching::Matched<'_>,
         attrs: &Attributes<'_>,
         obj: Option<&mut Value>,
         warnings: &Warnings,
         mutating: bool,
     ) -> Result<Called, ApiError> {
         let name = hook.get("name").and_then(Value::as_str).unwrap_or("");
+        // The objects in the version the webhook is called in (a `Scale` is the same in all).
+        let matched_info = match matched {
+            matching::Matched::AsRequested => attrs.info,
+            matching::Matched::Equivalent(e) => e,
+        };
+        let converter = match (matched, snapshot.crd.as_deref()) {
+            (matching::Matched::Equivalent(_), Some(crd)) if attrs.subresource != Some("scale") => {
+                Some(Converter::for_crd(crd, &self.client))
+            }
+            _ => None,
+        };
+        let (versioned, versioned_old) = match &converter {
+            None => (obj.as_deref().cloned(), attrs.old.cloned()),
+            Some(c) => {
+                let to = |o: Option<Value>| async {
+                    match o {
+                        None => Ok(None),
+                        Some(o) => c.convert(o, &matched_info.version).await.map(Some),
+                    }
+                };
+                let failed = |e: ApiError| {
+                    tracing::warn!(webhook = name, version = %matched_info.version, error = %e.message, "converting for an equivalent-version webhook failed");
+                    internal_error(&e.message)
+                };
+                (
+                    to(obj.as_deref().cloned()).await.map_err(failed)?,
+                    to(attrs.old.cloned()).await.map_err(failed)?,
+                )
+            }
+        };
+        if hook.get("matchConditions").is_some() {
+            let review = review::request(
+                "v1",
+                "",
+                attrs,
+                matched_info,
+                versioned.as_ref(),
+                versioned_old.as_ref(),
+            );
+            let request = matching::condition_request(&review["request"]);
+            match matching::conditions_match(hook, versioned.as_ref(), versioned_old.as_ref(), &request) {
+                matching::Conditions::Call => {}
+                matching::Conditions::Skip => return Ok(Called::Excluded),
+                matching::Conditions::Failed(why) => {
+                    tracing::warn!(webhook = name, error = %why, "failed evaluating match conditions, failing closed");
+                    let resource = attrs.info.qualified();
+                    let mut e = ApiError::forbidden(if attrs.name.is_empty() {
+                        format!("{resource} is forbidden: {why}")
+                    } else {
+                        format!("{resource} {:?} is forbidden: {why}", attrs.name)
+                    });
+                    e.details = Some(serde_json::json!({
+                        "name": attrs.name, "group": attrs.info.group, "kind": attrs.info.plural,
+                    }));
+                    return Err(e);
+                }
+            }
+        }
         if attrs.dry_run {
             match hook.get("sideEffects").and_then(Value::as_str) {
                 Some("None" | "NoneOnDryRun") => {}
@@ -253,7 +362,17 @@ impl Admission {
             }
         }
         let ignore = hook.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
-        let outcome = self.exchange(hook, name, attrs, obj.as_deref(), mutating).await;
+        let outcome = self
+            .exchange(
+                hook,
+                name,
+                attrs,
+                matched_info,
+                versioned.as_ref(),
+                versioned_old.as_ref(),
+                mutating,
+            )
+            .await;
         let reply = match outcome {
             Ok(r) => r,
             Err(failure) if ignore => {
@@ -274,13 +393,19 @@ impl Admission {
         let Some(patch) = reply.patch else {
             return Ok(Called::Unchanged);
         };
-        let Some(obj) = obj else {
+        let (Some(obj), Some(mut patched)) = (obj, versioned) else {
             return Err(internal_error(&format!(
                 "admission webhook {name:?} attempted to modify the object, which is not supported for this operation"
             )));
         };
-        let mut patched = obj.clone();
         json_patch::patch(&mut patched, &patch).map_err(|e| internal_error(&e.to_string()))?;
+        if let Some(c) = &converter {
+            // Back to the request's version.
+            patched = c
+                .convert(patched, &attrs.info.version)
+                .await
+                .map_err(|e| internal_error(&e.message))?;
+        }
         if patched == *obj {
             return Ok(Called::Unchanged);
         }
@@ -290,12 +415,15 @@ impl Admission {
 
     /// Sends the review and checks the reply; `Err` is a failed call (subject to the
     /// failure policy), with kube-apiserver's `failed calling webhook "<name>": ...` text.
+    #[allow(clippy::too_many_arguments)]
     async fn exchange(
         &self,
         hook: &Value,
         name: &str,
         attrs: &Attributes<'_>,
+        matched: &ResourceInfo,
         obj: Option<&Value>,
+        old: Option<&Value>,
         mutating: bool,
     ) -> Result<review::Reply, String> {
         let failed = |why: String| format!("failed calling webhook {name:?}: {why}");
@@ -318,7 +446,7 @@ impl Admission {
             .unwrap_or(10)
             .clamp(1, 30);
         let uid = crate::object::new_uid();
-        let request = review::request(version, &uid, attrs, obj);
+        let request = review::request(version, &uid, attrs, matched, obj, old);
         let client_config = hook.get("clientConfig").cloned().unwrap_or(Value::Null);
         let reply = self
             .client
@@ -338,6 +466,8 @@ enum Called {
     Unchanged,
     /// The call failed and `failurePolicy: Ignore` skipped it.
     Skipped,
+    /// Not called: a match condition excluded the request.
+    Excluded,
 }
 
 /// kube-apiserver's `NewInternalError`: `500`, "Internal error occurred: ...".
@@ -367,9 +497,8 @@ mod tests {
                 "admissionReviewVersions": ["v1"], "clientConfig": {"url": "https://127.0.0.1:1/"},
                 "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "operations": ["*"]}]});
             let snapshot = Snapshot {
-                mutating: Vec::new(),
                 validating: vec![("c".into(), hook)],
-                namespace: None,
+                ..Snapshot::default()
             };
             let obj = json!({"metadata": {"name": "x", "namespace": "default"}});
             let mut attrs = Attributes {

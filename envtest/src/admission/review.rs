@@ -2,6 +2,7 @@
 //! kube-apiserver's `webhook/request` package builds and verifies them.
 
 use super::Attributes;
+use crate::resources::ResourceInfo;
 use crate::status::ApiError;
 use base64::Engine;
 use serde_json::{Value, json};
@@ -10,30 +11,40 @@ use serde_json::{Value, json};
 /// webhook gets the first of its `admissionReviewVersions` listed here.
 pub(crate) const VERSIONS: [&str; 2] = ["v1", "v1beta1"];
 
-/// The `AdmissionReview` request for `attrs` with `object` (the new object; none on delete).
-pub(crate) fn request(version: &str, uid: &str, attrs: &Attributes<'_>, object: Option<&Value>) -> Value {
-    let info = attrs.info;
-    let (kind, resource) = if attrs.subresource == Some("scale") {
+/// The `AdmissionReview` request for `attrs` with `object` (the new object; none on delete)
+/// and `old`, sent to a webhook whose rules matched the request as `matched` (`kind` and
+/// `resource` are `matched`'s; `requestKind` and `requestResource` the request's own).
+pub(crate) fn request(
+    version: &str,
+    uid: &str,
+    attrs: &Attributes<'_>,
+    matched: &ResourceInfo,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Value {
+    let kind_and_resource = |info: &ResourceInfo| {
+        let kind = if attrs.subresource == Some("scale") {
+            json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})
+        } else {
+            json!({"group": info.group, "version": info.version, "kind": info.kind})
+        };
         (
-            json!({"group": "autoscaling", "version": "v1", "kind": "Scale"}),
-            json!({"group": info.group, "version": info.version, "resource": info.plural}),
-        )
-    } else {
-        (
-            json!({"group": info.group, "version": info.version, "kind": info.kind}),
+            kind,
             json!({"group": info.group, "version": info.version, "resource": info.plural}),
         )
     };
+    let (kind, resource) = kind_and_resource(matched);
+    let (request_kind, request_resource) = kind_and_resource(attrs.info);
     let mut req = json!({
         "uid": uid,
         "kind": kind,
         "resource": resource,
-        "requestKind": kind,
-        "requestResource": resource,
+        "requestKind": request_kind,
+        "requestResource": request_resource,
         "operation": attrs.operation.as_str(),
         "userInfo": {"username": super::USER, "groups": ["system:masters", "system:authenticated"]},
         "object": object.cloned().unwrap_or(Value::Null),
-        "oldObject": attrs.old.cloned().unwrap_or(Value::Null),
+        "oldObject": old.cloned().unwrap_or(Value::Null),
         "dryRun": attrs.dry_run,
         "options": attrs.options,
     });

@@ -648,6 +648,9 @@ struct Checker<'a> {
     /// The node's schema, for the fields selected from `self`/`oldSelf`.
     schema: &'a Value,
     resource: bool,
+    /// The variables the expression may name: `self`/`oldSelf` for a CRD rule (checked against
+    /// `schema`), `object`/`oldObject`/`request` for an admission match condition.
+    variables: &'a [&'a str],
     /// The comprehension variables in scope, innermost last, each with the schema of what it
     /// iterates over when known (`self.items.all(i, …)`: `i` is an item of `items`).
     scope: Vec<(String, Option<(Value, bool)>)>,
@@ -677,8 +680,7 @@ impl Checker<'_> {
     fn check(&mut self, e: &IdedExpr) {
         match &e.expr {
             Expr::Ident(n) => {
-                let ok =
-                    matches!(n.as_str(), "self" | "oldSelf") || self.is_variable(n) || TYPE_NAMES.contains(&n.as_str());
+                let ok = self.variables.contains(&n.as_str()) || self.is_variable(n) || TYPE_NAMES.contains(&n.as_str());
                 if !ok {
                     self.error(e.id, format!("undeclared reference to '{n}' (in container '')"));
                 }
@@ -694,7 +696,7 @@ impl Checker<'_> {
                 let name = c.func_name.as_str();
                 let operator = !name.starts_with(|ch: char| ch.is_ascii_alphabetic());
                 let qualified = c.target.as_deref().and_then(|t| match &t.expr {
-                    Expr::Ident(ns) if !self.is_variable(ns) && ns != "self" && ns != "oldSelf" => {
+                    Expr::Ident(ns) if !self.is_variable(ns) && !self.variables.contains(&ns.as_str()) => {
                         Some(format!("{ns}.{name}"))
                     }
                     _ => None,
@@ -837,6 +839,7 @@ fn check_expression(source: &str, schema: &Value, resource: bool) -> Result<Arc<
         program: &program,
         schema,
         resource,
+        variables: &["self", "oldSelf"],
         scope: Vec::new(),
         errors: Vec::new(),
     };
@@ -964,6 +967,48 @@ fn check_node(schema: &Value, path: &str, resource: bool, uncorrelatable: Option
             within.as_deref(),
             errs,
         );
+    }
+}
+
+/// Compiles an admission expression (a webhook's `matchConditions[*].expression`) that may
+/// name `variables` (whose values are untyped JSON, so their fields are not checked): the
+/// errors in cel-go's words, joined as `compilation failed: ` shows them.
+pub(crate) fn check_admission_expression(source: &str, variables: &[&str]) -> Result<(), String> {
+    let env = env()?;
+    let program = compile(source)?;
+    let mut checker = Checker {
+        env,
+        source,
+        program: &program,
+        schema: &Value::Null,
+        resource: false,
+        variables,
+        scope: Vec::new(),
+        errors: Vec::new(),
+    };
+    checker.check(program.expression());
+    if checker.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(checker.errors.join("\n"))
+    }
+}
+
+/// Evaluates an admission expression with `variables` bound to JSON values (objects as maps
+/// with their keys as written, `null` as CEL's null), in the rules' environment and libraries:
+/// the boolean it gives, or the evaluation error (a result that is not a bool is one).
+pub(crate) fn evaluate_admission_expression(source: &str, variables: &[(&str, &Value)]) -> Result<bool, String> {
+    let env = env()?;
+    let program = compile(source)?;
+    let mut ctx = Context::with_env(env.clone());
+    library::register(&mut ctx).map_err(|e| format!("expression environment initialization error: {e}"))?;
+    for (name, value) in variables {
+        ctx.add_variable_from_value(*name, to_cel(value, None, false));
+    }
+    match program.execute(&ctx) {
+        Ok(Cel::Bool(b)) => Ok(b),
+        Ok(other) => Err(format!("expression evaluated to {:?}, not a bool", other.type_of())),
+        Err(e) => Err(error_text(&e)),
     }
 }
 

@@ -11,8 +11,8 @@
 //!
 //! | case | `status.code` | `status.message` |
 //! |---|---|---|
-//! | `Content-Type` not `application/json` | 400 | `contentType=<it>, expected application/json` |
 //! | empty body | 400 | `request body is empty` |
+//! | `Content-Type` not `application/json` | 400 | `contentType=<it>, expected application/json` |
 //! | the review or the object does not decode as `K` | 400 | the decoder's error |
 //! | the handler panicked | 500 | `panic: <message> [recovered]` |
 //! | the handler did not answer within the webhook's timeout | 500 | `webhook handler did not answer within <timeout>` |
@@ -545,15 +545,16 @@ fn decode<K>(request: &HookRequest, api_version: &mut String) -> Result<(Admissi
 where
     K: Resource<DynamicType = ()> + DeserializeOwned,
 {
+    // controller-runtime's order: the body, then its type.
+    if request.body.is_empty() {
+        return Err(Rejection::new(400, "request body is empty"));
+    }
     let content_type = request.content_type.as_deref().unwrap_or("");
     if content_type.split(';').next().map(str::trim) != Some("application/json") {
         return Err(Rejection::new(
             400,
             format!("contentType={content_type}, expected application/json"),
         ));
-    }
-    if request.body.is_empty() {
-        return Err(Rejection::new(400, "request body is empty"));
     }
     let value: Value = serde_json::from_slice(&request.body).map_err(|e| Rejection::new(400, e.to_string()))?;
     if let Some(version) = value.get("apiVersion").and_then(Value::as_str) {

@@ -78,11 +78,26 @@ pub(crate) struct Reply {
     pub(crate) patch: Option<json_patch::Patch>,
 }
 
-/// Checks a reply as kube-apiserver's `VerifyAdmissionResponse`: the review's version and
-/// kind (v1), the request's uid, a patch only of type `JSONPatch`. Validating webhooks'
-/// patches are ignored.
+/// Checks a reply as kube-apiserver's `VerifyAdmissionResponse`. v1: the request's uid, the
+/// review's version and kind, and for a mutating webhook a patch and a `patchType` together,
+/// the type `JSONPatch`; a validating webhook may return neither. v1beta1 checks none of these
+/// (its patch is taken as a JSON patch, a validating webhook's is ignored), as kube-apiserver
+/// kept v1beta1's original, looser handling.
 pub(crate) fn reply(version: &str, uid: &str, review: &Value, mutating: bool) -> Result<Reply, String> {
+    let Some(response) = review.get("response").filter(|r| r.is_object()) else {
+        return Err("webhook response was absent".into());
+    };
+    let patch = patch_bytes(response.get("patch").unwrap_or(&Value::Null))?;
+    let patch_type = match response.get("patchType").unwrap_or(&Value::Null) {
+        Value::Null => None,
+        Value::String(t) => Some(t.as_str()),
+        other => return Err(unmarshal_error(other, "patchType", "v1.PatchType")),
+    };
     if version == "v1" {
+        let got_uid = response.get("uid").and_then(Value::as_str).unwrap_or("");
+        if got_uid != uid {
+            return Err(format!("expected response.uid={uid:?}, got {got_uid:?}"));
+        }
         let api_version = review.get("apiVersion").and_then(Value::as_str).unwrap_or("");
         let kind = review.get("kind").and_then(Value::as_str).unwrap_or("");
         if api_version != "admission.k8s.io/v1" || kind != "AdmissionReview" {
@@ -90,13 +105,19 @@ pub(crate) fn reply(version: &str, uid: &str, review: &Value, mutating: bool) ->
                 "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {api_version}, Kind={kind}"
             ));
         }
-    }
-    let Some(response) = review.get("response").filter(|r| r.is_object()) else {
-        return Err("response was absent".into());
-    };
-    let got_uid = response.get("uid").and_then(Value::as_str).unwrap_or("");
-    if got_uid != uid {
-        return Err(format!("expected response.uid={uid:?}, got {got_uid:?}"));
+        if mutating {
+            match (&patch, patch_type) {
+                (Some(_), None) => return Err("webhook returned response.patch but not response.patchType".into()),
+                (None, Some(_)) => return Err("webhook returned response.patchType but not response.patch".into()),
+                (_, Some("")) => return Err("webhook returned invalid response.patchType of \"\"".into()),
+                (_, Some(t)) if t != "JSONPatch" => return Err(format!("unsupported patch type {t:?}")),
+                _ => {}
+            }
+        } else if patch.is_some() {
+            return Err("validating webhook may not return response.patch".into());
+        } else if patch_type.is_some() {
+            return Err("validating webhook may not return response.patchType".into());
+        }
     }
     let allowed = response.get("allowed").and_then(Value::as_bool).unwrap_or(false);
     let warnings = response
@@ -107,18 +128,11 @@ pub(crate) fn reply(version: &str, uid: &str, review: &Value, mutating: bool) ->
         .filter_map(Value::as_str)
         .map(str::to_owned)
         .collect();
-    let patch_b64 = response.get("patch").and_then(Value::as_str).unwrap_or("");
-    let patch_type = response.get("patchType").and_then(Value::as_str).unwrap_or("");
-    let patch = if !mutating || patch_b64.is_empty() {
-        None
-    } else {
-        if version == "v1" && patch_type != "JSONPatch" {
-            return Err(format!("response.patchType must be JSONPatch, got {patch_type:?}"));
+    let patch = match patch {
+        Some(bytes) if mutating => {
+            Some(serde_json::from_slice(&bytes).map_err(|e| format!("response.patch is not a JSON patch: {e}"))?)
         }
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(patch_b64)
-            .map_err(|e| format!("response.patch is not base64: {e}"))?;
-        Some(serde_json::from_slice(&bytes).map_err(|e| format!("response.patch is not a JSON patch: {e}"))?)
+        _ => None,
     };
     Ok(Reply {
         allowed,
@@ -126,6 +140,40 @@ pub(crate) fn reply(version: &str, uid: &str, review: &Value, mutating: bool) ->
         warnings,
         patch,
     })
+}
+
+/// `response.patch` decoded as Go decodes a `[]byte`: a base64 string, or an array of numbers
+/// 0-255 (as kube-rs's `AdmissionResponse` writes it); `null`, `""` and `[]` are no patch.
+fn patch_bytes(patch: &Value) -> Result<Option<Vec<u8>>, String> {
+    let bytes = match patch {
+        Value::Null => Vec::new(),
+        Value::String(s) => base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map_err(|e| format!("response.patch is not base64: {e}"))?,
+        Value::Array(items) => items
+            .iter()
+            .map(|b| {
+                b.as_u64()
+                    .and_then(|b| u8::try_from(b).ok())
+                    .ok_or_else(|| unmarshal_error(b, "patch", "uint8"))
+            })
+            .collect::<Result<_, _>>()?,
+        other => return Err(unmarshal_error(other, "patch", "[]uint8")),
+    };
+    Ok((!bytes.is_empty()).then_some(bytes))
+}
+
+/// Go's `UnmarshalTypeError` text for `value` in `response.<field>` of Go type `go_type`.
+fn unmarshal_error(value: &Value, field: &str, go_type: &str) -> String {
+    let what = match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(_) => "bool".to_owned(),
+        Value::Number(n) => format!("number {n}"),
+        Value::String(_) => "string".to_owned(),
+        Value::Array(_) => "array".to_owned(),
+        Value::Object(_) => "object".to_owned(),
+    };
+    format!("json: cannot unmarshal {what} into Go struct field AdmissionReview.response.{field} of type {go_type}")
 }
 
 /// The `StatusReason`s a denial's `reason` can carry through (ApiError's reason is one of
@@ -228,6 +276,51 @@ mod tests {
         assert!(reply("v1", "u", &patched, true).unwrap_err().contains("patchType"));
         patched["response"]["patchType"] = json!("JSONPatch");
         assert!(reply("v1", "u", &patched, true).unwrap().patch.is_some());
-        assert!(reply("v1", "u", &patched, false).unwrap().patch.is_none());
+        assert_eq!(
+            reply("v1", "u", &patched, false).unwrap_err(),
+            "validating webhook may not return response.patch"
+        );
+        patched["response"]["patchType"] = json!("JSONMergePatch");
+        assert_eq!(
+            reply("v1", "u", &patched, true).unwrap_err(),
+            "unsupported patch type \"JSONMergePatch\""
+        );
+    }
+
+    #[test]
+    fn a_patch_is_base64_or_an_array_of_bytes() {
+        let text = r#"[{"op":"add","path":"/a","value":1}]"#;
+        let mut r = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "response": {"uid": "u", "allowed": true, "patchType": "JSONPatch",
+                "patch": text.as_bytes()}});
+        assert!(reply("v1", "u", &r, true).unwrap().patch.is_some());
+        r["response"]["patch"] = json!({"op": "add"});
+        assert_eq!(
+            reply("v1", "u", &r, true).unwrap_err(),
+            "json: cannot unmarshal object into Go struct field AdmissionReview.response.patch of type []uint8"
+        );
+        r["response"]["patch"] = json!([300]);
+        assert!(reply("v1", "u", &r, true).unwrap_err().contains("number 300"));
+        r["response"]["patch"] = json!(true);
+        assert!(reply("v1", "u", &r, true).unwrap_err().contains("unmarshal bool"));
+        r["response"]["patch"] = json!([]);
+        assert_eq!(
+            reply("v1", "u", &r, true).unwrap_err(),
+            "webhook returned response.patchType but not response.patch"
+        );
+    }
+
+    #[test]
+    fn v1beta1_replies_are_not_checked_for_uid_kind_or_patch_type() {
+        let text = r#"[{"op":"add","path":"/a","value":1}]"#;
+        let r = json!({"response": {"uid": "other", "allowed": true,
+            "patch": base64::engine::general_purpose::STANDARD.encode(text)}});
+        let ok = reply("v1beta1", "u", &r, true).unwrap();
+        assert!(ok.allowed && ok.patch.is_some());
+        assert!(reply("v1beta1", "u", &r, false).unwrap().patch.is_none());
+        assert_eq!(
+            reply("v1beta1", "u", &json!({}), true).unwrap_err(),
+            "webhook response was absent"
+        );
     }
 }

@@ -114,6 +114,7 @@ pub(crate) fn validate(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError>
     }
     errs.extend(validate_versions(spec));
     errs.extend(validate_conversion(&spec["conversion"]));
+    errs.extend(validate_printer_columns(spec));
     // Every CEL rule (`x-kubernetes-validations`) compiles and refers only to what is declared.
     for (i, v) in spec["versions"].as_array().into_iter().flatten().enumerate() {
         if let Some(schema) = v.get("schema").and_then(|s| s.get("openAPIV3Schema")) {
@@ -188,6 +189,57 @@ fn validate_versions(spec: &Value) -> Vec<FieldError> {
             json!(version_names(spec)),
             "must have exactly one version marked as storage version",
         ));
+    }
+    errs
+}
+
+/// `spec.versions[i].additionalPrinterColumns`, as kube-apiserver's
+/// `ValidateCustomResourceColumnDefinition` (its field paths name the Go field, `JSONPath`): a
+/// name, a known type and format, and a JSONPath that starts with `.`. A path that passes this
+/// but does not parse is not refused: the table then ends before that column (`table.rs`).
+fn validate_printer_columns(spec: &Value) -> Vec<FieldError> {
+    const TYPES: &str = "boolean,date,integer,number,string";
+    const FORMATS: &str = "byte,date,date-time,double,float,int32,int64,password";
+    let mut errs = Vec::new();
+    for (i, v) in spec["versions"].as_array().into_iter().flatten().enumerate() {
+        for (j, col) in v["additionalPrinterColumns"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let at = |f: &str| format!("spec.versions[{i}].additionalPrinterColumns[{j}].{f}");
+            let text = |k: &str| col[k].as_str().unwrap_or("");
+            if text("name").is_empty() {
+                errs.push(FieldError::required(at("name"), ""));
+            }
+            match text("type") {
+                "" => errs.push(FieldError::required(at("type"), format!("must be one of {TYPES}"))),
+                t if !TYPES.split(',').any(|k| k == t) => errs.push(FieldError::invalid(
+                    at("type"),
+                    json!(t),
+                    format!("must be one of {TYPES}"),
+                )),
+                _ => {}
+            }
+            let format = text("format");
+            if !format.is_empty() && !FORMATS.split(',').any(|k| k == format) {
+                errs.push(FieldError::invalid(
+                    at("format"),
+                    json!(format),
+                    format!("must be one of {FORMATS}"),
+                ));
+            }
+            match text("jsonPath") {
+                "" => errs.push(FieldError::required(at("JSONPath"), "")),
+                p if !p.starts_with('.') => errs.push(FieldError::invalid(
+                    at("JSONPath"),
+                    json!(p),
+                    "must be a simple json path starting with .",
+                )),
+                _ => {}
+            }
+        }
     }
     errs
 }

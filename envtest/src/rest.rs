@@ -116,6 +116,13 @@ fn ns_of(path: &ResourcePath) -> &str {
     path.namespace.as_deref().unwrap_or("")
 }
 
+/// The namespace a write to the object `name` in `ns` is admitted in: a Namespace's own name
+/// (kube-apiserver takes it from the request's path, `/api/v1/namespaces/<name>`, through
+/// RequestInfo), else `ns`.
+fn admission_namespace<'a>(info: &ResourceInfo, ns: &'a str, name: &'a str) -> &'a str {
+    if info.key() == "/namespaces" { name } else { ns }
+}
+
 /// Builds the filter of a list or watch from its query.
 pub(crate) fn filter_from(path: &ResourcePath, q: &Query) -> Result<Filter, ApiError> {
     let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or(""))
@@ -383,6 +390,10 @@ impl Rest {
         limits::check_object(info, &body)?;
         let (crd, snapshot) = {
             let inner = self.storage.lock();
+            // kube-apiserver's NamespaceLifecycle admission plugin refuses a create in a
+            // missing or terminating namespace before any webhook is called (checked again at
+            // the commit, as the namespace may go meanwhile).
+            self.check_namespace(&inner, path)?;
             (
                 self.crd_of(&inner, info),
                 self.admission.snapshot(&inner, info, ns_of(path)),
@@ -390,21 +401,14 @@ impl Rest {
         };
         let mut body = decode(info, crd.as_deref(), &body, opts.field_validation)?;
         crate::defaults::apply(&info.group, &info.kind, &mut body);
-        let mut name = object::name(&body).to_owned();
-        if name.is_empty() {
-            let prefix = object::meta_str(&body, "generateName");
-            if !prefix.is_empty() {
-                name = format!("{prefix}{}", object::random_suffix(5));
-            }
-        }
-        if !name.is_empty() {
-            object::set_meta(&mut body, "name", Value::String(name.clone()));
-        }
+        // Mutating webhooks see the name the client sent: empty with `generateName`, whose
+        // name is generated after them (kube-apiserver's BeforeCreate).
+        let requested_name = object::name(&body).to_owned();
         let attrs = Attributes {
             info,
             subresource: None,
             namespace: ns_of(path),
-            name: &name,
+            name: &requested_name,
             operation: Operation::Create,
             old: None,
             dry_run: opts.dry_run,
@@ -416,12 +420,23 @@ impl Rest {
             .await?
         {
             body = self.decode_admitted(path, crd.as_deref(), body)?;
-            if object::name(&body) != name {
+            if !requested_name.is_empty() && object::name(&body) != requested_name {
                 return Err(ApiError::bad_request(
                     "a mutating admission webhook changed the name of the object",
                 ));
             }
         }
+        let mut name = object::name(&body).to_owned();
+        if name.is_empty() {
+            let prefix = object::meta_str(&body, "generateName");
+            if !prefix.is_empty() {
+                name = format!("{prefix}{}", object::random_suffix(5));
+                object::set_meta(&mut body, "name", Value::String(name.clone()));
+            }
+        }
+        // Validating webhooks see the generated name (kube-apiserver's
+        // AdmissionToValidateObjectFunc takes it from the object).
+        let attrs = Attributes { name: &name, ..attrs };
         object::set_meta(&mut body, "uid", Value::String(object::new_uid()));
         object::set_meta(&mut body, "creationTimestamp", Value::String(object::now_timestamp()));
         if generation_rule(info) != GenerationRule::Untracked {
@@ -615,7 +630,7 @@ impl Rest {
         let mut attrs = Attributes {
             info,
             subresource: admitted_as.or(path.subresource.as_deref()),
-            namespace: object::namespace(cur),
+            namespace: admission_namespace(info, object::namespace(cur), &name),
             name: &name,
             operation: Operation::Update,
             old: Some(cur),
@@ -849,7 +864,7 @@ impl Rest {
             let attrs = Attributes {
                 info,
                 subresource: None,
-                namespace: ns,
+                namespace: admission_namespace(info, ns, name),
                 name,
                 operation: Operation::Delete,
                 old: Some(&old),

@@ -69,9 +69,8 @@ enum Source {
     Name,
     /// The age of `metadata.creationTimestamp`.
     Age,
-    /// A printer column: the JSONPath (RFC 9535 form; `None` if it cannot be parsed, so every
-    /// cell is empty) and the column's type.
-    Path { path: Option<String>, ty: String },
+    /// A printer column: the JSONPath (RFC 9535 form) and the column's type.
+    Path { path: String, ty: String },
 }
 
 /// The table convertor of one resource version.
@@ -131,6 +130,13 @@ impl TableConvertor {
         for c in declared {
             let text = |k: &str| c[k].as_str().unwrap_or("").to_owned();
             let path = text("jsonPath");
+            let Some(parsed) = rfc9535(&path) else {
+                // kube-apiserver's table convertor stops at a column whose path does not parse
+                // and serves the columns before it (CRD validation only checks the leading `.`).
+                tracing::warn!(resource = %info.qualified(), json_path = %path,
+                    "a CRD's printer column has an invalid JSONPath; the table ends before it");
+                break;
+            };
             let description = match text("description") {
                 d if d.is_empty() => format!("Custom resource definition column (in JSONPath format): {path}"),
                 d => d,
@@ -139,7 +145,7 @@ impl TableConvertor {
                 definition: json!({"name": text("name"), "type": text("type"), "format": text("format"),
                     "description": description, "priority": c["priority"].as_i64().unwrap_or(0)}),
                 source: Source::Path {
-                    path: rfc9535(&path),
+                    path: parsed,
                     ty: text("type"),
                 },
             });
@@ -246,8 +252,7 @@ fn cell(source: &Source, obj: &Value, now: k8s_openapi::jiff::Timestamp) -> Valu
     match source {
         Source::Name => json!(crate::object::name(obj)),
         Source::Age => json!(age(crate::object::meta_str(obj, "creationTimestamp"), now)),
-        Source::Path { path: None, .. } => Value::Null,
-        Source::Path { path: Some(path), ty } => {
+        Source::Path { path, ty } => {
             let Some(value) = obj
                 .query(path)
                 .ok()

@@ -218,7 +218,7 @@ mod tests {
     use super::*;
     use crate::admission::Operation;
     use crate::resources::Registry;
-    use serde_json::json;
+    use std::sync::Arc;
 
     fn attrs<'a>(
         info: &'a crate::resources::ResourceInfo,
@@ -309,5 +309,57 @@ mod tests {
         assert!(should_call(&h, &a, Some(&plain), Some(&obj), &[]).is_none());
         let a = attrs(&cm, None, Operation::Delete, Some(&labelled));
         assert!(should_call(&h, &a, Some(&plain), None, &[]).is_some());
+    }
+
+    #[test]
+    fn equivalent_versions_match_under_equivalent_only_in_rule_order() {
+        let mut v1 = crate::resources::Registry::new().get("", "v1", "configmaps").unwrap();
+        Arc::make_mut(&mut v1).group = "example.com".into();
+        let alpha = Arc::new(ResourceInfo {
+            version: "v1alpha1".into(),
+            ..(*v1).clone()
+        });
+        let beta = Arc::new(ResourceInfo {
+            version: "v1beta1".into(),
+            ..(*v1).clone()
+        });
+        let rule = |version: &str| json!({"apiGroups": ["example.com"], "apiVersions": [version], "resources": ["configmaps"], "operations": ["*"]});
+        let mut h = json!({"rules": [rule("v1beta1"), rule("v1alpha1")], "matchPolicy": "Equivalent"});
+        let obj = json!({"metadata": {}});
+        let a = attrs(&v1, None, Operation::Create, None);
+        let equivalents = [alpha.clone(), beta.clone()];
+        assert_eq!(
+            should_call(&h, &a, Some(&obj), Some(&obj), &equivalents),
+            Some(Matched::Equivalent(&beta)),
+            "the first rule that matches an equivalent picks it"
+        );
+        h["matchPolicy"] = json!("Exact");
+        assert_eq!(should_call(&h, &a, Some(&obj), Some(&obj), &equivalents), None);
+        h["rules"] = json!([rule("v1")]);
+        assert_eq!(
+            should_call(&h, &a, Some(&obj), Some(&obj), &equivalents),
+            Some(Matched::AsRequested)
+        );
+    }
+
+    #[test]
+    fn a_false_condition_skips_whatever_the_errors_and_errors_follow_the_failure_policy() {
+        let obj = json!({"metadata": {"name": "x"}});
+        let request = condition_request(&json!({"operation": "CREATE"}));
+        let with = |conditions: Value, policy: &str| json!({"failurePolicy": policy, "matchConditions": conditions});
+        let broken = |name: &str| json!({"name": name, "expression": "object.nope == 1"});
+        let false_one = json!({"name": "f", "expression": "request.operation == 'DELETE'"});
+        let true_one = json!({"name": "t", "expression": "object.metadata.name == 'x' && oldObject == null && request.name == ''"});
+        let run = |h: &Value| conditions_match(h, Some(&obj), None, &request);
+        assert_eq!(run(&with(json!([true_one]), "Fail")), Conditions::Call);
+        assert_eq!(run(&with(json!([broken("a"), false_one]), "Fail")), Conditions::Skip);
+        assert_eq!(run(&with(json!([broken("a")]), "Ignore")), Conditions::Skip);
+        assert_eq!(
+            run(&with(json!([broken("a"), true_one, broken("b")]), "Fail")),
+            Conditions::Failed(
+                "[expression 'object.nope == 1' resulted in error: no such key: nope, expression 'object.nope == 1' resulted in error: no such key: nope]"
+                    .into()
+            )
+        );
     }
 }

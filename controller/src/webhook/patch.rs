@@ -8,7 +8,13 @@
 //! (an empty list, a `null`) would become spurious `add`s. So the handler's *change* is taken
 //! from two serializations of `K` (before and after), replayed onto the raw object ([`rebase`]),
 //! and the patch is the diff of the raw object against that (json-patch's `diff`). What the
-//! handler did not touch stays byte-for-byte as the API server sent it. controller-runtime
+//! handler did not touch stays byte-for-byte as the API server sent it, inside list items too:
+//! a changed list is replayed item by item (by index), so appending a sidecar container or
+//! editing one item keeps the fields `K` does not know in every other item, and in the edited
+//! one. Items are matched by index because that is all two typed serializations can tell: a
+//! handler that reorders a list sees each moved item as a change at its new index, so that
+//! item's unknown fields come from the raw item that was at that index (or are dropped, for an
+//! index the raw list lacks). controller-runtime
 //! reaches a similar end by dropping every `remove` operation of its defaulter's patch by
 //! default; here a handler may still remove a field it knows.
 
@@ -16,7 +22,9 @@ use serde_json::Value;
 
 /// `raw` with the change from `before` to `after` applied: where `before` and `after` are equal
 /// `raw` is kept; where both are objects, keys are compared one by one (a key `after` dropped
-/// is removed from `raw`); anywhere else (a changed scalar or array, or `raw` has no object
+/// is removed from `raw`); where all three are arrays and `raw` has as many items as `before`,
+/// items are rebased index by index (items `after` adds are taken from it, items it dropped
+/// from the end are removed); anywhere else (a changed scalar, or `raw` has another shape
 /// there) `after`'s value is taken whole.
 pub(crate) fn rebase(raw: &Value, before: &Value, after: &Value) -> Value {
     if before == after {
@@ -44,6 +52,18 @@ pub(crate) fn rebase(raw: &Value, before: &Value, after: &Value) -> Value {
             }
             Value::Object(out)
         }
+        // `before` is `raw` read as `K`: a typed list keeps every item, so equal lengths say
+        // index `i` of `before` is index `i` of `raw`.
+        (Value::Array(raw), Value::Array(before), Value::Array(after)) if raw.len() == before.len() => Value::Array(
+            after
+                .iter()
+                .enumerate()
+                .map(|(i, new)| match (raw.get(i), before.get(i)) {
+                    (Some(raw_item), Some(old)) => rebase(raw_item, old, new),
+                    _ => new.clone(),
+                })
+                .collect(),
+        ),
         _ => after.clone(),
     }
 }
@@ -85,6 +105,56 @@ mod tests {
         assert_eq!(
             rebase(&raw, &before, &after),
             json!({"spec": {"replicas": 3, "extra": 1}})
+        );
+    }
+
+    #[test]
+    fn unknown_fields_inside_list_items_survive_an_append_and_an_edit() {
+        // `K` does not know the containers' `future` field.
+        let raw = json!({"spec": {"containers": [
+            {"name": "app", "image": "a", "future": 1},
+            {"name": "log", "image": "l", "future": 2},
+        ]}});
+        let before = json!({"spec": {"containers": [
+            {"name": "app", "image": "a"},
+            {"name": "log", "image": "l"},
+        ]}});
+        // Appends a sidecar.
+        let appended = json!({"spec": {"containers": [
+            {"name": "app", "image": "a"},
+            {"name": "log", "image": "l"},
+            {"name": "proxy", "image": "p"},
+        ]}});
+        assert_eq!(
+            rebase(&raw, &before, &appended),
+            json!({"spec": {"containers": [
+                {"name": "app", "image": "a", "future": 1},
+                {"name": "log", "image": "l", "future": 2},
+                {"name": "proxy", "image": "p"},
+            ]}})
+        );
+        let ops = serde_json::to_value(patch(&raw, &before, &appended)).unwrap();
+        assert_eq!(
+            ops,
+            json!([{"op": "add", "path": "/spec/containers/2", "value": {"name": "proxy", "image": "p"}}])
+        );
+        // Edits one item.
+        let edited = json!({"spec": {"containers": [
+            {"name": "app", "image": "a2"},
+            {"name": "log", "image": "l"},
+        ]}});
+        assert_eq!(
+            rebase(&raw, &before, &edited),
+            json!({"spec": {"containers": [
+                {"name": "app", "image": "a2", "future": 1},
+                {"name": "log", "image": "l", "future": 2},
+            ]}})
+        );
+        // Drops the last one.
+        let dropped = json!({"spec": {"containers": [{"name": "app", "image": "a"}]}});
+        assert_eq!(
+            rebase(&raw, &before, &dropped),
+            json!({"spec": {"containers": [{"name": "app", "image": "a", "future": 1}]}})
         );
     }
 

@@ -954,7 +954,7 @@ fn widgets(client: &kube::Client, version: &str) -> Api<DynamicObject> {
 /// are called for a v1alpha1 create with the object converted to v1 (by the CRD's conversion
 /// webhook), `kind`/`resource` v1 and `requestKind`/`requestResource` v1alpha1; the mutating
 /// patch, written against v1, reaches the v1alpha1 object converted back. `Exact` is not called
-/// for v1alpha1, and is for v1.
+/// for v1alpha1, and is for v1. A v1alpha1 delete sends the old object in v1.
 #[tokio::test]
 async fn equivalent_match_policy_calls_a_webhook_in_the_version_its_rules_name() {
     let hooks = WebhookServer::start(|path, review| match path {
@@ -991,7 +991,7 @@ async fn equivalent_match_policy_calls_a_webhook_in_the_version_its_rules_name()
             webhook(
                 "equivalent.example.com",
                 hooks.client_config("/equivalent"),
-                v1_rule.clone(),
+                json!([{"apiGroups": ["conv.example.com"], "apiVersions": ["v1"], "resources": ["widgets"], "operations": ["CREATE", "DELETE"]}]),
                 json!({}),
             ),
             webhook(
@@ -1048,6 +1048,20 @@ async fn equivalent_match_policy_calls_a_webhook_in_the_version_its_rules_name()
     let exact = reviews(&hooks, "/exact");
     assert_eq!(exact.len(), 1, "Exact is called for v1");
     assert_eq!(exact[0]["request"]["requestKind"]["version"], "v1");
+
+    // A delete in v1alpha1 sends the old object converted to v1.
+    alpha.delete("w", &DeleteParams::default()).await.unwrap();
+    let deleted: Vec<Value> = reviews(&hooks, "/equivalent")
+        .into_iter()
+        .filter(|r| r["request"]["operation"] == "DELETE")
+        .collect();
+    assert_eq!(deleted.len(), 1);
+    let old = &deleted[0]["request"]["oldObject"];
+    assert_eq!(
+        (old["apiVersion"].as_str(), &old["spec"]),
+        (Some("conv.example.com/v1"), &json!({"replicas": 5}))
+    );
+    assert_eq!(deleted[0]["request"]["requestKind"]["version"], "v1alpha1");
     env.shutdown().await;
 }
 

@@ -680,7 +680,8 @@ impl Checker<'_> {
     fn check(&mut self, e: &IdedExpr) {
         match &e.expr {
             Expr::Ident(n) => {
-                let ok = self.variables.contains(&n.as_str()) || self.is_variable(n) || TYPE_NAMES.contains(&n.as_str());
+                let ok =
+                    self.variables.contains(&n.as_str()) || self.is_variable(n) || TYPE_NAMES.contains(&n.as_str());
                 if !ok {
                     self.error(e.id, format!("undeclared reference to '{n}' (in container '')"));
                 }

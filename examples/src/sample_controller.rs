@@ -1,6 +1,6 @@
 //! sample-controller: Kubernetes' classic example controller, on kinformer.
 //!
-//! A [`Foo`] (`samplecontroller.k8s.io/v1alpha1`) asks for a Deployment named
+//! A [`Foo`] (`samplecontroller.k8s.io/v1`) asks for a Deployment named
 //! `spec.deploymentName` with `spec.replicas` replicas. The controller:
 //! - creates that Deployment, owned by the Foo (controller ownerReference), and recreates it if
 //!   someone deletes it (the Deployment's delete enqueues its owner);
@@ -22,6 +22,11 @@
 //! with leader election). The Deployment source has a typed predicate of its own
 //! ([`deployment_changed_for_foo`]): status writes that change nothing a Foo reads do not
 //! enqueue it.
+//!
+//! [`webhooks`] holds what the Manager serves for Foos besides the controller: a validating
+//! webhook (`spec.replicas` within 0..=10), a mutating one (a default label), and the conversion
+//! of Foo's second version, `v1alpha1` (`spec.size`), to and from `v1`, the hub, the storage
+//! version and the one the controller reads.
 
 // The resource is called Foo, as upstream: `foo` names one, not a placeholder.
 #![allow(clippy::disallowed_names)]
@@ -44,11 +49,13 @@ use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub mod webhooks;
+
 /// The desired state of a [`Foo`].
 #[derive(CustomResource, Informer, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "samplecontroller.k8s.io",
-    version = "v1alpha1",
+    version = "v1",
     kind = "Foo",
     namespaced,
     status = "FooStatus",
@@ -72,7 +79,8 @@ pub struct FooStatus {
     pub available_replicas: i32,
 }
 
-/// The Foo CRD.
+/// The Foo CRD in `v1` only, as installed on a cluster that cannot reach the webhooks
+/// ([`webhooks::crd`] has both versions and the conversion webhook).
 pub fn crd() -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
     Foo::crd()
 }

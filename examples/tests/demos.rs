@@ -1,6 +1,8 @@
 //! The example binaries end to end: the sample-controller demo converges and says so (its
-//! index ConfigMap included), kubectl sees what a `--keep-running` demo left behind, the README's walkthrough is the `greeter`
-//! binary verbatim, and `greeter` reconciles against an envtest it reaches through KUBECONFIG.
+//! index ConfigMap and its webhooks included), kubectl sees what a `--keep-running` demo left
+//! behind (is denied an invalid Foo, reads Foos in v1alpha1), the README's walkthrough is the
+//! `greeter` binary verbatim, and `greeter` reconciles against an envtest it reaches through
+//! KUBECONFIG.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -45,6 +47,11 @@ fn sample_controller_demo_converges_and_prints_its_summary() {
         "recreated: Deployment foo-3 (deleted behind the controller's back)",
         "conflict: Foo conflict reported with Event ErrResourceExists; Deployment taken left untouched",
         "✓ foo-4 gone after its finalizer removed its index entry; its Deployment garbage-collected",
+        // The validating webhook's denial as the client gets it, and the other two webhooks.
+        "✓ denied: admission webhook \"vfoo-v1.samplecontroller.k8s.io\" denied the request: \
+         spec.replicas must be between 0 and 10, got 11",
+        "✓ foo-1 labelled samplecontroller.k8s.io/managed-by=sample-controller by the mutating webhook; \
+         foo-2 read as v1alpha1: spec.size=2",
         // The index's final content, read back from the server after the scenario: the live,
         // synced Foos' entries only (foo-4's removed by the finalizer's cleanup).
         "index: ConfigMap foo-index holds foo-1 (deployment=foo-1 replicas=1), \
@@ -190,6 +197,47 @@ fn kubectl_sees_the_foos_deployments_and_events_of_a_keep_running_demo() {
     assert!(
         index["metadata"]["ownerReferences"].is_null(),
         "shared, so owned by no Foo: {index}"
+    );
+    // kubectl apply of an invalid Foo prints the validating webhook's message, as the demo says.
+    let invalid = home.join("too-big.json");
+    let invalid_foo = serde_json::json!({
+        "apiVersion": "samplecontroller.k8s.io/v1", "kind": "Foo", "metadata": {"name": "too-big"},
+        "spec": {"deploymentName": "too-big", "replicas": 11},
+    });
+    std::fs::write(&invalid, invalid_foo.to_string()).unwrap();
+    let out = Command::new("kubectl")
+        .args(["apply", "-f"])
+        .arg(&invalid)
+        .args(["--kubeconfig", &kubeconfig, "--request-timeout=20s"])
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "admission webhook \"vfoo-v1.samplecontroller.k8s.io\" denied the request: \
+             spec.replicas must be between 0 and 10, got 11"
+        ),
+        "{stderr}"
+    );
+    // The Foos in v1alpha1, converted by the webhook: `size` there, and its printer column.
+    let alphas = kubectl(
+        &home,
+        &kubeconfig,
+        &["get", "foos.v1alpha1.samplecontroller.k8s.io", "foo-5", "-o", "json"],
+    );
+    let alpha: serde_json::Value = serde_json::from_str(&alphas).unwrap();
+    assert_eq!(alpha["apiVersion"], "samplecontroller.k8s.io/v1alpha1", "{alpha}");
+    assert_eq!(
+        alpha["spec"],
+        serde_json::json!({"deploymentName": "foo-5", "size": 5}),
+        "{alpha}"
+    );
+    let table = kubectl(&home, &kubeconfig, &["get", "foos.v1alpha1.samplecontroller.k8s.io"]);
+    assert!(
+        table.lines().next().is_some_and(|header| header.contains("SIZE")),
+        "{table}"
     );
     let _ = std::fs::remove_dir_all(&home);
 }

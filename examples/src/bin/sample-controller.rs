@@ -1,12 +1,15 @@
 //! `sample-controller`: Kubernetes' sample-controller (Foo → Deployment) on kinformer, with a
 //! finalizer that removes a deleted Foo's entry from the shared index ConfigMap `foo-index`.
 //!
-//! With no KUBECONFIG (or with `--embedded`) it starts envtest in-process, installs the Foo
-//! CRD, runs a scripted scenario against the controller, prints a summary and exits 0 once
-//! the cluster converged (every Deployment, status and index entry as wanted, the deleted Foo
-//! gone) (non-zero, with the reason, if it did not within `--timeout`). With
-//! `--kubeconfig PATH` or KUBECONFIG it runs against that cluster, with leader election, until
-//! SIGINT or SIGTERM.
+//! With no KUBECONFIG (or with `--embedded`) it starts envtest in-process, serves Foo's
+//! webhooks from the Manager (validating, mutating, and the `v1alpha1` ↔ `v1` conversion; see
+//! `sample_controller::webhooks`) and installs the Foo CRD and the webhook configurations, runs
+//! a scripted scenario against the controller (one write denied by the validating webhook
+//! among them), prints a summary and exits 0 once the cluster converged (every Deployment,
+//! status and index entry as wanted, the deleted Foo gone) (non-zero, with the reason, if it
+//! did not within `--timeout`). With `--kubeconfig PATH` or KUBECONFIG it runs against that
+//! cluster, with leader election, until SIGINT or SIGTERM; there it serves no webhooks (the
+//! cluster cannot reach this process) and installs Foo in `v1` only.
 
 // The resource is called Foo, as upstream: `foo` names one, not a placeholder.
 #![allow(clippy::disallowed_names)]
@@ -19,9 +22,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use examples::demo::{self, DemoError, Instrumented, Stats};
+use examples::sample_controller::webhooks::{self, DemoCertificates};
 use examples::sample_controller::{self, Foo, FooSpec};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kinformer::controller::webhook::WebhookServerConfig;
 use kinformer::controller::{Manager, has_finalizer, runnable_fn};
 use kinformer::factory::SharedInformerFactory;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -58,6 +63,7 @@ async fn main() -> ExitCode {
 async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), DemoError> {
     let client = demo::client_from_kubeconfig(&kubeconfig).await?;
     demo::install_crds(&client, &[sample_controller::crd()]).await?;
+    println!("sample-controller: no webhooks (the cluster cannot reach this process); Foo installed in v1 only");
     let mut manager = demo::cluster_manager(client, &args.common, "sample-controller")?;
     // No per-reconcile lines or figures here (they would grow without end): the controller's
     // logs and /metrics say what it does.
@@ -77,8 +83,9 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
     let embedded = demo::start_embedded("sample-controller").await?;
     let client = embedded.server.client();
     println!("▸ API server on {}", embedded.server.base_url());
-    demo::install_crds(&client, &[sample_controller::crd()]).await?;
-    println!("▸ installed CRD foos.samplecontroller.k8s.io");
+    let certificates = DemoCertificates::generate(
+        std::env::temp_dir().join(format!("sample-controller-{}-serving-certs", std::process::id())),
+    )?;
 
     let factory = SharedInformerFactory::builder(client.clone())
         .strip_managed_fields(true)
@@ -95,8 +102,23 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
                 .health_probe_addr
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
         )
+        .webhook_server(
+            WebhookServerConfig::default()
+                .addr(SocketAddr::from(([127, 0, 0, 1], 0)))
+                .cert_dir(certificates.dir()),
+        )
         .handle_signals(true)
         .build()?;
+    let webhook_server = manager.webhook_server().ok_or("the Manager has no webhook server")?;
+    webhooks::register(webhook_server)?;
+    webhooks::install(&client, webhook_server, certificates.ca_bundle()).await?;
+    println!(
+        "▸ webhooks on https://{}: replicas within 0..={}, label {}, conversion v1alpha1 ↔ v1",
+        webhook_server.local_addr(),
+        webhooks::MAX_REPLICAS,
+        webhooks::MANAGED_BY_LABEL
+    );
+    println!("▸ installed CRD foos.samplecontroller.k8s.io (v1 stored, v1alpha1 converted by the webhook)");
     let stats = Stats::default();
     let verbose = !args.common.quiet;
     manager.add(sample_controller::controller(&manager, |inner| Instrumented {
@@ -196,9 +218,15 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
     if args.keep_running {
         println!();
         println!("KUBECONFIG={}", embedded.kubeconfig.display());
+        let kubectl = format!("kubectl --kubeconfig {}", embedded.kubeconfig.display());
+        println!("try: {kubectl} get foos,deployments,events.events.k8s.io");
+        println!("try: {kubectl} get foos.v1alpha1.samplecontroller.k8s.io   # converted by the webhook");
         println!(
-            "try: kubectl --kubeconfig {} get foos,deployments,events.events.k8s.io",
-            embedded.kubeconfig.display()
+            "try: echo '{}' | {kubectl} apply -f -   # denied by the webhook",
+            serde_json::json!({
+                "apiVersion": "samplecontroller.k8s.io/v1", "kind": "Foo", "metadata": {"name": "too-big"},
+                "spec": {"deploymentName": "too-big", "replicas": 11},
+            })
         );
         println!("(Ctrl-C to stop)");
         let _ = run.await;
@@ -212,6 +240,7 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
     }
     let _ = std::fs::remove_file(&embedded.kubeconfig);
     embedded.server.shutdown().await;
+    drop(certificates);
     Ok(())
 }
 
@@ -254,6 +283,7 @@ async fn scenario(client: &Client, namespace: &str, deadline: Instant) -> Result
         "✓ five Deployments created and available; each Foo has its entry in ConfigMap {}",
         sample_controller::INDEX
     );
+    webhooks_at_work(client, &foos, namespace).await?;
 
     println!("▸ scaling foo-2 to 7 replicas");
     let patch = serde_json::json!({"spec": {"replicas": 7}});
@@ -336,6 +366,39 @@ async fn scenario(client: &Client, namespace: &str, deadline: Instant) -> Result
         conflict_deployment: "taken".into(),
         indexed,
     })
+}
+
+/// Shows the three webhooks: a Foo with 11 replicas denied, the label the mutating webhook
+/// set, and a Foo read in `v1alpha1` through the conversion webhook.
+async fn webhooks_at_work(client: &Client, foos: &Api<Foo>, namespace: &str) -> Result<(), DemoError> {
+    println!("▸ creating Foo too-big with 11 replicas");
+    match foos
+        .create(&PostParams::default(), &foo("too-big", "too-big", 11))
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.code == 403 => println!("✓ denied: {}", status.message),
+        Err(e) => return Err(e.into()),
+        Ok(_) => return Err("Foo too-big (11 replicas) was admitted: the validating webhook did not deny it".into()),
+    }
+    let label = foos
+        .get("foo-1")
+        .await?
+        .labels()
+        .get(webhooks::MANAGED_BY_LABEL)
+        .cloned();
+    if label.as_deref() != Some(webhooks::MANAGED_BY) {
+        return Err(format!("Foo foo-1 has label {}={label:?}", webhooks::MANAGED_BY_LABEL).into());
+    }
+    let alpha = Api::<webhooks::v1alpha1::Foo>::namespaced(client.clone(), namespace)
+        .get("foo-2")
+        .await?;
+    println!(
+        "✓ foo-1 labelled {}={} by the mutating webhook; foo-2 read as v1alpha1: spec.size={}",
+        webhooks::MANAGED_BY_LABEL,
+        webhooks::MANAGED_BY,
+        alpha.spec.size.map_or("unset".into(), |n| n.to_string())
+    );
+    Ok(())
 }
 
 /// Waits until every `(name, replicas)` Foo carries the controller's finalizer and has its

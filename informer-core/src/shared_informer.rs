@@ -232,6 +232,8 @@ struct Part<K> {
     reflector_config: ReflectorConfig,
     store: Arc<ThreadSafeStore<K>>,
     indexer: Indexer<K>,
+    /// Its reflector's: each partition relists and resumes at its own.
+    last_sync_resource_version: LastSyncResourceVersion,
 }
 
 struct Inner<K> {
@@ -250,7 +252,6 @@ struct Inner<K> {
     /// The queues between each partition's reflector and `process_batch`, made by `run`.
     /// Held as the `Queue` trait: the informer does not care which FIFO it drives.
     fifos: OnceLock<Vec<Arc<dyn Queue<K>>>>,
-    last_sync_resource_version: LastSyncResourceVersion,
     reflector_metrics: Arc<ReflectorMetrics>,
     next_listener_id: AtomicU64,
     handle_deltas_panics: AtomicU64,
@@ -421,6 +422,7 @@ where
                     reflector_config: partition.reflector,
                     store,
                     indexer,
+                    last_sync_resource_version: LastSyncResourceVersion::default(),
                 },
             ));
         }
@@ -446,7 +448,6 @@ where
                 }),
                 block_deltas: Mutex::new(()),
                 fifos: OnceLock::new(),
-                last_sync_resource_version: LastSyncResourceVersion::default(),
                 reflector_metrics: Arc::new(ReflectorMetrics::default()),
                 next_listener_id: AtomicU64::new(0),
                 handle_deltas_panics: AtomicU64::new(0),
@@ -619,9 +620,16 @@ where
     }
 
     /// The resourceVersion the reflector last synced to (client-go `LastSyncResourceVersion`):
-    /// it may be ahead of the cache while events are still queued.
+    /// it may be ahead of the cache while events are still queued. Of several partitions, the
+    /// newest of theirs.
     pub fn last_sync_resource_version(&self) -> String {
-        self.inner.last_sync_resource_version.get()
+        // Partitions' resourceVersions are the API server's, compared as numbers.
+        self.inner
+            .parts
+            .iter()
+            .map(|part| part.last_sync_resource_version.get())
+            .max_by_key(|rv| (rv.parse::<u64>().unwrap_or(0), rv.clone()))
+            .unwrap_or_default()
     }
 
     /// The resourceVersion the cache has caught up with: of the last change, relist or
@@ -741,7 +749,7 @@ where
                         .resync_period(settings.resync_check_period),
                 )
                 .with_should_resync(should_resync)
-                .with_last_sync_resource_version(self.inner.last_sync_resource_version.clone())
+                .with_last_sync_resource_version(part.last_sync_resource_version.clone())
                 .with_metrics(self.inner.reflector_metrics.clone());
                 if let Some(transform) = settings.transform.clone() {
                     reflector = reflector.with_transform(transform);

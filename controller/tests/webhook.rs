@@ -380,6 +380,53 @@ async fn handler_panic_and_timeout_answer_errors() {
 }
 
 #[tokio::test]
+async fn handler_is_aborted_when_the_client_goes_away() {
+    /// Signals its channel when dropped: the handler's future was dropped (its task aborted).
+    struct SignalOnDrop(tokio::sync::mpsc::UnboundedSender<()>);
+    impl Drop for SignalOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (dropped_tx, mut dropped) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let running = Running::start(move |server| {
+        let validator = move |_: AdmissionRequest<v1::Foo>| {
+            let (started, dropped) = (started_tx.clone(), dropped_tx.clone());
+            async move {
+                let _guard = SignalOnDrop(dropped);
+                started.send(()).unwrap();
+                // Blocks until cancelled: the server's own timeout is far away.
+                std::future::pending::<Verdict>().await
+            }
+        };
+        server
+            .register_validating(ValidatingWebhook::new(validator).timeout(Duration::from_secs(3600)))
+            .unwrap();
+    });
+    let client = running.client();
+    let body = serde_json::to_vec(&review("uid-h", "CREATE", foo_json("x", json!({"replicas": 1})), false)).unwrap();
+    // The client gives up once the handler runs (as kube-apiserver at its `timeoutSeconds`):
+    // the request future is dropped, and with it the connection.
+    let gave_up = tokio::time::timeout(Duration::from_secs(30), async {
+        tokio::select! {
+            answer = try_post(&client, VALIDATE, body, "application/json") => panic!("the handler never answers: {answer:?}"),
+            _ = started.recv() => {}
+        }
+    })
+    .await;
+    assert!(gave_up.is_ok(), "the handler never started");
+    drop(client);
+    let aborted = tokio::time::timeout(Duration::from_secs(30), dropped.recv()).await;
+    assert_eq!(
+        aborted,
+        Ok(Some(())),
+        "the handler's task was not aborted when the client went away"
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
 async fn decode_errors_answer_400_responses() {
     let running = Running::start(|server| {
         server
@@ -555,30 +602,51 @@ async fn rotated_certificate_is_served_without_restart() {
 
     let new = Pki::write(&running.dir.0, "rotated CA");
     let addr = running.server.local_addr();
-    // Each attempt is a new client, so a new connection and handshake.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let client = https_client(addr, &new.ca_der);
-        let attempt = try_post(
-            &client,
-            VALIDATE,
-            serde_json::to_vec(&body).unwrap(),
-            "application/json",
-        )
-        .await;
-        if attempt.is_ok() {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a client trusting only the new CA never connected: {attempt:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // A new client, so a new connection and handshake: the reload happens in that handshake,
+    // so the first attempt is served with the new certificate.
+    let client = https_client(addr, &new.ca_der);
+    let attempt = try_post(
+        &client,
+        VALIDATE,
+        serde_json::to_vec(&body).unwrap(),
+        "application/json",
+    )
+    .await;
+    assert!(
+        attempt.is_ok(),
+        "a client trusting only the new CA is served: {attempt:?}"
+    );
     assert!(!running.task.is_finished(), "the same server kept running");
     let stale = https_client(addr, &old_ca);
     let refused = try_post(&stale, VALIDATE, serde_json::to_vec(&body).unwrap(), "application/json").await;
     assert!(refused.is_err(), "a client trusting only the old CA is refused now");
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn certificate_rewritten_in_place_with_the_same_size_and_mtime_is_served() {
+    let running = Running::start(|server| {
+        server
+            .register_validating(ValidatingWebhook::new(replicas_in_range))
+            .unwrap();
+    });
+    let body = review("uid-r", "CREATE", foo_json("a", json!({"replicas": 1})), false);
+    assert_eq!(running.post(VALIDATE, &body).await["response"]["allowed"], true);
+
+    // Right after the first: same sizes, same modification times, same inodes.
+    let new = Pki::rewrite_same_size_in_place(&running.dir.0, "test CA");
+    let client = https_client(running.server.local_addr(), &new.ca_der);
+    let attempt = try_post(
+        &client,
+        VALIDATE,
+        serde_json::to_vec(&body).unwrap(),
+        "application/json",
+    )
+    .await;
+    assert!(
+        attempt.is_ok(),
+        "the first handshake after the rewrite serves it: {attempt:?}"
+    );
     running.stop().await;
 }
 

@@ -17,7 +17,9 @@
 //! | the handler panicked | 500 | `panic: <message> [recovered]` |
 //! | the handler did not answer within the webhook's timeout | 500 | `webhook handler did not answer within <timeout>` |
 //!
-//! A handler that times out is aborted at its next `.await`.
+//! A handler that times out is aborted at its next `.await`, and so is one whose request is
+//! dropped before it answered (kube-apiserver gave up at its own `timeoutSeconds` and closed
+//! the connection): no handler runs on for a caller that is gone.
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -25,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::Resource;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::{DynamicObject, Status, TypeMeta};
@@ -36,8 +39,10 @@ use tracing::{Instrument, error, warn};
 use super::patch;
 use super::server::{Hook, HookRequest, HookResponse, panic_message};
 
-/// The default time a handler gets before the server answers an error (kube-apiserver's
-/// default `timeoutSeconds` for a webhook is 10 s as well).
+/// The default time a handler gets before the server answers an error. The generated
+/// configuration's `timeoutSeconds` is the handler's timeout rounded up plus one second (11 s
+/// for this default), so the API server waits for the handler's error answer rather than
+/// giving up first with "context deadline exceeded".
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A handler's answer: allowed, denied, or errored, with warnings (controller-runtime's
@@ -195,6 +200,67 @@ impl FailurePolicy {
     }
 }
 
+/// A webhook configuration's `matchPolicy`: whether a request for another version (or group)
+/// of the same resource than the rule names is sent too, converted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MatchPolicy {
+    /// Only requests for exactly the rule's group, version and resource.
+    Exact,
+    /// Requests for any equivalent version too, converted to the rule's (the API server's
+    /// default for `admissionregistration/v1`).
+    Equivalent,
+}
+
+impl MatchPolicy {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            MatchPolicy::Exact => "Exact",
+            MatchPolicy::Equivalent => "Equivalent",
+        }
+    }
+}
+
+/// A webhook configuration's `sideEffects` (the two values `admissionregistration/v1`
+/// accepts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SideEffects {
+    /// The handler has no side effects: called in dry runs too (the default written).
+    #[default]
+    None,
+    /// The handler has side effects it skips when `request.dry_run` is true.
+    NoneOnDryRun,
+}
+
+impl SideEffects {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            SideEffects::None => "None",
+            SideEffects::NoneOnDryRun => "NoneOnDryRun",
+        }
+    }
+}
+
+/// A mutating webhook configuration's `reinvocationPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReinvocationPolicy {
+    /// Called once per request (the API server's default).
+    Never,
+    /// Called once more if a later mutating webhook changed the object.
+    IfNeeded,
+}
+
+impl ReinvocationPolicy {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ReinvocationPolicy::Never => "Never",
+            ReinvocationPolicy::IfNeeded => "IfNeeded",
+        }
+    }
+}
+
 /// Settings common to validating and mutating webhooks.
 #[derive(Clone, Debug)]
 pub(crate) struct AdmissionOptions {
@@ -203,6 +269,12 @@ pub(crate) struct AdmissionOptions {
     pub(crate) timeout: Duration,
     pub(crate) operations: Vec<Operation>,
     pub(crate) failure_policy: FailurePolicy,
+    pub(crate) namespace_selector: Option<LabelSelector>,
+    pub(crate) object_selector: Option<LabelSelector>,
+    pub(crate) match_policy: Option<MatchPolicy>,
+    pub(crate) side_effects: SideEffects,
+    /// Mutating webhooks only (no setter on a validating one).
+    pub(crate) reinvocation_policy: Option<ReinvocationPolicy>,
 }
 
 impl Default for AdmissionOptions {
@@ -213,6 +285,11 @@ impl Default for AdmissionOptions {
             timeout: DEFAULT_TIMEOUT,
             operations: vec![Operation::Create, Operation::Update],
             failure_policy: FailurePolicy::Fail,
+            namespace_selector: None,
+            object_selector: None,
+            match_policy: None,
+            side_effects: SideEffects::None,
+            reinvocation_policy: None,
         }
     }
 }
@@ -228,6 +305,22 @@ pub(crate) struct AdmissionRegistration {
     pub(crate) plural: String,
     pub(crate) operations: Vec<Operation>,
     pub(crate) failure_policy: FailurePolicy,
+    /// The configuration's `timeoutSeconds`: the handler's timeout rounded up, plus one.
+    pub(crate) timeout_seconds: i32,
+    pub(crate) namespace_selector: Option<LabelSelector>,
+    pub(crate) object_selector: Option<LabelSelector>,
+    pub(crate) match_policy: Option<MatchPolicy>,
+    pub(crate) side_effects: SideEffects,
+    pub(crate) reinvocation_policy: Option<ReinvocationPolicy>,
+}
+
+/// The `timeoutSeconds` for a handler timeout: rounded up to whole seconds plus one, so the
+/// handler's own timeout answer reaches the API server before it gives up, within the 1..=30
+/// `admissionregistration/v1` accepts (a handler timeout of 29 s or more gets 30 s, and the
+/// API server may give up first).
+pub(crate) fn timeout_seconds(timeout: Duration) -> i32 {
+    let whole = timeout.as_secs().saturating_add(u64::from(timeout.subsec_nanos() > 0));
+    i32::try_from(whole.saturating_add(1).clamp(1, 30)).unwrap_or(30)
 }
 
 impl AdmissionOptions {
@@ -248,6 +341,12 @@ impl AdmissionOptions {
             plural: K::plural(&()).into_owned(),
             operations: self.operations.clone(),
             failure_policy: self.failure_policy,
+            timeout_seconds: timeout_seconds(self.timeout),
+            namespace_selector: self.namespace_selector.clone(),
+            object_selector: self.object_selector.clone(),
+            match_policy: self.match_policy,
+            side_effects: self.side_effects,
+            reinvocation_policy: if mutating { self.reinvocation_policy } else { None },
         }
     }
 }
@@ -280,8 +379,9 @@ macro_rules! admission_options {
         }
 
         /// How long the handler may take before the server answers an error (default
-        /// [`DEFAULT_TIMEOUT`]). Keep it below the configuration's `timeoutSeconds` (10 s by
-        /// default), or the API server gives up first.
+        /// [`DEFAULT_TIMEOUT`]). The generated configuration's `timeoutSeconds` is this rounded
+        /// up plus one second, so the API server gets the handler's error; the API server
+        /// allows at most 30, so keep this under 29 s.
         pub fn timeout(mut self, timeout: Duration) -> Self {
             self.options.timeout = timeout;
             self
@@ -297,6 +397,34 @@ macro_rules! admission_options {
         /// The generated configuration's `failurePolicy` (default [`FailurePolicy::Fail`]).
         pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
             self.options.failure_policy = policy;
+            self
+        }
+
+        /// The generated configuration's `namespaceSelector`: only objects in (or, for a
+        /// Namespace, being) a namespace whose labels match are sent (default: every
+        /// namespace).
+        pub fn namespace_selector(mut self, selector: LabelSelector) -> Self {
+            self.options.namespace_selector = Some(selector);
+            self
+        }
+
+        /// The generated configuration's `objectSelector`: only objects whose labels (old or
+        /// new) match are sent (default: every object).
+        pub fn object_selector(mut self, selector: LabelSelector) -> Self {
+            self.options.object_selector = Some(selector);
+            self
+        }
+
+        /// The generated configuration's `matchPolicy` (default: not written, the API server's
+        /// `Equivalent`).
+        pub fn match_policy(mut self, policy: MatchPolicy) -> Self {
+            self.options.match_policy = Some(policy);
+            self
+        }
+
+        /// The generated configuration's `sideEffects` (default [`SideEffects::None`]).
+        pub fn side_effects(mut self, side_effects: SideEffects) -> Self {
+            self.options.side_effects = side_effects;
             self
         }
     };
@@ -362,6 +490,13 @@ where
     }
 
     admission_options!();
+
+    /// The generated configuration's `reinvocationPolicy` (default: not written, the API
+    /// server's `Never`).
+    pub fn reinvocation_policy(mut self, policy: ReinvocationPolicy) -> Self {
+        self.options.reinvocation_policy = Some(policy);
+        self
+    }
 
     pub(crate) fn into_hook(self) -> (AdmissionRegistration, Arc<dyn Hook>) {
         let registration = self.options.registration::<K>(true);
@@ -471,8 +606,9 @@ where
             span.record("operation", tracing::field::debug(&typed.operation));
             span.record("dry_run", typed.dry_run);
             let uid = typed.uid.clone();
-            let task = request.tasks.spawn(handle(typed, raw).instrument(span.clone()));
-            let abort = task.abort_handle();
+            // Spawned on the server's tracker (joined at shutdown) and aborted when this future
+            // is dropped: the connection closed before the handler answered.
+            let task = AbortOnDrop(request.tasks.spawn(handle(typed, raw).instrument(span.clone())));
             let mut response = match tokio::time::timeout(timeout, task).await {
                 Ok(Ok(response)) => response,
                 Ok(Err(e)) if e.is_panic() => {
@@ -483,7 +619,7 @@ where
                 }
                 Ok(Err(e)) => errored(500, format!("webhook handler task ended: {e}")),
                 Err(_) => {
-                    abort.abort();
+                    // `timeout` dropped the task's guard, which aborted it.
                     warn!(?timeout, "webhook handler did not answer in time: aborted");
                     errored(500, format!("webhook handler did not answer within {timeout:?}"))
                 }
@@ -506,6 +642,25 @@ where
             HookResponse::json(&review)
         }
         Err(e) => HookResponse::internal(format!("encoding the AdmissionReview: {e}")),
+    }
+}
+
+/// A spawned handler task, aborted when dropped: when the request's future is dropped (the
+/// client went away) or the timeout gives up on it. Awaiting it awaits the task.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        // A no-op once the task finished.
+        self.0.abort();
     }
 }
 

@@ -9,9 +9,13 @@
 //! signed the serving certificate (cert-manager's CA injector fills it in on a cluster).
 //!
 //! Every webhook gets: one rule with `K`'s group, version and plural and the operations given
-//! at registration; `failurePolicy` as registered (default `Fail`); `sideEffects: None`;
-//! `admissionReviewVersions: ["v1"]`; the API server's defaults for the rest (`timeoutSeconds`
-//! 10, `matchPolicy` Equivalent, every namespace and object).
+//! at registration; `failurePolicy` as registered (default `Fail`); `sideEffects` as
+//! registered (default `None`); `timeoutSeconds` the handler's timeout rounded up plus one
+//! second (11 for the default 10 s; at most 30), so the API server receives the handler's
+//! timeout answer instead of giving up first; `admissionReviewVersions: ["v1"]`;
+//! `namespaceSelector`, `objectSelector`, `matchPolicy` and (mutating) `reinvocationPolicy`
+//! when registered, else the API server's defaults (every namespace and object,
+//! `Equivalent`, `Never`).
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1 as admissionregistration;
@@ -139,7 +143,11 @@ impl WebhookServer {
                 client_config: client.admission(&r.path, ca_bundle),
                 rules: Some(vec![rule(r)]),
                 failure_policy: Some(r.failure_policy.as_str().to_owned()),
-                side_effects: "None".into(),
+                side_effects: r.side_effects.as_str().to_owned(),
+                timeout_seconds: Some(r.timeout_seconds),
+                namespace_selector: r.namespace_selector.clone(),
+                object_selector: r.object_selector.clone(),
+                match_policy: r.match_policy.map(|p| p.as_str().to_owned()),
                 admission_review_versions: vec!["v1".into()],
                 ..Default::default()
             })
@@ -154,7 +162,7 @@ impl WebhookServer {
     }
 
     /// A `MutatingWebhookConfiguration` named `name` with every mutating webhook registered,
-    /// in the order registered (`reinvocationPolicy` left to the API server's `Never`).
+    /// in the order registered.
     pub fn mutating_webhook_configuration(
         &self,
         name: &str,
@@ -170,7 +178,12 @@ impl WebhookServer {
                 client_config: client.admission(&r.path, ca_bundle),
                 rules: Some(vec![rule(r)]),
                 failure_policy: Some(r.failure_policy.as_str().to_owned()),
-                side_effects: "None".into(),
+                side_effects: r.side_effects.as_str().to_owned(),
+                timeout_seconds: Some(r.timeout_seconds),
+                namespace_selector: r.namespace_selector.clone(),
+                object_selector: r.object_selector.clone(),
+                match_policy: r.match_policy.map(|p| p.as_str().to_owned()),
+                reinvocation_policy: r.reinvocation_policy.map(|p| p.as_str().to_owned()),
                 admission_review_versions: vec!["v1".into()],
                 ..Default::default()
             })
@@ -250,5 +263,73 @@ mod tests {
             Some("https://127.0.0.1:9443/convert")
         );
         assert_eq!(webhook.conversion_review_versions, vec!["v1".to_owned()]);
+    }
+
+    #[tokio::test]
+    async fn timeout_selectors_and_policies_are_written() {
+        use std::time::Duration;
+
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+        use serde_json::json;
+
+        use crate::webhook::{MatchPolicy, MutatingWebhook, ReinvocationPolicy, SideEffects};
+
+        let config = WebhookServerConfig::default().addr(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+        let server = WebhookServer::new(config, &prometheus::Registry::new()).unwrap();
+        let validator = |_: kube::core::admission::AdmissionRequest<ConfigMap>| async { Verdict::allowed() };
+        let selector = |key: &str| LabelSelector {
+            match_labels: Some([(key.to_owned(), "yes".to_owned())].into()),
+            ..Default::default()
+        };
+        server.register_validating(ValidatingWebhook::new(validator)).unwrap();
+        server
+            .register_validating(
+                ValidatingWebhook::new(validator)
+                    .path("/v2")
+                    .name("v2.kb.io")
+                    .timeout(Duration::from_millis(2500))
+                    .namespace_selector(selector("ns"))
+                    .object_selector(selector("obj"))
+                    .match_policy(MatchPolicy::Exact)
+                    .side_effects(SideEffects::NoneOnDryRun),
+            )
+            .unwrap();
+        let mutator = |cm: ConfigMap, _: kube::core::admission::AdmissionRequest<ConfigMap>| async { Ok(cm) };
+        server
+            .register_mutating(
+                MutatingWebhook::new(mutator)
+                    .timeout(Duration::from_secs(45))
+                    .reinvocation_policy(ReinvocationPolicy::IfNeeded),
+            )
+            .unwrap();
+        let client = WebhookClient::url("https://127.0.0.1:9443");
+        let vwc = serde_json::to_value(server.validating_webhook_configuration("vwc", &client, b"CA")).unwrap();
+        let (plain, tuned) = (&vwc["webhooks"][0], &vwc["webhooks"][1]);
+        // The default 10 s handler timeout: 11 s, so the API server hears the handler's answer.
+        assert_eq!(plain["timeoutSeconds"], 11);
+        assert_eq!(plain["sideEffects"], "None");
+        for absent in [
+            "namespaceSelector",
+            "objectSelector",
+            "matchPolicy",
+            "reinvocationPolicy",
+        ] {
+            assert!(plain.get(absent).is_none(), "{absent} in {plain}");
+        }
+        assert_eq!(tuned["timeoutSeconds"], 4);
+        assert_eq!(tuned["namespaceSelector"], json!({"matchLabels": {"ns": "yes"}}));
+        assert_eq!(tuned["objectSelector"], json!({"matchLabels": {"obj": "yes"}}));
+        assert_eq!(tuned["matchPolicy"], "Exact");
+        assert_eq!(tuned["sideEffects"], "NoneOnDryRun");
+        let mwc = serde_json::to_value(server.mutating_webhook_configuration("mwc", &client, b"CA")).unwrap();
+        let mutating = &mwc["webhooks"][0];
+        // The API server's maximum.
+        assert_eq!(mutating["timeoutSeconds"], 30);
+        assert_eq!(mutating["reinvocationPolicy"], "IfNeeded");
+        assert_eq!(mutating["sideEffects"], "None");
+
+        assert_eq!(crate::webhook::admission::timeout_seconds(Duration::ZERO), 1);
+        assert_eq!(crate::webhook::admission::timeout_seconds(Duration::from_millis(1)), 2);
+        assert_eq!(crate::webhook::admission::timeout_seconds(Duration::from_secs(29)), 30);
     }
 }

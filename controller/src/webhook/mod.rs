@@ -20,8 +20,11 @@
 //! - [`ValidatingWebhook`], [`MutatingWebhook`] (`admission.rs`): typed handlers on kube's
 //!   [`AdmissionRequest<K>`](kube::core::admission::AdmissionRequest) answering a [`Verdict`];
 //!   a mutating handler returns the changed `K` and the server computes the JSON patch
-//!   (`patch.rs`). Each runs in a task of its own under a timeout (default 10 s); a panic or a
-//!   timeout answers an error response (`allowed: false`, code 500), never a hung connection.
+//!   (`patch.rs`). Each runs in a task of its own under a timeout (default 10 s; the generated
+//!   configuration's `timeoutSeconds` is a second longer, so the API server hears the
+//!   handler's answer); a panic or a timeout answers an error response (`allowed: false`,
+//!   code 500), never a hung connection; a request the API server abandons (the connection
+//!   closed) aborts its handler.
 //! - [`Conversion`], [`Convertible`] (`conversion.rs`): hub-and-spoke conversion at `/convert`.
 //! - Metrics (`metrics.rs`) with controller-runtime's names in the Manager's registry, and a
 //!   `webhook` tracing span per request with the path, `uid`, `kind`, `operation`, `dry_run`.
@@ -73,7 +76,8 @@ mod patch;
 mod server;
 
 pub use admission::{
-    DEFAULT_TIMEOUT, FailurePolicy, MutatingWebhook, Mutator, ValidatingWebhook, Validator, Verdict, default_path,
+    DEFAULT_TIMEOUT, FailurePolicy, MatchPolicy, MutatingWebhook, Mutator, ReinvocationPolicy, SideEffects,
+    ValidatingWebhook, Validator, Verdict, default_path,
 };
 pub use certwatcher::CertWatcher;
 pub use conversion::{Conversion, Convertible};

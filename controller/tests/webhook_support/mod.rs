@@ -70,6 +70,46 @@ pub struct Pki {
 
 impl Pki {
     pub fn write(dir: &Path, ca_name: &str) -> Pki {
+        let (pki, cert_pem, key_pem) = Pki::generate(ca_name);
+        // Written aside and renamed in, key first, as a Secret volume's swap is atomic.
+        for (name, content) in [("tls.key", key_pem), ("tls.crt", cert_pem)] {
+            let aside = dir.join(format!(".{name}.new"));
+            std::fs::write(&aside, content).unwrap();
+            std::fs::rename(&aside, dir.join(name)).unwrap();
+        }
+        pki
+    }
+
+    /// A new CA and serving pair whose files have exactly the sizes of those in `dir`, written
+    /// over them in place (same inodes) with their modification times put back: a rewrite
+    /// that a file's modification time and size cannot tell from the previous version.
+    pub fn rewrite_same_size_in_place(dir: &Path, ca_name: &str) -> Pki {
+        let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
+        let (old_cert, old_key) = (
+            std::fs::metadata(&cert_path).unwrap(),
+            std::fs::metadata(&key_path).unwrap(),
+        );
+        // ECDSA signatures vary by a byte or two: draw until the sizes match.
+        let (pki, cert_pem, key_pem) = std::iter::repeat_with(|| Pki::generate(ca_name))
+            .take(1000)
+            .find(|(_, cert, key)| cert.len() as u64 == old_cert.len() && key.len() as u64 == old_key.len())
+            .expect("a same-size pair within 1000 tries");
+        for (path, content, old) in [(&key_path, key_pem, old_key), (&cert_path, cert_pem, old_cert)] {
+            std::fs::write(path, content).unwrap();
+            let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+            file.set_modified(old.modified().unwrap()).unwrap();
+            let now = std::fs::metadata(path).unwrap();
+            assert_eq!(
+                (now.modified().unwrap(), now.len()),
+                (old.modified().unwrap(), old.len())
+            );
+        }
+        pki
+    }
+
+    /// A CA and a serving certificate for 127.0.0.1 it signed: the CA, the certificate's PEM
+    /// and the key's PEM.
+    fn generate(ca_name: &str) -> (Pki, String, String) {
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         ca_params.distinguished_name.push(DnType::CommonName, ca_name);
@@ -81,16 +121,11 @@ impl Pki {
         serving.distinguished_name.push(DnType::CommonName, "webhook");
         let key = KeyPair::generate().unwrap();
         let cert = serving.signed_by(&key, &issuer).unwrap();
-        // Written aside and renamed in, key first, as a Secret volume's swap is atomic.
-        for (name, content) in [("tls.key", key.serialize_pem()), ("tls.crt", cert.pem())] {
-            let aside = dir.join(format!(".{name}.new"));
-            std::fs::write(&aside, content).unwrap();
-            std::fs::rename(&aside, dir.join(name)).unwrap();
-        }
-        Pki {
+        let pki = Pki {
             ca_der: ca.der().to_vec(),
             ca_pem: ca.pem(),
-        }
+        };
+        (pki, cert.pem(), key.serialize_pem())
     }
 }
 

@@ -6,7 +6,7 @@
 //! (modification time, size, and on Unix device, inode and change time) with what it saw last
 //! and, when any changed, reads and parses both again. Metadata alone misses a same-size
 //! rewrite in place within one tick of the file system's clock (the modification time does not
-//! move), so while a file's modification time is within [`RACY_WINDOW`] of the last time the
+//! move), so while a file's modification time is within `RACY_WINDOW` (2 s) of the last time the
 //! contents were read (git's "racily clean" entries), the handshake also reads both files and
 //! compares their bytes with those loaded. That costs two small reads per handshake only in
 //! the seconds after a change; a pair older than that is checked by `stat` alone. A new pair

@@ -389,3 +389,41 @@ async fn a_printer_column_path_without_a_leading_dot_is_refused() {
     );
     env.shutdown().await;
 }
+
+/// A CRD rule longer than cel-go's 100,000 code points (here a chain of 100,000 terms, which
+/// would overflow the stack of whatever parsed it) is refused when the CRD is written.
+#[tokio::test]
+async fn a_crd_rule_over_the_size_limit_is_refused() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let env = Server::start(Config::default()).await.unwrap();
+    let crds = Api::<CustomResourceDefinition>::all(env.client());
+    let crd = |rule: String| -> CustomResourceDefinition {
+        serde_json::from_value(json!({
+            "metadata": {"name": "gadgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "properties": {"n": {"type": "integer"}},
+                        "x-kubernetes-validations": [{"rule": rule}]}}}]}
+        }))
+        .unwrap()
+    };
+    let long = format!("self.n == {}", vec!["1"; 100_000].join("+"));
+    let e = api_error(crds.create(&PostParams::default(), &crd(long)).await);
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(
+        e.message
+            .contains("expression code point size exceeds limit: size: 200009, limit 100000"),
+        "{}",
+        &e.message[e.message.len().saturating_sub(300)..]
+    );
+    let chain = format!("self.n == {}", vec!["1"; 1_000].join("+"));
+    let e = api_error(crds.create(&PostParams::default(), &crd(chain)).await);
+    assert!(
+        e.message.contains("expression recursion limit exceeded: 250"),
+        "{}",
+        &e.message[e.message.len().saturating_sub(300)..]
+    );
+    env.shutdown().await;
+}

@@ -51,6 +51,7 @@
 
 mod library;
 mod quantity;
+mod size;
 
 use crate::field::{FieldError, join};
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
@@ -84,6 +85,7 @@ const PROGRAM_CACHE_ENTRIES: usize = 4096;
 
 /// `source` compiled, from the cache when it was compiled before.
 fn compile(source: &str) -> Result<Arc<Program>, String> {
+    size::check(source)?;
     if let Some(p) = PROGRAMS.lock().unwrap_or_else(|p| p.into_inner()).get(source) {
         return Ok(p.clone());
     }

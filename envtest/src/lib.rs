@@ -73,6 +73,9 @@
 //!   and Kubernetes' lists, regex, URL, quantity, IP and CIDR libraries; a rule using anything else
 //!   (`format`, `semver`) is refused when the CRD is written. No type checker (a type
 //!   mismatch fails when the rule runs, not at CRD creation), no cost limits, no ratcheting;
+//!   an expression nesting brackets or conditionals deeper than 32 is refused (cel-go allows
+//!   250, the `cel` crate's parser would overflow the stack first), and cel-go's limit of 250
+//!   on a chain like `1 + 1 + …` is checked on a count that can be slightly higher than cel-go's;
 //! - strategic merge patch knows the merge keys of the lists controllers patch (containers, env,
 //!   ports, volumes, conditions, …), not every list of every type;
 //! - field ownership: built-in kinds' list types come from a table of common lists (other lists
@@ -92,7 +95,11 @@
 //!   fails when evaluated (then the failure policy decides); writes made by
 //!   envtest's own garbage collector and namespace finalizer skip admission; a denial's
 //!   `reason` outside the standard `StatusReason`s is sent empty; validating webhooks' failures
-//!   are reported in webhook order (kube-apiserver reports the first to finish);
+//!   are reported in webhook order (kube-apiserver reports the first to finish); a response
+//!   that does not decode (a `patch` neither base64 nor an array of bytes) is reported as
+//!   `received invalid webhook response: json: cannot unmarshal …` (kube-apiserver: `failed to
+//!   call webhook: …`); a server-side apply that creates a Namespace is admitted with an empty
+//!   `namespace` (kube-apiserver: the Namespace's name, from the request path);
 //! - no controllers but the CRD, namespace and garbage-collection ones (no Deployment → ReplicaSet
 //!   → Pod; write status yourself);
 //! - one version served per built-in group; custom objects are not defaulted again on read in

@@ -103,6 +103,16 @@ async fn conversion_webhook() -> WebhookServer {
     WebhookServer::start(|_, review| conversion_response(&review, convert_widget)).await
 }
 
+/// envtest serving the widget CRD, converted by a webhook the test runs: the server, its
+/// client and the webhook (which the test may stop).
+async fn start_with_converted_widgets() -> (envtest::Server, kube::Client, WebhookServer) {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let webhook = conversion_webhook().await;
+    create_crd(&client, widget_crd(webhook.client_config("/convert"))).await;
+    (env, client, webhook)
+}
+
 async fn create_crd(client: &kube::Client, crd: Value) {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     api.create(&PostParams::default(), &serde_json::from_value(crd).unwrap())
@@ -126,6 +136,12 @@ fn widgets(client: &kube::Client, version: &str) -> Api<DynamicObject> {
 
 fn object(value: Value) -> DynamicObject {
     serde_json::from_value(value).unwrap()
+}
+
+/// A v1 widget `name` with `spec.replicas`.
+fn widget_v1(name: &str, replicas: i64) -> DynamicObject {
+    object(json!({"apiVersion": "conv.example.com/v1", "kind": "Widget",
+        "metadata": {"name": name}, "spec": {"replicas": replicas}}))
 }
 
 fn value(obj: &DynamicObject) -> Value {
@@ -367,16 +383,9 @@ async fn status_is_ignored_on_create_and_update_and_status_writes_change_only_st
 
 #[tokio::test]
 async fn a_conversion_webhook_that_is_down_fails_other_versions_with_500() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
-    let client = env.client();
-    let mut webhook = conversion_webhook().await;
-    create_crd(&client, widget_crd(webhook.client_config("/convert"))).await;
+    let (env, client, mut webhook) = start_with_converted_widgets().await;
     widgets(&client, "v1")
-        .create(
-            &PostParams::default(),
-            &object(json!({"apiVersion": "conv.example.com/v1", "kind": "Widget",
-                "metadata": {"name": "w"}, "spec": {"replicas": 2}})),
-        )
+        .create(&PostParams::default(), &widget_v1("w", 2))
         .await
         .unwrap();
     let got = value(&widgets(&client, "v1alpha1").get("w").await.unwrap());
@@ -427,16 +436,9 @@ async fn a_conversion_webhook_that_is_down_fails_other_versions_with_500() {
 
 #[tokio::test]
 async fn the_status_and_scale_subresources_convert_too() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
-    let client = env.client();
-    let mut webhook = conversion_webhook().await;
-    create_crd(&client, widget_crd(webhook.client_config("/convert"))).await;
+    let (env, client, mut webhook) = start_with_converted_widgets().await;
     widgets(&client, "v1")
-        .create(
-            &PostParams::default(),
-            &object(json!({"apiVersion": "conv.example.com/v1", "kind": "Widget",
-                "metadata": {"name": "w"}, "spec": {"replicas": 2}})),
-        )
+        .create(&PostParams::default(), &widget_v1("w", 2))
         .await
         .unwrap();
     let alpha = widgets(&client, "v1alpha1");
@@ -489,10 +491,7 @@ fn stored_len(env: &envtest::Server) -> usize {
 
 #[tokio::test]
 async fn a_watch_whose_conversion_fails_ends_with_an_error_event() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
-    let client = env.client();
-    let mut webhook = conversion_webhook().await;
-    create_crd(&client, widget_crd(webhook.client_config("/convert"))).await;
+    let (env, client, mut webhook) = start_with_converted_widgets().await;
     let mut events = widgets(&client, "v1alpha1")
         .watch(&WatchParams::default(), "0")
         .await
@@ -500,11 +499,7 @@ async fn a_watch_whose_conversion_fails_ends_with_an_error_event() {
         .boxed();
     webhook.stop().await;
     widgets(&client, "v1")
-        .create(
-            &PostParams::default(),
-            &object(json!({"apiVersion": "conv.example.com/v1", "kind": "Widget",
-                "metadata": {"name": "w"}, "spec": {"replicas": 1}})),
-        )
+        .create(&PostParams::default(), &widget_v1("w", 1))
         .await
         .unwrap();
     let event = tokio::time::timeout(Duration::from_secs(10), events.try_next())
@@ -567,20 +562,11 @@ async fn a_webhook_that_changes_an_objects_identity_is_refused() {
 
 #[tokio::test]
 async fn a_watch_in_a_non_storage_version_receives_converted_events() {
-    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
-    let client = env.client();
-    let webhook = conversion_webhook().await;
-    create_crd(&client, widget_crd(webhook.client_config("/convert"))).await;
+    let (env, client, _webhook) = start_with_converted_widgets().await;
     let alpha = widgets(&client, "v1alpha1");
     let mut events = alpha.watch(&WatchParams::default(), "0").await.unwrap().boxed();
     let v1 = widgets(&client, "v1");
-    v1.create(
-        &PostParams::default(),
-        &object(json!({"apiVersion": "conv.example.com/v1", "kind": "Widget",
-            "metadata": {"name": "w"}, "spec": {"replicas": 7}})),
-    )
-    .await
-    .unwrap();
+    v1.create(&PostParams::default(), &widget_v1("w", 7)).await.unwrap();
     v1.patch(
         "w",
         &PatchParams::default(),

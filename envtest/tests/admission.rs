@@ -6,98 +6,19 @@
 
 mod common;
 
+use common::admission::{
+    answer, api_error, closed_port, configmap, core_rule, mutating, patched, reviews, start_mutating, start_validating,
+    validating, webhook,
+};
 use common::webhook_server::{WebhookServer, conversion_response};
 use envtest::{Config, Server};
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use serde_json::{Value, json};
-
-/// An `AdmissionReview` answer to `review`: its uid echoed, `allowed`, and `extra` merged into
-/// the response (status, warnings, patch).
-fn answer(review: &Value, allowed: bool, extra: Value) -> Value {
-    let mut response = json!({"uid": review["request"]["uid"], "allowed": allowed});
-    if let (Some(r), Some(e)) = (response.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            r.insert(k.clone(), v.clone());
-        }
-    }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
-}
-
-/// A mutating answer applying `patch` (a JSON patch).
-fn patched(review: &Value, patch: Value) -> Value {
-    use base64::Engine;
-    let encoded = base64::engine::general_purpose::STANDARD.encode(patch.to_string());
-    answer(review, true, json!({"patchType": "JSONPatch", "patch": encoded}))
-}
-
-/// One webhook of a configuration: `name`, calling `client_config`, for `rules`, with
-/// `extra` fields (policies, selectors) merged in.
-fn webhook(name: &str, client_config: Value, rules: Value, extra: Value) -> Value {
-    let mut w = json!({"name": name, "clientConfig": client_config, "rules": rules,
-        "sideEffects": "None", "admissionReviewVersions": ["v1"]});
-    if let (Some(w), Some(e)) = (w.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            w.insert(k.clone(), v.clone());
-        }
-    }
-    w
-}
-
-/// A rule for `resources` of the core group on `operations`.
-fn core_rule(resources: &[&str], operations: &[&str]) -> Value {
-    json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": resources, "operations": operations}])
-}
-
-async fn validating(client: &kube::Client, name: &str, webhooks: Vec<Value>) {
-    let config: ValidatingWebhookConfiguration =
-        serde_json::from_value(json!({"metadata": {"name": name}, "webhooks": webhooks})).unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &config)
-        .await
-        .unwrap();
-}
-
-async fn mutating(client: &kube::Client, name: &str, webhooks: Vec<Value>) {
-    let config: MutatingWebhookConfiguration =
-        serde_json::from_value(json!({"metadata": {"name": name}, "webhooks": webhooks})).unwrap();
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &config)
-        .await
-        .unwrap();
-}
-
-fn configmap(name: &str, labels: Value) -> ConfigMap {
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})).unwrap()
-}
-
-/// The API error of a failed write (panics on success: tests only).
-fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::Status {
-    match r {
-        Err(kube::Error::Api(s)) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
-
-/// A port on 127.0.0.1 where nothing listens (bound, then released).
-fn closed_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
-/// The reviews `server` received on `path`.
-fn reviews(server: &WebhookServer, path: &str) -> Vec<Value> {
-    server
-        .received()
-        .into_iter()
-        .filter(|(p, _)| p == path)
-        .map(|(_, b)| b)
-        .collect()
-}
 
 /// The configurations are served as kube-apiserver serves them (cluster-scoped, defaulted) and
 /// validated with its field paths.
@@ -160,10 +81,7 @@ async fn a_validating_webhook_denies_with_its_code_and_message() {
         }
     })
     .await;
-    let env = Server::start(Config::default()).await.unwrap();
-    let client = env.client();
-    validating(
-        &client,
+    let (env, client) = start_validating(
         "checks",
         vec![webhook(
             "labels.example.com",
@@ -326,10 +244,7 @@ async fn a_mutating_patch_is_applied_and_then_validated() {
         }
     })
     .await;
-    let env = Server::start(Config::default()).await.unwrap();
-    let client = env.client();
-    mutating(
-        &client,
+    let (env, client) = start_mutating(
         "defaults",
         vec![webhook(
             "team.example.com",
@@ -411,10 +326,7 @@ async fn mutating_webhooks_run_in_order_and_are_reinvoked_if_needed() {
 #[tokio::test]
 async fn webhooks_whose_rules_do_not_match_are_not_called() {
     let hooks = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
-    let env = Server::start(Config::default()).await.unwrap();
-    let client = env.client();
-    validating(
-        &client,
+    let (env, client) = start_validating(
         "rules",
         vec![
             webhook(
@@ -626,10 +538,7 @@ async fn a_webhook_that_never_answers_times_out() {
     // Bound but never accepting: connections queue, nothing is ever answered.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("https://{}/validate", silent.local_addr().unwrap());
-    let env = Server::start(Config::default()).await.unwrap();
-    let client = env.client();
-    validating(
-        &client,
+    let (env, client) = start_validating(
         "silent",
         vec![
             webhook(
@@ -673,10 +582,7 @@ async fn a_webhook_that_never_answers_times_out() {
 async fn a_ca_bundle_that_does_not_match_is_refused() {
     let hooks = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
     let other = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
-    let env = Server::start(Config::default()).await.unwrap();
-    let client = env.client();
-    validating(
-        &client,
+    let (env, client) = start_validating(
         "tls",
         vec![webhook(
             "tls.example.com",
@@ -720,10 +626,7 @@ async fn a_ca_bundle_that_does_not_match_is_refused() {
 #[tokio::test]
 async fn a_dry_run_reaches_webhooks_without_side_effects() {
     let hooks = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
-    let env = Server::start(Config::default()).await.unwrap();
-    let client = env.client();
-    validating(
-        &client,
+    let (env, client) = start_validating(
         "dry",
         vec![webhook(
             "dry.example.com",
@@ -767,10 +670,7 @@ async fn a_delete_is_admitted_with_the_old_object() {
         }
     })
     .await;
-    let env = Server::start(Config::default()).await.unwrap();
-    let client = env.client();
-    validating(
-        &client,
+    let (env, client) = start_validating(
         "deletes",
         vec![webhook(
             "protect.example.com",

@@ -7,77 +7,14 @@
 mod common;
 
 use base64::Engine;
+use common::admission::{
+    answer, api_error, configmap, core_rule, mutating, reviews, start_validating, validating, webhook,
+};
 use common::webhook_server::WebhookServer;
 use envtest::{Config, Server};
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-/// An `AdmissionReview` (v1) answer to `review`: its uid echoed, `allowed`, `extra` merged in.
-fn answer(review: &Value, allowed: bool, extra: Value) -> Value {
-    let mut response = json!({"uid": review["request"]["uid"], "allowed": allowed});
-    if let (Some(r), Some(e)) = (response.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            r.insert(k.clone(), v.clone());
-        }
-    }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
-}
-
-/// One webhook: `name` calling `client_config` for `rules`, `extra` merged in.
-fn webhook(name: &str, client_config: Value, rules: Value, extra: Value) -> Value {
-    let mut w = json!({"name": name, "clientConfig": client_config, "rules": rules,
-        "sideEffects": "None", "admissionReviewVersions": ["v1"]});
-    if let (Some(w), Some(e)) = (w.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            w.insert(k.clone(), v.clone());
-        }
-    }
-    w
-}
-
-fn core_rule(resources: &[&str], operations: &[&str]) -> Value {
-    json!([{"apiGroups": [""], "apiVersions": ["v1"], "resources": resources, "operations": operations}])
-}
-
-async fn validating(client: &kube::Client, name: &str, webhooks: Vec<Value>) {
-    let config: ValidatingWebhookConfiguration =
-        serde_json::from_value(json!({"metadata": {"name": name}, "webhooks": webhooks})).unwrap();
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &config)
-        .await
-        .unwrap();
-}
-
-async fn mutating(client: &kube::Client, name: &str, webhooks: Vec<Value>) {
-    let config: MutatingWebhookConfiguration =
-        serde_json::from_value(json!({"metadata": {"name": name}, "webhooks": webhooks})).unwrap();
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &config)
-        .await
-        .unwrap();
-}
-
-fn configmap(name: &str, labels: Value) -> ConfigMap {
-    serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})).unwrap()
-}
-
-fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::Status {
-    match r {
-        Err(kube::Error::Api(s)) => *s,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
-
-fn reviews(server: &WebhookServer, path: &str) -> Vec<Value> {
-    server
-        .received()
-        .into_iter()
-        .filter(|(p, _)| p == path)
-        .map(|(_, b)| b)
-        .collect()
-}
 
 const ADD_LABEL: &str = r#"[{"op":"add","path":"/metadata/labels","value":{"patched":"yes"}}]"#;
 
@@ -171,11 +108,9 @@ async fn a_v1beta1_webhook_gets_a_v1beta1_review_and_its_answer_is_honoured() {
     env.shutdown().await;
 }
 
-/// With `generateName`, mutating webhooks see no name (the name is generated after them, in
-/// kube-apiserver's BeforeCreate); validating webhooks see the generated one.
-#[tokio::test]
-async fn mutating_webhooks_see_generate_name_before_the_name_is_generated() {
-    let hooks = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
+/// envtest calling `hooks` on every ConfigMap create: a mutating webhook (`m.example.com`) on
+/// `/mutate`, then a validating one (`v.example.com`) on `/validate`. The server and its client.
+async fn start_with_configmap_create_hooks(hooks: &WebhookServer) -> (Server, kube::Client) {
     let env = Server::start(Config::default()).await.unwrap();
     let client = env.client();
     let hook = |name: &str, path: &str| {
@@ -188,6 +123,15 @@ async fn mutating_webhooks_see_generate_name_before_the_name_is_generated() {
     };
     mutating(&client, "m", vec![hook("m.example.com", "/mutate")]).await;
     validating(&client, "v", vec![hook("v.example.com", "/validate")]).await;
+    (env, client)
+}
+
+/// With `generateName`, mutating webhooks see no name (the name is generated after them, in
+/// kube-apiserver's BeforeCreate); validating webhooks see the generated one.
+#[tokio::test]
+async fn mutating_webhooks_see_generate_name_before_the_name_is_generated() {
+    let hooks = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
+    let (env, client) = start_with_configmap_create_hooks(&hooks).await;
     let cms = Api::<ConfigMap>::namespaced(client.clone(), "default");
     let cm: ConfigMap =
         serde_json::from_value(json!({"metadata": {"generateName": "gen-"}, "data": {"k": "v"}})).unwrap();
@@ -209,18 +153,7 @@ async fn mutating_webhooks_see_generate_name_before_the_name_is_generated() {
 #[tokio::test]
 async fn a_create_in_a_missing_namespace_reaches_no_webhook() {
     let hooks = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
-    let env = Server::start(Config::default()).await.unwrap();
-    let client = env.client();
-    let hook = |name: &str, path: &str| {
-        webhook(
-            name,
-            hooks.client_config(path),
-            core_rule(&["configmaps"], &["CREATE"]),
-            json!({}),
-        )
-    };
-    mutating(&client, "m", vec![hook("m.example.com", "/mutate")]).await;
-    validating(&client, "v", vec![hook("v.example.com", "/validate")]).await;
+    let (env, client) = start_with_configmap_create_hooks(&hooks).await;
     let cms = Api::<ConfigMap>::namespaced(client.clone(), "missing");
     let e = api_error(cms.create(&PostParams::default(), &configmap("a", json!({}))).await);
     assert_eq!((e.code, e.reason.as_str()), (404, "NotFound"));
@@ -235,10 +168,7 @@ async fn a_create_in_a_missing_namespace_reaches_no_webhook() {
 #[tokio::test]
 async fn a_namespace_is_admitted_in_itself_and_selected_by_its_own_labels() {
     let hooks = WebhookServer::start(|_, review| answer(&review, true, json!({}))).await;
-    let env = Server::start(Config::default()).await.unwrap();
-    let client = env.client();
-    validating(
-        &client,
+    let (env, client) = start_validating(
         "namespaces",
         vec![webhook(
             "ns.example.com",
@@ -299,10 +229,7 @@ async fn deletecollection_is_admitted_per_object_and_stops_at_a_denial() {
         }
     })
     .await;
-    let env = Server::start(Config::default()).await.unwrap();
-    let client = env.client();
-    validating(
-        &client,
+    let (env, client) = start_validating(
         "deletes",
         vec![webhook(
             "keep.example.com",

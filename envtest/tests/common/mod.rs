@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod admission;
 pub mod webhook_server;
 
 use std::future::Future;

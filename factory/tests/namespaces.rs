@@ -38,6 +38,17 @@ async fn create(client: &kube::Client, namespace: &str, name: &str, app: &str) {
         .unwrap();
 }
 
+async fn create_namespace(namespaces: &Api<Namespace>, name: &str) {
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Namespace::default()
+    };
+    namespaces.create(&PostParams::default(), &namespace).await.unwrap();
+}
+
 fn keys(lister: &Lister<ConfigMap>) -> Vec<String> {
     let mut keys: Vec<String> = lister
         .list(&Default::default())
@@ -60,14 +71,7 @@ async fn a_type_cached_for_two_namespaces_is_one_informer_one_cache_and_one_list
     let client = env.client();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for name in ["a", "b", "c"] {
-        let namespace = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            ..Namespace::default()
-        };
-        namespaces.create(&PostParams::default(), &namespace).await.unwrap();
+        create_namespace(&namespaces, name).await;
     }
     for (namespace, name, app) in [
         ("a", "x", "web"),
@@ -207,14 +211,7 @@ async fn the_factorys_namespaces_apply_to_every_namespaced_type_without_its_own(
     let client = env.client();
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for name in ["a", "b", "c"] {
-        let namespace = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            ..Namespace::default()
-        };
-        namespaces.create(&PostParams::default(), &namespace).await.unwrap();
+        create_namespace(&namespaces, name).await;
         create(&client, name, "x", "web").await;
     }
     let factory = SharedInformerFactory::builder(client.clone())

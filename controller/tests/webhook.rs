@@ -56,6 +56,16 @@ impl Running {
         }
     }
 
+    /// A server whose one webhook validates with [`replicas_in_range`] at controller-runtime's
+    /// default path.
+    fn replicas_in_range() -> Running {
+        Running::start(|server| {
+            server
+                .register_validating(ValidatingWebhook::new(replicas_in_range))
+                .unwrap();
+        })
+    }
+
     fn client(&self) -> kube::Client {
         https_client(self.server.local_addr(), &self.pki.ca_der)
     }
@@ -78,10 +88,13 @@ async fn try_post(client: &kube::Client, path: &str, body: Vec<u8>, content_type
     client.request_text(request).await
 }
 
+/// Posts `body` as JSON: the answer's text, or the error (a refused handshake, an error status).
+async fn try_post_json(client: &kube::Client, path: &str, body: &Value) -> Result<String, kube::Error> {
+    try_post(client, path, serde_json::to_vec(body).unwrap(), "application/json").await
+}
+
 async fn post(client: &kube::Client, path: &str, body: &Value) -> Value {
-    let text = try_post(client, path, serde_json::to_vec(body).unwrap(), "application/json")
-        .await
-        .unwrap();
+    let text = try_post_json(client, path, body).await.unwrap();
     serde_json::from_str(&text).unwrap()
 }
 
@@ -428,11 +441,7 @@ async fn handler_is_aborted_when_the_client_goes_away() {
 
 #[tokio::test]
 async fn decode_errors_answer_400_responses() {
-    let running = Running::start(|server| {
-        server
-            .register_validating(ValidatingWebhook::new(replicas_in_range))
-            .unwrap();
-    });
+    let running = Running::replicas_in_range();
     let client = running.client();
     let body = serde_json::to_vec(&review("uid-c", "CREATE", foo_json("a", json!({"replicas": 1})), false)).unwrap();
     let wrong_type: Value =
@@ -591,11 +600,7 @@ async fn conversion_round_trips_through_the_hub_and_reports_failures() {
 
 #[tokio::test]
 async fn rotated_certificate_is_served_without_restart() {
-    let running = Running::start(|server| {
-        server
-            .register_validating(ValidatingWebhook::new(replicas_in_range))
-            .unwrap();
-    });
+    let running = Running::replicas_in_range();
     let body = review("uid-r", "CREATE", foo_json("a", json!({"replicas": 1})), false);
     let old_ca = running.pki.ca_der.clone();
     assert_eq!(running.post(VALIDATE, &body).await["response"]["allowed"], true);
@@ -605,44 +610,28 @@ async fn rotated_certificate_is_served_without_restart() {
     // A new client, so a new connection and handshake: the reload happens in that handshake,
     // so the first attempt is served with the new certificate.
     let client = https_client(addr, &new.ca_der);
-    let attempt = try_post(
-        &client,
-        VALIDATE,
-        serde_json::to_vec(&body).unwrap(),
-        "application/json",
-    )
-    .await;
+    let attempt = try_post_json(&client, VALIDATE, &body).await;
     assert!(
         attempt.is_ok(),
         "a client trusting only the new CA is served: {attempt:?}"
     );
     assert!(!running.task.is_finished(), "the same server kept running");
     let stale = https_client(addr, &old_ca);
-    let refused = try_post(&stale, VALIDATE, serde_json::to_vec(&body).unwrap(), "application/json").await;
+    let refused = try_post_json(&stale, VALIDATE, &body).await;
     assert!(refused.is_err(), "a client trusting only the old CA is refused now");
     running.stop().await;
 }
 
 #[tokio::test]
 async fn certificate_rewritten_in_place_with_the_same_size_and_mtime_is_served() {
-    let running = Running::start(|server| {
-        server
-            .register_validating(ValidatingWebhook::new(replicas_in_range))
-            .unwrap();
-    });
+    let running = Running::replicas_in_range();
     let body = review("uid-r", "CREATE", foo_json("a", json!({"replicas": 1})), false);
     assert_eq!(running.post(VALIDATE, &body).await["response"]["allowed"], true);
 
     // Right after the first: same sizes, same modification times, same inodes.
     let new = Pki::rewrite_same_size_in_place(&running.dir.0, "test CA");
     let client = https_client(running.server.local_addr(), &new.ca_der);
-    let attempt = try_post(
-        &client,
-        VALIDATE,
-        serde_json::to_vec(&body).unwrap(),
-        "application/json",
-    )
-    .await;
+    let attempt = try_post_json(&client, VALIDATE, &body).await;
     assert!(
         attempt.is_ok(),
         "the first handshake after the rewrite serves it: {attempt:?}"

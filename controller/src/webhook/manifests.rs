@@ -124,6 +124,37 @@ fn rule(registration: &AdmissionRegistration) -> admissionregistration::RuleWith
     }
 }
 
+/// One webhook of a configuration, written from its registration `$r`: `$webhook` is
+/// `ValidatingWebhook` or `MutatingWebhook`, which have the same fields but for what the
+/// mutating one adds (`reinvocation_policy`), given as `field: value` after the CA bundle. A
+/// macro because k8s-openapi's two types share no trait to be generic over.
+macro_rules! admission_webhook {
+    ($webhook:path, $r:expr, $client:expr, $ca_bundle:expr $(, $field:ident: $value:expr)* $(,)?) => {{
+        let r: &AdmissionRegistration = $r;
+        $webhook {
+            name: r.name.clone(),
+            client_config: $client.admission(&r.path, $ca_bundle),
+            rules: Some(vec![rule(r)]),
+            failure_policy: Some(r.failure_policy.as_str().to_owned()),
+            side_effects: r.side_effects.as_str().to_owned(),
+            timeout_seconds: Some(r.timeout_seconds),
+            namespace_selector: r.namespace_selector.clone(),
+            object_selector: r.object_selector.clone(),
+            match_policy: r.match_policy.map(|p| p.as_str().to_owned()),
+            $($field: $value,)*
+            admission_review_versions: vec!["v1".into()],
+            ..Default::default()
+        }
+    }};
+}
+
+fn configuration_metadata(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        ..Default::default()
+    }
+}
+
 impl WebhookServer {
     /// A `ValidatingWebhookConfiguration` named `name` with every validating webhook
     /// registered, in the order registered. `ca_bundle`: the PEM CA that signed the serving
@@ -138,25 +169,10 @@ impl WebhookServer {
             .registrations()
             .iter()
             .filter(|r| !r.mutating)
-            .map(|r| admissionregistration::ValidatingWebhook {
-                name: r.name.clone(),
-                client_config: client.admission(&r.path, ca_bundle),
-                rules: Some(vec![rule(r)]),
-                failure_policy: Some(r.failure_policy.as_str().to_owned()),
-                side_effects: r.side_effects.as_str().to_owned(),
-                timeout_seconds: Some(r.timeout_seconds),
-                namespace_selector: r.namespace_selector.clone(),
-                object_selector: r.object_selector.clone(),
-                match_policy: r.match_policy.map(|p| p.as_str().to_owned()),
-                admission_review_versions: vec!["v1".into()],
-                ..Default::default()
-            })
+            .map(|r| admission_webhook!(admissionregistration::ValidatingWebhook, r, client, ca_bundle))
             .collect();
         admissionregistration::ValidatingWebhookConfiguration {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
+            metadata: configuration_metadata(name),
             webhooks: Some(webhooks),
         }
     }
@@ -173,26 +189,13 @@ impl WebhookServer {
             .registrations()
             .iter()
             .filter(|r| r.mutating)
-            .map(|r| admissionregistration::MutatingWebhook {
-                name: r.name.clone(),
-                client_config: client.admission(&r.path, ca_bundle),
-                rules: Some(vec![rule(r)]),
-                failure_policy: Some(r.failure_policy.as_str().to_owned()),
-                side_effects: r.side_effects.as_str().to_owned(),
-                timeout_seconds: Some(r.timeout_seconds),
-                namespace_selector: r.namespace_selector.clone(),
-                object_selector: r.object_selector.clone(),
-                match_policy: r.match_policy.map(|p| p.as_str().to_owned()),
-                reinvocation_policy: r.reinvocation_policy.map(|p| p.as_str().to_owned()),
-                admission_review_versions: vec!["v1".into()],
-                ..Default::default()
+            .map(|r| {
+                admission_webhook!(admissionregistration::MutatingWebhook, r, client, ca_bundle,
+                    reinvocation_policy: r.reinvocation_policy.map(|p| p.as_str().to_owned()))
             })
             .collect();
         admissionregistration::MutatingWebhookConfiguration {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..Default::default()
-            },
+            metadata: configuration_metadata(name),
             webhooks: Some(webhooks),
         }
     }

@@ -5,7 +5,8 @@
 //! reconcile, and mark them [`done`](Queue::done). The queue merges repeated adds of a waiting
 //! key, never hands one key to two workers at once, and re-queues a key that changed while it was
 //! being reconciled. [`DelayingQueue`] adds items later, [`RateLimitingQueue`] adds them after a
-//! per-item backoff chosen by a [`RateLimiter`], and named queues export client-go's Prometheus
+//! per-item backoff chosen by a [`RateLimiter`], [`PriorityQueue`] does all of that and hands out
+//! the highest priority first (controller-runtime's priority queue), and named queues export client-go's Prometheus
 //! metrics (see [`metrics`]).
 //!
 //! Shutdown is client-go's: once a queue is shut down, adds are ignored and items waiting for a
@@ -43,6 +44,7 @@
 pub mod default_rate_limiters;
 pub mod delaying_queue;
 pub mod metrics;
+pub mod priority_queue;
 pub mod queue;
 pub mod rate_limiting_queue;
 mod tasks;
@@ -52,7 +54,8 @@ pub use default_rate_limiters::{
     WithMaxWaitRateLimiter, default_controller_rate_limiter, with_max_wait,
 };
 pub use delaying_queue::DelayingQueue;
-pub use metrics::{MetricsProvider, PrometheusMetricsProvider};
+pub use metrics::{DepthWithPriorityMetric, MetricsProvider, PrometheusMetricsProvider};
+pub use priority_queue::{AddOpts, PriorityQueue};
 pub use queue::{Queue, QueueConfig};
 pub use rate_limiting_queue::RateLimitingQueue;
 pub use tasks::TaskPanicked;

@@ -3,11 +3,15 @@
 //! A queue records metrics only when it has a name *and* a provider (see
 //! [`QueueConfig`](crate::QueueConfig)); an unnamed queue or one without a provider pays nothing,
 //! like client-go's `noMetrics`. The Prometheus provider uses client-go's metric names and its
-//! single `name` label, so dashboards built for Go controllers work unchanged:
+//! `name` label, so dashboards built for Go controllers work unchanged. `workqueue_depth` carries
+//! a second label, `priority`, as controller-runtime's does: a [`PriorityQueue`](crate::PriorityQueue)
+//! reports its depth per priority (`priority="-100"`, `priority="0"`), a plain queue with
+//! `priority=""`. (controller-runtime also labels every series `controller`, with the queue's name
+//! again; we do not repeat it.)
 //!
 //! | metric | type |
 //! |---|---|
-//! | `workqueue_depth` | gauge |
+//! | `workqueue_depth` | gauge, also labelled `priority` |
 //! | `workqueue_adds_total` | counter |
 //! | `workqueue_queue_duration_seconds` | histogram |
 //! | `workqueue_work_duration_seconds` | histogram |
@@ -25,7 +29,7 @@
 //!     Queue::with_config(QueueConfig::default().name("pods").metrics_provider(Arc::new(provider)));
 //! queue.add("default/nginx".to_owned());
 //! let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather())?;
-//! assert!(text.contains(r#"workqueue_depth{name="pods"} 1"#));
+//! assert!(text.contains(r#"workqueue_depth{name="pods",priority=""} 1"#));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -78,10 +82,25 @@ pub trait HistogramMetric: Send + Sync {
     fn observe(&self, value: f64);
 }
 
+/// A gauge of queued items per priority (controller-runtime's `DepthMetricWithPriority`).
+pub trait DepthWithPriorityMetric: Send + Sync {
+    /// One more item queued at `priority`.
+    fn inc(&self, priority: i32);
+    /// One item fewer queued at `priority`.
+    fn dec(&self, priority: i32);
+}
+
 /// Creates the metrics of one named queue (client-go's `MetricsProvider`).
 ///
 /// Each method is called once per queue, with the queue's name, when the queue is created.
 pub trait MetricsProvider: Send + Sync {
+    /// The depth by priority of a [`PriorityQueue`](crate::PriorityQueue) (controller-runtime's
+    /// `MetricsProviderWithPriority`). `None`, the default, makes a priority queue report its
+    /// depth through [`new_depth_metric`](Self::new_depth_metric), all priorities together.
+    fn new_depth_with_priority_metric(&self, name: &str) -> Option<Box<dyn DepthWithPriorityMetric>> {
+        let _ = name;
+        None
+    }
     /// Number of items waiting to be handed out (`workqueue_depth`).
     fn new_depth_metric(&self, name: &str) -> Box<dyn GaugeMetric>;
     /// Number of accepted adds (`workqueue_adds_total`).
@@ -157,13 +176,17 @@ impl PrometheusMetricsProvider {
     pub fn new(registry: &Registry) -> Result<Self, MetricsError> {
         const SUBSYSTEM: &str = "workqueue";
         const LABELS: &[&str] = &["name"];
+        const DEPTH_LABELS: &[&str] = &["name", "priority"];
         let opts = |name: &str, help: &str| Opts::new(name, help).subsystem(SUBSYSTEM);
         // client-go: prometheus.ExponentialBuckets(10e-9, 10, 12), 10 ns up to 1000 s.
         let buckets = prometheus::exponential_buckets(10e-9, 10.0, 12)?;
         let histogram = |name: &str, help: &str| HistogramOpts::from(opts(name, help)).buckets(buckets.clone());
 
         let provider = Self {
-            depth: IntGaugeVec::new(opts("depth", "Current depth of workqueue"), LABELS)?,
+            depth: IntGaugeVec::new(
+                opts("depth", "Current depth of workqueue by workqueue and priority"),
+                DEPTH_LABELS,
+            )?,
             adds: IntCounterVec::new(opts("adds_total", "Total number of adds handled by workqueue"), LABELS)?,
             latency: HistogramVec::new(
                 histogram(
@@ -215,7 +238,16 @@ impl PrometheusMetricsProvider {
 
 impl MetricsProvider for PrometheusMetricsProvider {
     fn new_depth_metric(&self, name: &str) -> Box<dyn GaugeMetric> {
-        Box::new(self.depth.with_label_values(&[name]))
+        // No priority, as controller-runtime labels a plain queue's depth.
+        Box::new(self.depth.with_label_values(&[name, ""]))
+    }
+    fn new_depth_with_priority_metric(&self, name: &str) -> Option<Box<dyn DepthWithPriorityMetric>> {
+        Some(Box::new(PrometheusDepthWithPriority {
+            depth: self.depth.clone(),
+            name: name.to_owned(),
+            series: std::sync::Mutex::new(Vec::new()),
+            limit_reached: std::sync::atomic::AtomicBool::new(false),
+        }))
     }
     fn new_adds_metric(&self, name: &str) -> Box<dyn CounterMetric> {
         Box::new(self.adds.with_label_values(&[name]))
@@ -237,13 +269,68 @@ impl MetricsProvider for PrometheusMetricsProvider {
     }
 }
 
+/// How many distinct priorities get a series of their own before every priority is reported as
+/// [`PRIORITY_CARDINALITY_EXCEEDED`] (controller-runtime's `maxRecommendedUniquePriorities`).
+pub const MAX_PRIORITY_SERIES: usize = 25;
+
+/// The `priority` label of every depth series once more than [`MAX_PRIORITY_SERIES`]
+/// priorities were seen (controller-runtime's placeholder).
+pub const PRIORITY_CARDINALITY_EXCEEDED: &str = "exceeded_cardinality_limit";
+
+/// [`PrometheusMetricsProvider`]'s depth by priority: one `workqueue_depth{name, priority}`
+/// series per priority seen, cached so a hot queue does not format a label per add.
+struct PrometheusDepthWithPriority {
+    depth: IntGaugeVec,
+    name: String,
+    /// The series of each priority seen so far (at most `MAX_PRIORITY_SERIES`, so a linear
+    /// search is as fast as a map).
+    series: std::sync::Mutex<Vec<(i32, IntGauge)>>,
+    /// More priorities than `MAX_PRIORITY_SERIES` were seen: every change goes to the
+    /// placeholder series from then on, as controller-runtime's does.
+    limit_reached: std::sync::atomic::AtomicBool,
+}
+
+impl PrometheusDepthWithPriority {
+    fn gauge(&self, priority: i32) -> IntGauge {
+        use std::sync::atomic::Ordering;
+        if self.limit_reached.load(Ordering::Relaxed) {
+            return self
+                .depth
+                .with_label_values(&[&self.name, PRIORITY_CARDINALITY_EXCEEDED]);
+        }
+        let mut series = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, gauge)) = series.iter().find(|(p, _)| *p == priority) {
+            return gauge.clone();
+        }
+        if series.len() >= MAX_PRIORITY_SERIES {
+            self.limit_reached.store(true, Ordering::Relaxed);
+            series.clear();
+            return self
+                .depth
+                .with_label_values(&[&self.name, PRIORITY_CARDINALITY_EXCEEDED]);
+        }
+        let gauge = self.depth.with_label_values(&[&self.name, &priority.to_string()]);
+        series.push((priority, gauge.clone()));
+        gauge
+    }
+}
+
+impl DepthWithPriorityMetric for PrometheusDepthWithPriority {
+    fn inc(&self, priority: i32) {
+        self.gauge(priority).inc();
+    }
+    fn dec(&self, priority: i32) {
+        self.gauge(priority).dec();
+    }
+}
+
 /// The metrics of one named queue, fed by the queue under its lock (client-go's
 /// `defaultQueueMetrics`).
 ///
 /// Invariants: `add_times` holds the items that are dirty (added and not yet handed out), each
 /// with the time of its first add; `processing_start_times` holds the items being processed.
 pub(crate) struct QueueMetrics<T> {
-    depth: Box<dyn GaugeMetric>,
+    depth: Depth,
     adds: Box<dyn CounterMetric>,
     latency: Box<dyn HistogramMetric>,
     work_duration: Box<dyn HistogramMetric>,
@@ -254,10 +341,46 @@ pub(crate) struct QueueMetrics<T> {
     processing_start_times: HashMap<T, Instant>,
 }
 
+/// `workqueue_depth` of one queue: one gauge, or one per priority.
+enum Depth {
+    Plain(Box<dyn GaugeMetric>),
+    ByPriority(Box<dyn DepthWithPriorityMetric>),
+}
+
+impl Depth {
+    fn inc(&self, priority: i32) {
+        match self {
+            Depth::Plain(gauge) => gauge.inc(),
+            Depth::ByPriority(gauge) => gauge.inc(priority),
+        }
+    }
+
+    fn dec(&self, priority: i32) {
+        match self {
+            Depth::Plain(gauge) => gauge.dec(),
+            Depth::ByPriority(gauge) => gauge.dec(priority),
+        }
+    }
+}
+
 impl<T: Clone + Eq + Hash> QueueMetrics<T> {
+    /// The metrics of a plain queue.
     pub(crate) fn new(provider: &dyn MetricsProvider, name: &str) -> Self {
+        Self::with_depth(provider, name, Depth::Plain(provider.new_depth_metric(name)))
+    }
+
+    /// The metrics of a priority queue: its depth by priority if the provider has such a metric.
+    pub(crate) fn with_priorities(provider: &dyn MetricsProvider, name: &str) -> Self {
+        let depth = match provider.new_depth_with_priority_metric(name) {
+            Some(depth) => Depth::ByPriority(depth),
+            None => Depth::Plain(provider.new_depth_metric(name)),
+        };
+        Self::with_depth(provider, name, depth)
+    }
+
+    fn with_depth(provider: &dyn MetricsProvider, name: &str, depth: Depth) -> Self {
         Self {
-            depth: provider.new_depth_metric(name),
+            depth,
             adds: provider.new_adds_metric(name),
             latency: provider.new_latency_metric(name),
             work_duration: provider.new_work_duration_metric(name),
@@ -271,15 +394,31 @@ impl<T: Clone + Eq + Hash> QueueMetrics<T> {
 
     /// An item became dirty.
     pub(crate) fn add(&mut self, item: &T) {
+        self.add_at(item, 0);
+    }
+
+    /// An item became ready to hand out at `priority` (a plain queue's are all 0).
+    pub(crate) fn add_at(&mut self, item: &T, priority: i32) {
         self.adds.inc();
-        self.depth.inc();
+        self.depth.inc(priority);
         self.add_times.entry(item.clone()).or_insert_with(Instant::now);
+    }
+
+    /// A ready item moved from priority `old` to `new`.
+    pub(crate) fn reprioritize(&self, old: i32, new: i32) {
+        self.depth.dec(old);
+        self.depth.inc(new);
     }
 
     /// An item was handed to a worker.
     pub(crate) fn get(&mut self, item: &T) {
+        self.get_at(item, 0);
+    }
+
+    /// An item of priority `priority` was handed to a worker.
+    pub(crate) fn get_at(&mut self, item: &T, priority: i32) {
         let now = Instant::now();
-        self.depth.dec();
+        self.depth.dec(priority);
         self.processing_start_times.insert(item.clone(), now);
         if let Some(added) = self.add_times.remove(item) {
             self.latency.observe((now - added).as_secs_f64());

@@ -272,7 +272,7 @@ mod tests {
         };
         let text = scrape();
         assert_eq!(sample(&text, r#"workqueue_adds_total{name="test"}"#), Some(4.0));
-        assert_eq!(sample(&text, r#"workqueue_depth{name="test"}"#), Some(3.0));
+        assert_eq!(sample(&text, r#"workqueue_depth{name="test",priority=""}"#), Some(3.0));
         assert_eq!(sample(&text, r#"workqueue_retries_total{name="test"}"#), Some(2.0));
         assert_eq!(
             sample(&text, r#"workqueue_queue_duration_seconds_count{name="test"}"#),
@@ -313,7 +313,7 @@ mod tests {
             Some(0.0)
         );
         // "a" was requeued by done: b, a, c and d wait.
-        assert_eq!(sample(&text, r#"workqueue_depth{name="test"}"#), Some(4.0));
+        assert_eq!(sample(&text, r#"workqueue_depth{name="test",priority=""}"#), Some(4.0));
     }
 
     #[tokio::test(start_paused = true)]

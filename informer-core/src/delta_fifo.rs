@@ -13,6 +13,13 @@
 //!   that already have queued deltas: those will be delivered anyway, and a `Sync` carrying
 //!   the cache's older copy queued after them would roll the object back.
 //!
+//! An object that does not decode (see [`undecodable`](crate::undecodable)) has no delta: its
+//! key holds a pending [`UndecodableChange`] beside its deltas, popped with them and applied
+//! after them. A later delta of the key (other than a `Sync`) drops the pending mark, since
+//! the informer clears the mark when it applies that delta anyway. `replace` counts the keys
+//! it could not decode as present (no tombstone for them), marks them, and clears the marks of
+//! keys it no longer lists.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use informer_core::{DeltaFifo, DeltaFifoOptions, DeltaType, Indexer, Queue, QueueItem, Store};
@@ -49,6 +56,7 @@ use tokio::sync::Notify;
 use crate::delta::{DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType, Deltas};
 use crate::fifo::{PopError, ProcessError, ProcessFn, Queue, QueueItem};
 use crate::store::{KnownObjects, Store, StoreError, meta_namespace_key};
+use crate::undecodable::{Undecodable, UndecodableChange};
 
 /// Options for a [`DeltaFifo`] (client-go `DeltaFIFOOptions`). Build them with `Default` and
 /// the setters.
@@ -96,11 +104,13 @@ pub struct DeltaFifo<K> {
 
 /// The state under the lock.
 ///
-/// Invariants: every key in `items` is in `queue` exactly once and vice versa; every entry
-/// of `items` holds at least one delta; `initial_population_count` only decreases once
-/// `populated` is set.
+/// Invariants: every key in `items` or `marks` is in `queue` exactly once and vice versa;
+/// every entry of `items` holds at least one delta; `initial_population_count` only decreases
+/// once `populated` is set.
 struct Inner<K> {
     items: HashMap<String, Vec<Delta<K>>>,
+    /// A change to the key's undecodable mark, to apply after the key's deltas.
+    marks: HashMap<String, UndecodableChange>,
     queue: VecDeque<String>,
     /// Set by the first `replace`, or by any add/update/delete before it.
     populated: bool,
@@ -115,6 +125,7 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         DeltaFifo {
             inner: Mutex::new(Inner {
                 items: HashMap::new(),
+                marks: HashMap::new(),
                 queue: VecDeque::new(),
                 populated: false,
                 initial_population_count: 0,
@@ -165,7 +176,8 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
         if queued.len() != inner.queue.len() {
             return Err("a key is queued twice".into());
         }
-        if queued.len() != inner.items.len() || inner.items.keys().any(|k| !queued.contains(k)) {
+        let pending: HashSet<&String> = inner.items.keys().chain(inner.marks.keys()).collect();
+        if queued != pending {
             return Err("queue and items disagree".into());
         }
         if inner.items.values().any(Vec::is_empty) {
@@ -192,8 +204,14 @@ impl<K: Resource + Send + Sync + 'static> DeltaFifo<K> {
 }
 
 impl<K> Inner<K> {
-    /// Appends a delta to `key`, collapsing a repeated delete, and queues the key if new.
+    /// Appends a delta to `key`, collapsing a repeated delete, and queues the key if new. A
+    /// delta other than `Sync` supersedes the key's pending mark: applying it clears the mark.
     fn queue_action(&mut self, key: String, kind: DeltaType, object: DeltaObject<K>) {
+        let mark_pending = if kind == DeltaType::Sync {
+            self.marks.contains_key(&key)
+        } else {
+            self.marks.remove(&key).is_some()
+        };
         match self.items.get_mut(&key) {
             Some(deltas) => {
                 deltas.push(Delta { kind, object });
@@ -201,9 +219,25 @@ impl<K> Inner<K> {
             }
             None => {
                 self.items.insert(key.clone(), vec![Delta { kind, object }]);
-                self.queue.push_back(key);
+                if !mark_pending {
+                    self.queue.push_back(key);
+                }
             }
         }
+    }
+
+    /// Sets the key's pending mark change (the newest wins) and queues the key if new.
+    fn queue_mark(&mut self, change: UndecodableChange) {
+        let key = change.key().to_string();
+        if !self.items.contains_key(&key) && !self.marks.contains_key(&key) {
+            self.queue.push_back(key.clone());
+        }
+        self.marks.insert(key, change);
+    }
+
+    /// Whether `key` has deltas or a mark change queued.
+    fn is_queued(&self, key: &str) -> bool {
+        self.items.contains_key(key) || self.marks.contains_key(key)
     }
 
     fn has_synced(&self) -> bool {
@@ -251,6 +285,17 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
             None => false,
         };
         if !queued && !known {
+            // Nothing downstream holds the object, but a mark may remain to clear.
+            let marked = inner.marks.contains_key(&key)
+                || self
+                    .known_objects
+                    .as_ref()
+                    .is_some_and(|known| known.undecodable_keys().contains(&key));
+            if marked {
+                inner.queue_mark(UndecodableChange::Deleted { key });
+                drop(inner);
+                self.not_empty.notify_waiters();
+            }
             return Ok(());
         }
         inner.queue_action(key, DeltaType::Deleted, DeltaObject::Object(obj));
@@ -259,7 +304,19 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
         Ok(())
     }
 
-    fn replace(&self, list: Vec<Arc<K>>, _resource_version: &str) -> Result<(), StoreError> {
+    fn replace(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+        self.replace_with_undecodable(list, Vec::new(), resource_version)
+    }
+
+    /// Queues the listed objects, tombstones for the known keys missing from the list, a mark
+    /// for each key that did not decode (present: no tombstone, the cached version stays), and
+    /// the clearing of every other mark, queued or cached.
+    fn replace_with_undecodable(
+        &self,
+        list: Vec<Arc<K>>,
+        undecodable: Vec<(String, Undecodable)>,
+        _resource_version: &str,
+    ) -> Result<(), StoreError> {
         // Keys first, so an object without a name fails the call before anything changes.
         let mut keyed = Vec::with_capacity(list.len());
         for obj in list {
@@ -270,21 +327,32 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
         } else {
             DeltaType::Sync
         };
+        let cached_marks = match &self.known_objects {
+            Some(known) => known.undecodable_keys(),
+            None => Vec::new(),
+        };
         let mut inner = self.lock();
         Self::ensure_open(&inner)?;
-        let mut listed: HashSet<String> = HashSet::with_capacity(keyed.len());
+        // Every key this replace queues something for: the initial population.
+        let mut touched: HashSet<String> = HashSet::with_capacity(keyed.len() + undecodable.len());
         for (key, obj) in keyed {
-            listed.insert(key.clone());
+            touched.insert(key.clone());
             inner.queue_action(key, kind, DeltaObject::Object(obj));
+        }
+        // Present, though not decoded: never taken for deletions.
+        let mut present = touched.clone();
+        for (key, undecodable) in undecodable {
+            present.insert(key.clone());
+            touched.insert(key.clone());
+            inner.queue_mark(UndecodableChange::Marked { key, undecodable });
         }
 
         // Deletions the watch missed: first keys still queued (their newest delta is the last
         // state we saw), then keys only the cache holds.
-        let mut queued_deletions = 0;
         let queued_missing: Vec<(String, Arc<K>)> = inner
             .items
             .iter()
-            .filter(|(key, _)| !listed.contains(*key))
+            .filter(|(key, _)| !present.contains(*key))
             .filter_map(|(key, deltas)| {
                 let newest = deltas.last()?;
                 if newest.kind == DeltaType::Deleted {
@@ -294,7 +362,7 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
             })
             .collect();
         for (key, obj) in queued_missing {
-            queued_deletions += 1;
+            touched.insert(key.clone());
             let tombstone = DeletedFinalStateUnknown { key: key.clone(), obj };
             inner.queue_action(
                 key,
@@ -304,11 +372,11 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
         }
         if let Some(known) = &self.known_objects {
             for key in known.list_keys() {
-                if listed.contains(&key) || inner.items.contains_key(&key) {
+                if present.contains(&key) || inner.items.contains_key(&key) {
                     continue;
                 }
                 let Some(obj) = known.get_by_key(&key) else { continue };
-                queued_deletions += 1;
+                touched.insert(key.clone());
                 let tombstone = DeletedFinalStateUnknown { key: key.clone(), obj };
                 inner.queue_action(
                     key,
@@ -317,11 +385,64 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
                 );
             }
         }
+        // Marks of keys no longer listed, pending or cached, are cleared (after the key's
+        // tombstone, if it has one).
+        let stale_marks: Vec<String> = inner
+            .marks
+            .keys()
+            .filter(|key| !present.contains(*key))
+            .cloned()
+            .chain(cached_marks.into_iter().filter(|key| !present.contains(key)))
+            .collect();
+        for key in stale_marks {
+            touched.insert(key.clone());
+            inner.queue_mark(UndecodableChange::Deleted { key });
+        }
 
         if !inner.populated {
             inner.populated = true;
-            inner.initial_population_count = listed.len() + queued_deletions;
+            inner.initial_population_count = touched.len();
         }
+        drop(inner);
+        self.not_empty.notify_waiters();
+        Ok(())
+    }
+
+    /// Queues the mark after the key's queued deltas.
+    fn mark_undecodable(&self, key: String, undecodable: Undecodable) -> Result<(), StoreError> {
+        let mut inner = self.lock();
+        Self::ensure_open(&inner)?;
+        inner.populated = true;
+        inner.queue_mark(UndecodableChange::Marked { key, undecodable });
+        drop(inner);
+        self.not_empty.notify_waiters();
+        Ok(())
+    }
+
+    /// Queues the delete: a tombstone carrying the last state queued or cached, if any (the
+    /// final state did not decode, so it is unknown), and the clearing of the mark.
+    fn delete_undecodable(&self, key: String) -> Result<(), StoreError> {
+        let cached = match &self.known_objects {
+            Some(known) => known.get_by_key(&key),
+            None => None,
+        };
+        let mut inner = self.lock();
+        Self::ensure_open(&inner)?;
+        inner.populated = true;
+        let last_state = match inner.items.get(&key).and_then(|deltas| deltas.last()) {
+            Some(newest) if newest.kind == DeltaType::Deleted => None,
+            Some(newest) => Some(newest.object.object().clone()),
+            None => cached,
+        };
+        if let Some(obj) = last_state {
+            let tombstone = DeletedFinalStateUnknown { key: key.clone(), obj };
+            inner.queue_action(
+                key.clone(),
+                DeltaType::Deleted,
+                DeltaObject::DeletedFinalStateUnknown(tombstone),
+            );
+        }
+        inner.queue_mark(UndecodableChange::Deleted { key });
         drop(inner);
         self.not_empty.notify_waiters();
         Ok(())
@@ -337,7 +458,7 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
         for key in known.list_keys() {
             // A key with queued deltas will be delivered anyway; a Sync carrying the cache's
             // older copy behind them would deliver stale state last.
-            if inner.items.contains_key(&key) {
+            if inner.is_queued(&key) {
                 continue;
             }
             let Some(obj) = known.get_by_key(&key) else { continue };
@@ -368,23 +489,43 @@ impl<K: Resource + Send + Sync + 'static> Queue<K> for DeltaFifo<K> {
                     let mut inner = self.lock();
                     if let Some(key) = inner.queue.pop_front() {
                         let is_in_initial_list = !inner.has_synced();
-                        let deltas = inner.items.remove(&key).unwrap_or_default();
+                        let deltas = inner.items.remove(&key).filter(|d| !d.is_empty());
+                        let mark = inner.marks.remove(&key);
                         if inner.initial_population_count > 0 {
                             inner.initial_population_count -= 1;
                         }
-                        if deltas.is_empty() {
+                        // The key's deltas, then its mark change.
+                        let mut batch = Vec::with_capacity(2);
+                        if let Some(deltas) = deltas {
+                            batch.push(QueueItem::Deltas(Deltas {
+                                key: key.clone(),
+                                deltas,
+                            }));
+                        }
+                        if let Some(mark) = mark {
+                            batch.push(QueueItem::Undecodable(mark));
+                        }
+                        if batch.is_empty() {
                             continue; // unreachable by the invariants; skip rather than panic
                         }
                         // `process` runs under the lock, as in client-go: `has_synced` must not
                         // report the initial list done while its last item is mid-processing.
-                        let item = QueueItem::Deltas(Deltas { key, deltas });
-                        let result = process(std::slice::from_ref(&item), is_in_initial_list);
+                        let result = process(&batch, is_in_initial_list);
                         if let Err(ProcessError::Requeue(_)) = &result
-                            && let QueueItem::Deltas(deltas) = item
-                            && !inner.items.contains_key(&deltas.key)
+                            && !inner.is_queued(&key)
                         {
-                            inner.queue.push_back(deltas.key.clone());
-                            inner.items.insert(deltas.key, deltas.deltas);
+                            inner.queue.push_back(key.clone());
+                            for item in batch {
+                                match item {
+                                    QueueItem::Deltas(deltas) => {
+                                        inner.items.insert(key.clone(), deltas.deltas);
+                                    }
+                                    QueueItem::Undecodable(mark) => {
+                                        inner.marks.insert(key.clone(), mark);
+                                    }
+                                    _ => {}
+                                }
+                            }
                         }
                         return Ok(result);
                     }

@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 
 use crate::delta::Deltas;
 use crate::store::Store;
+use crate::undecodable::{Undecodable, UndecodableChange};
 
 /// One unit a [`Queue`] hands to the informer's processing function.
 ///
@@ -33,6 +34,9 @@ pub enum QueueItem<K> {
     SyncAll,
     /// The server's resourceVersion advanced with no object change (client-go `Bookmark`).
     Bookmark(String),
+    /// An object that does not decode was marked, or deleted (see
+    /// [`undecodable`](crate::undecodable)); after the key's changes queued before it.
+    Undecodable(UndecodableChange),
 }
 
 /// The content of a relist (client-go `ReplacedAllInfo`).
@@ -42,6 +46,9 @@ pub struct ReplacedAll<K> {
     pub resource_version: String,
     /// The listed objects with their keys, in list order.
     pub objects: Vec<(String, Arc<K>)>,
+    /// The keys of listed objects that did not decode: present, so not deleted, and the
+    /// cache's whole set of undecodable marks once applied.
+    pub undecodable: Vec<(String, Undecodable)>,
 }
 
 /// What `process` tells [`Queue::pop`] about the item it was handed.

@@ -32,6 +32,7 @@ use kube::Resource;
 use crate::index::{Indexers, namespace_indexers};
 use crate::store::{KeyError, KnownObjects, Store, StoreError, meta_namespace_key};
 use crate::thread_safe_store::{IndexError, ThreadSafeStore};
+use crate::undecodable::{Lookup, Undecodable, type_name, warn_marked};
 
 /// A thread-safe cache of objects with named indexes. The namespace index is always present.
 ///
@@ -161,6 +162,35 @@ impl<K: Resource + 'static> Indexer<K> {
         }
     }
 
+    /// What the cache holds under `key`: the decoded object, a mark saying the server's
+    /// version does not decode (see [`undecodable`](crate::undecodable)), or nothing. Unlike
+    /// [`get_by_key`](Self::get_by_key), tells "not found" from "present but undecodable".
+    pub fn lookup_by_key(&self, key: &str) -> Lookup<K> {
+        match &self.backing {
+            Backing::One(store) => store.lookup(key),
+            Backing::Merged(parts) => Self::parts_for(parts, key_namespace(key))
+                .map(|p| p.lookup_by_key(key))
+                .find(|found| !found.is_absent())
+                .unwrap_or(Lookup::Absent),
+        }
+    }
+
+    /// Every key marked undecodable, with why: objects the server has that do not decode.
+    pub fn undecodable(&self) -> Vec<(String, Undecodable)> {
+        match &self.backing {
+            Backing::One(store) => store.undecodable(),
+            Backing::Merged(parts) => Self::concat(parts, Indexer::undecodable),
+        }
+    }
+
+    /// Every key marked undecodable.
+    fn undecodable_key_list(&self) -> Vec<String> {
+        match &self.backing {
+            Backing::One(store) => store.undecodable_keys(),
+            Backing::Merged(parts) => Self::concat(parts, Indexer::undecodable_key_list),
+        }
+    }
+
     /// The cached object with the same key as `obj`.
     pub fn get(&self, obj: &K) -> Result<Option<Arc<K>>, KeyError> {
         Ok(self.get_by_key(&meta_namespace_key(obj)?))
@@ -282,7 +312,8 @@ pub(crate) fn record_resource_version<K: Resource>(inner: &mut crate::thread_saf
 
 /// Writes record the resourceVersion they carry (an object's, a relist's, a bookmark's) as the
 /// store's [`last_store_sync_resource_version`](Indexer::last_store_sync_resource_version), as
-/// client-go's `threadSafeMap` does.
+/// client-go's `threadSafeMap` does. An add, update or delete drops the key's undecodable mark;
+/// a new mark is logged at WARN once per key and resourceVersion.
 impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
     fn add(&self, obj: Arc<K>) -> Result<(), StoreError> {
         let key = meta_namespace_key(obj.as_ref())?;
@@ -291,6 +322,7 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
             Backing::Merged(_) => return self.part_of(obj.as_ref())?.add(obj),
         };
         record_resource_version(&mut inner, obj.as_ref());
+        inner.unmark(&key);
         inner.insert(key, obj);
         Ok(())
     }
@@ -306,24 +338,43 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
             Backing::Merged(_) => return self.part_of(obj.as_ref())?.delete(obj),
         };
         record_resource_version(&mut inner, obj.as_ref());
+        inner.unmark(&key);
         inner.remove(&key);
         Ok(())
     }
 
-    /// A merged view replaces every part, each with the listed objects of its namespace.
     fn replace(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+        self.replace_with_undecodable(list, Vec::new(), resource_version)
+    }
+
+    /// A merged view replaces every part, each with the listed objects and marks of its
+    /// namespace. An undecodable key keeps the decoded version cached under it, if any.
+    fn replace_with_undecodable(
+        &self,
+        list: Vec<Arc<K>>,
+        undecodable: Vec<(String, Undecodable)>,
+        resource_version: &str,
+    ) -> Result<(), StoreError> {
         let store = match &self.backing {
             Backing::One(store) => store,
             Backing::Merged(parts) => {
-                let mut split: Vec<Vec<Arc<K>>> = parts.iter().map(|_| Vec::new()).collect();
+                let mut split: Vec<(Vec<Arc<K>>, Vec<(String, Undecodable)>)> =
+                    parts.iter().map(|_| (Vec::new(), Vec::new())).collect();
                 for obj in list {
                     let part = self.part_of(obj.as_ref())?;
                     if let Some(i) = parts.iter().position(|p| p.indexer.same_cache(part)) {
-                        split[i].push(obj);
+                        split[i].0.push(obj);
                     }
                 }
-                for (part, list) in parts.iter().zip(split) {
-                    part.indexer.replace(list, resource_version)?;
+                for (key, u) in undecodable {
+                    let part = self.part_of_key(&key)?;
+                    if let Some(i) = parts.iter().position(|p| p.indexer.same_cache(part)) {
+                        split[i].1.push((key, u));
+                    }
+                }
+                for (part, (list, undecodable)) in parts.iter().zip(split) {
+                    part.indexer
+                        .replace_with_undecodable(list, undecodable, resource_version)?;
                 }
                 return Ok(());
             }
@@ -333,8 +384,46 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
             items.insert(meta_namespace_key(obj.as_ref())?, obj);
         }
         let mut inner = store.writer();
+        for (key, _) in &undecodable {
+            if !items.contains_key(key)
+                && let Some(last_decoded) = inner.get(key)
+            {
+                items.insert(key.clone(), last_decoded.clone());
+            }
+        }
         inner.replace(items);
+        let new_marks = inner.set_marks(undecodable.into_iter().collect());
         inner.set_resource_version(resource_version);
+        drop(inner);
+        for (key, u) in &new_marks {
+            warn_marked("", &type_name::<K>(), key, u);
+        }
+        Ok(())
+    }
+
+    fn mark_undecodable(&self, key: String, undecodable: Undecodable) -> Result<(), StoreError> {
+        let mut inner = match &self.backing {
+            Backing::One(store) => store.writer(),
+            Backing::Merged(_) => return self.part_of_key(&key)?.mark_undecodable(key, undecodable),
+        };
+        if !undecodable.resource_version.is_empty() {
+            inner.set_resource_version(&undecodable.resource_version);
+        }
+        let log = inner.mark(key.clone(), undecodable.clone());
+        drop(inner);
+        if log {
+            warn_marked("", &type_name::<K>(), &key, &undecodable);
+        }
+        Ok(())
+    }
+
+    fn delete_undecodable(&self, key: String) -> Result<(), StoreError> {
+        let mut inner = match &self.backing {
+            Backing::One(store) => store.writer(),
+            Backing::Merged(_) => return self.part_of_key(&key)?.delete_undecodable(key),
+        };
+        inner.unmark(&key);
+        inner.remove(&key);
         Ok(())
     }
 
@@ -363,6 +452,10 @@ impl<K: Resource + Send + Sync + 'static> KnownObjects<K> for Indexer<K> {
     fn get_by_key(&self, key: &str) -> Option<Arc<K>> {
         Indexer::get_by_key(self, key)
     }
+
+    fn undecodable_keys(&self) -> Vec<String> {
+        self.undecodable_key_list()
+    }
 }
 
 impl<K: Resource + 'static> Indexer<K> {
@@ -372,6 +465,19 @@ impl<K: Resource + 'static> Indexer<K> {
             return Ok(self);
         };
         let namespace = obj.meta().namespace.as_deref().filter(|ns| !ns.is_empty());
+        Self::parts_for(parts, namespace)
+            .next()
+            .ok_or_else(|| StoreError::NamespaceNotHeld {
+                namespace: namespace.unwrap_or_default().to_owned(),
+            })
+    }
+
+    /// The part of a merged view holding the namespace of `key` (`self` for one store).
+    fn part_of_key(&self, key: &str) -> Result<&Indexer<K>, StoreError> {
+        let Backing::Merged(parts) = &self.backing else {
+            return Ok(self);
+        };
+        let namespace = key_namespace(key);
         Self::parts_for(parts, namespace)
             .next()
             .ok_or_else(|| StoreError::NamespaceNotHeld {

@@ -19,6 +19,8 @@
 //! - [`SharedIndexInformer`] (`shared_informer.rs`, `processor.rs`, `listener.rs`): ties
 //!   them together and fans notifications out to [`ResourceEventHandler`]s.
 //! - [`Lister`] (`listers.rs`): read-only views of the cache.
+//! - [`Undecodable`] (`undecodable.rs`): objects the server has that do not decode stay known
+//!   to the cache, marked, never taken for deleted ([`Lookup`]).
 //!
 //! ```no_run
 //! use informer_core::{ApiListerWatcher, InformerConfig, ResourceEventHandlerFuncs, SharedIndexInformer};
@@ -67,6 +69,7 @@ pub mod store;
 #[cfg(test)]
 mod testing;
 pub mod thread_safe_store;
+pub mod undecodable;
 
 pub use backoff::{Backoff, BackoffConfig};
 pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaObject, DeltaType, Deltas};
@@ -91,3 +94,4 @@ pub use shared_informer::{
 };
 pub use store::{KeyError, KnownObjects, Store, StoreError, meta_namespace_key, split_meta_namespace_key};
 pub use thread_safe_store::{IndexError, ThreadSafeStore};
+pub use undecodable::{Lookup, Undecodable, UndecodableChange};

@@ -122,10 +122,16 @@ impl<K> ListPage<K> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MalformedObject {
-    /// `namespace/name`, when the metadata could be read.
+    /// `namespace/name`, when the metadata could be read. With a key, the reflector keeps the
+    /// object known to the cache as undecodable (see [`undecodable`](crate::undecodable));
+    /// without one it can only log and count it.
     pub key: Option<String>,
     /// The decode error.
     pub error: String,
+    /// The object's `metadata.resourceVersion`, when the metadata could be read.
+    pub resource_version: Option<String>,
+    /// Whether it came in a watch DELETED event: the object is gone.
+    pub deleted: bool,
 }
 
 impl MalformedObject {
@@ -134,6 +140,8 @@ impl MalformedObject {
         MalformedObject {
             key: None,
             error: error.into(),
+            resource_version: None,
+            deleted: false,
         }
     }
 
@@ -141,6 +149,20 @@ impl MalformedObject {
     #[must_use]
     pub fn key(mut self, key: impl Into<String>) -> Self {
         self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the object's resourceVersion.
+    #[must_use]
+    pub fn resource_version(mut self, resource_version: impl Into<String>) -> Self {
+        self.resource_version = Some(resource_version.into());
+        self
+    }
+
+    /// Says the object came in a watch DELETED event.
+    #[must_use]
+    pub fn deleted(mut self, deleted: bool) -> Self {
+        self.deleted = deleted;
         self
     }
 }
@@ -520,32 +542,36 @@ impl<K: Resource> ApiListerWatcher<K> {
     }
 }
 
-/// Just enough of an object to name it in a log line.
+/// An object's metadata alone. It must decode whole for the object to be named: an object
+/// whose metadata does not decode is not one the cache could hold under a key.
 #[derive(Deserialize)]
 struct NamedObject {
     #[serde(default)]
-    metadata: NamedMeta,
-}
-
-#[derive(Deserialize, Default)]
-struct NamedMeta {
-    name: Option<String>,
-    namespace: Option<String>,
+    metadata: kube::api::ObjectMeta,
 }
 
 #[derive(Deserialize)]
 struct RawEvent<'a> {
+    #[serde(rename = "type")]
+    event_type: Option<String>,
     #[serde(borrow)]
     object: &'a RawValue,
 }
 
-fn key_of_raw(raw: &str) -> Option<String> {
-    let named: NamedObject = serde_json::from_str(raw).ok()?;
-    let name = named.metadata.name?;
-    Some(match named.metadata.namespace {
-        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
-        _ => name,
-    })
+/// An object that did not decode as `K`, named by its metadata if that decodes.
+fn malformed_raw(raw: &str, error: String) -> MalformedObject {
+    let mut malformed = MalformedObject::new(error);
+    let Ok(named) = serde_json::from_str::<NamedObject>(raw) else {
+        return malformed;
+    };
+    malformed.resource_version = named.metadata.resource_version;
+    if let Some(name) = named.metadata.name.filter(|n| !n.is_empty()) {
+        malformed.key = Some(match named.metadata.namespace {
+            Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+            _ => name,
+        });
+    }
+    malformed
 }
 
 /// The list request for `params`: kube's, with `resourceVersion=0` put back where kube-core
@@ -602,10 +628,7 @@ pub(crate) fn decode_list<K: Resource + DeserializeOwned + Clone + 'static>(
             for item in &raw.items {
                 match parse::<K>(item.get(), skip_managed_fields) {
                     Ok(obj) => items.push(obj),
-                    Err(e) => malformed.push(MalformedObject {
-                        key: key_of_raw(item.get()),
-                        error: e.to_string(),
-                    }),
+                    Err(e) => malformed.push(malformed_raw(item.get(), e.to_string())),
                 }
             }
             let list = ObjectList {
@@ -740,13 +763,12 @@ pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone + 'static
             {
                 return Some(Err(ListWatchError::from_status(&status)));
             }
-            let key = serde_json::from_str::<RawEvent>(line)
-                .ok()
-                .and_then(|ev| key_of_raw(ev.object.get()));
-            Some(Err(ListWatchError::Malformed(MalformedObject {
-                key,
-                error: e.to_string(),
-            })))
+            let malformed = match serde_json::from_str::<RawEvent>(line) {
+                Ok(event) => malformed_raw(event.object.get(), e.to_string())
+                    .deleted(event.event_type.as_deref() == Some("DELETED")),
+                Err(_) => MalformedObject::new(e.to_string()),
+            };
+            Some(Err(ListWatchError::Malformed(malformed)))
         }
     }
 }

@@ -9,9 +9,12 @@
 //! ([`QueueItem::ReplacedAll`], [`QueueItem::SyncAll`], [`QueueItem::Bookmark`]): the informer
 //! applies a relist to its cache under one write lock, working out the deletions the watch
 //! missed against the cache *at that point of the log*, so a reader never sees half of a relist
-//! and no queued event can be mistaken for a deletion. That is also why the RealFifo needs no
-//! view of the informer's cache (client-go's `KnownObjects`): the informer works deletions and
-//! resyncs out when it applies the item.
+//! and no queued event can be mistaken for a deletion. An object that does not decode travels
+//! the same way: a mark (or the delete of a marked key) is one [`QueueItem::Undecodable`] in
+//! the log, and a relist carries the keys it could not decode in its `ReplacedAll`, so that
+//! they are not taken for deletions (see [`undecodable`](crate::undecodable)). That is also
+//! why the RealFifo needs no view of the informer's cache (client-go's `KnownObjects`): the
+//! informer works deletions and resyncs out when it applies the item.
 //!
 //! [`pop`](Queue::pop) takes up to [`batch_size`](RealFifo::with_batch_size) items (never
 //! mixing the initial population with later items) and runs the processing function *without*
@@ -61,6 +64,7 @@ use tokio::sync::Notify;
 use crate::delta::{Delta, DeltaObject, DeltaType, Deltas};
 use crate::fifo::{PopError, ProcessError, ProcessFn, Queue, QueueItem, ReplacedAll};
 use crate::store::{KeyError, Store, StoreError, meta_namespace_key};
+use crate::undecodable::{Undecodable, UndecodableChange};
 
 /// The most items one [`pop`](Queue::pop) hands over by default (client-go `defaultBatchSize`).
 pub const DEFAULT_BATCH_SIZE: usize = 1000;
@@ -197,9 +201,19 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for RealFifo<K> {
         self.push_change(DeltaType::Deleted, obj)
     }
 
-    /// Queues the whole list as one [`QueueItem::ReplacedAll`]. Keys are computed first, so an
-    /// object without a name fails the call before anything is queued.
     fn replace(&self, list: Vec<Arc<K>>, resource_version: &str) -> Result<(), StoreError> {
+        self.replace_with_undecodable(list, Vec::new(), resource_version)
+    }
+
+    /// Queues the whole list, with the keys that did not decode, as one
+    /// [`QueueItem::ReplacedAll`]. Keys are computed first, so an object without a name fails
+    /// the call before anything is queued.
+    fn replace_with_undecodable(
+        &self,
+        list: Vec<Arc<K>>,
+        undecodable: Vec<(String, Undecodable)>,
+        resource_version: &str,
+    ) -> Result<(), StoreError> {
         let mut objects = Vec::with_capacity(list.len());
         for obj in list {
             objects.push((meta_namespace_key(obj.as_ref())?, obj));
@@ -207,6 +221,7 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for RealFifo<K> {
         let item = QueueItem::ReplacedAll(ReplacedAll {
             resource_version: resource_version.to_string(),
             objects,
+            undecodable,
         });
         let mut inner = self.lock();
         if inner.closed {
@@ -231,6 +246,21 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for RealFifo<K> {
 
     fn bookmark(&self, resource_version: &str) -> Result<(), StoreError> {
         self.push(QueueItem::Bookmark(resource_version.to_string()), false)
+    }
+
+    /// Queues the mark in order with the events around it, as one
+    /// [`QueueItem::Undecodable`]: a change like any other (it populates the queue).
+    fn mark_undecodable(&self, key: String, undecodable: Undecodable) -> Result<(), StoreError> {
+        self.push(
+            QueueItem::Undecodable(UndecodableChange::Marked { key, undecodable }),
+            true,
+        )
+    }
+
+    /// Queues the delete in order; the informer deletes the cached version, if any, when it
+    /// applies it.
+    fn delete_undecodable(&self, key: String) -> Result<(), StoreError> {
+        self.push(QueueItem::Undecodable(UndecodableChange::Deleted { key }), true)
     }
 
     /// Queues the changes in order under one lock and wakes the consumer once. Keys are
@@ -349,6 +379,10 @@ mod tests {
             }
             QueueItem::SyncAll => "SyncAll".into(),
             QueueItem::Bookmark(rv) => format!("Bookmark@{rv}"),
+            QueueItem::Undecodable(UndecodableChange::Marked { key, undecodable }) => {
+                format!("Undecodable@{} {key}", undecodable.resource_version)
+            }
+            QueueItem::Undecodable(change) => format!("UndecodableDeleted {}", change.key()),
         }
     }
 

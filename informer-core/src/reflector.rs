@@ -79,8 +79,11 @@
 //! failure); the watch timeout is drawn from `[min, 2 × min)` where `min` is
 //! [`ReflectorConfig::min_watch_timeout`] but never below client-go's 5 minutes
 //! ([`MIN_WATCH_TIMEOUT`]), so that many clients do not re-watch in lockstep and short watches
-//! do not load the server. A malformed object is logged with its key, counted in
-//! [`ReflectorMetrics`], and skipped; the watch goes on.
+//! do not load the server. An object that does not decode is counted in [`ReflectorMetrics`]
+//! and the watch goes on: with a key (its metadata decodes), it goes to the store as an
+//! undecodable mark ([`Store::mark_undecodable`], [`Store::delete_undecodable`] for a DELETED,
+//! and with a list [`Store::replace_with_undecodable`]), so that it never looks deleted (see
+//! [`undecodable`](crate::undecodable)); without one, it is logged and skipped.
 //!
 //! Events reach the store in batches: every event the stream has ready without waiting (the
 //! lines of one read from the connection, typically) goes to [`Store::apply_changes`] at once,
@@ -137,6 +140,7 @@ use crate::backoff::{Backoff, BackoffConfig};
 use crate::delta::DeltaType;
 use crate::listwatch::{ListWatchError, ListerWatcher, MalformedObject, WatchStream};
 use crate::store::{Store, StoreError, meta_namespace_key};
+use crate::undecodable::Undecodable;
 
 /// Transforms each object before it enters the store (client-go `TransformFunc`), e.g. to
 /// drop `managedFields` and save memory.
@@ -334,7 +338,9 @@ pub struct ReflectorMetrics {
     pub events: AtomicU64,
     /// List and watch errors (other than malformed objects).
     pub errors: AtomicU64,
-    /// Objects skipped because they did not decode or had no name.
+    /// Objects that did not decode or had no name, each time one arrived. Those with a key
+    /// are kept known to the cache as undecodable (see [`undecodable`](crate::undecodable)),
+    /// the others skipped.
     pub malformed_objects: AtomicU64,
     /// Bookmarks received.
     pub bookmarks: AtomicU64,
@@ -415,6 +421,8 @@ struct Memory {
 /// A whole list, gathered page by page.
 struct Listed<K> {
     items: Vec<Arc<K>>,
+    /// The keys of listed objects that did not decode.
+    undecodable: Vec<(String, Undecodable)>,
     resource_version: String,
     /// A continue token was followed (client-go's pager `paginatedResult`).
     paginated: bool,
@@ -600,6 +608,24 @@ where
         }
     }
 
+    /// Counts a malformed object and, if it has a key, returns it as an undecodable mark for
+    /// the store (which logs it once per key and resourceVersion); one without a key is logged
+    /// here and skipped.
+    fn undecodable(&self, malformed: &MalformedObject) -> Option<(String, Undecodable)> {
+        let Some(key) = &malformed.key else {
+            self.skip_malformed(malformed);
+            return None;
+        };
+        ReflectorMetrics::inc(&self.metrics.malformed_objects);
+        let undecodable = Undecodable::new(
+            malformed.resource_version.clone().unwrap_or_default(),
+            malformed.error.clone(),
+        );
+        debug!(reflector = %self.config.name, %key, deleted = malformed.deleted, error = %malformed.error,
+            "object does not decode");
+        Some((key.clone(), undecodable))
+    }
+
     fn skip_malformed(&self, malformed: &MalformedObject) {
         ReflectorMetrics::inc(&self.metrics.malformed_objects);
         warn!(
@@ -700,7 +726,11 @@ where
             memory.paginated_result = true;
         }
         let count = listed.items.len();
-        match self.store.replace(listed.items, &listed.resource_version) {
+        let undecodable = listed.undecodable.len();
+        match self
+            .store
+            .replace_with_undecodable(listed.items, listed.undecodable, &listed.resource_version)
+        {
             Ok(()) => {}
             Err(StoreError::Closed) => return Transition::Stop,
             Err(e) => {
@@ -714,6 +744,7 @@ where
         info!(
             reflector = %self.config.name,
             objects = count,
+            undecodable,
             resource_version = %listed.resource_version,
             page_size,
             paginated = listed.paginated,
@@ -738,6 +769,7 @@ where
         let started = Instant::now();
         let mut params = first.clone();
         let mut items = Vec::new();
+        let mut undecodable = Vec::new();
         let mut paginated = false;
         loop {
             let page = match self.lister_watcher.list(&params).await {
@@ -755,20 +787,17 @@ where
                     let whole = ListParams { limit: None, ..first };
                     let page = self.lister_watcher.list(&whole).await?;
                     items.clear();
-                    for malformed in &page.malformed {
-                        self.skip_malformed(malformed);
-                    }
+                    undecodable.clear();
+                    undecodable.extend(page.malformed.iter().filter_map(|m| self.undecodable(m)));
                     items.reserve(page.items.len());
                     for obj in page.items {
                         self.push_keyed(&mut items, obj);
                     }
-                    return self.listed(items, page.resource_version, true);
+                    return self.listed(items, undecodable, page.resource_version, true);
                 }
                 Err(e) => return Err(e),
             };
-            for malformed in &page.malformed {
-                self.skip_malformed(malformed);
-            }
+            undecodable.extend(page.malformed.iter().filter_map(|m| self.undecodable(m)));
             items.reserve(page.items.len());
             for obj in page.items {
                 self.push_keyed(&mut items, obj);
@@ -782,7 +811,7 @@ where
                     params = crate::listwatch::continuation(&params, token);
                     paginated = true;
                 }
-                None => return self.listed(items, page.resource_version, paginated),
+                None => return self.listed(items, undecodable, page.resource_version, paginated),
             }
         }
     }
@@ -790,6 +819,7 @@ where
     fn listed(
         &self,
         items: Vec<Arc<K>>,
+        undecodable: Vec<(String, Undecodable)>,
         resource_version: String,
         paginated: bool,
     ) -> Result<Listed<K>, ListWatchError> {
@@ -799,6 +829,7 @@ where
         }
         Ok(Listed {
             items,
+            undecodable,
             resource_version,
             paginated,
         })
@@ -811,12 +842,14 @@ where
         ReflectorMetrics::inc(&self.metrics.watches);
         let mut stream = self.lister_watcher.watch(&params, "").await?;
         let mut initial: HashMap<String, Arc<K>> = HashMap::new();
+        let mut initial_undecodable: HashMap<String, Undecodable> = HashMap::new();
         while let Some(item) = stream.next().await {
             match item {
                 Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
                     let obj = self.transformed(obj);
                     match meta_namespace_key(obj.as_ref()) {
                         Ok(key) => {
+                            initial_undecodable.remove(&key);
                             initial.insert(key, obj);
                         }
                         Err(e) => self.skip_malformed(&MalformedObject::new(e.to_string())),
@@ -824,6 +857,7 @@ where
                 }
                 Ok(WatchEvent::Deleted(obj)) => {
                     if let Ok(key) = meta_namespace_key(&obj) {
+                        initial_undecodable.remove(&key);
                         initial.remove(&key);
                     }
                 }
@@ -839,7 +873,11 @@ where
                     if end {
                         let rv = bookmark.metadata.resource_version;
                         let count = initial.len();
-                        match self.store.replace(initial.into_values().collect(), &rv) {
+                        match self.store.replace_with_undecodable(
+                            initial.into_values().collect(),
+                            initial_undecodable.into_iter().collect(),
+                            &rv,
+                        ) {
                             Ok(()) => {}
                             Err(StoreError::Closed) => return Ok(None),
                             Err(e) => return Err(ListWatchError::Decode(e.to_string())),
@@ -851,7 +889,16 @@ where
                     }
                 }
                 Ok(WatchEvent::Error(status)) => return Err(ListWatchError::from_status(&status)),
-                Err(ListWatchError::Malformed(m)) => self.skip_malformed(&m),
+                Err(ListWatchError::Malformed(m)) => {
+                    if let Some((key, undecodable)) = self.undecodable(&m) {
+                        initial.remove(&key);
+                        if m.deleted {
+                            initial_undecodable.remove(&key);
+                        } else {
+                            initial_undecodable.insert(key, undecodable);
+                        }
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -1047,7 +1094,32 @@ where
                 let event = match item {
                     Ok(event) => event,
                     Err(ListWatchError::Malformed(m)) => {
-                        self.skip_malformed(&m);
+                        let Some((key, undecodable)) = self.undecodable(&m) else {
+                            continue;
+                        };
+                        // The events before it first: the store sees everything in order.
+                        if !self.apply_changes(&mut changes, &mut changes_rv, &mut resource_version) {
+                            return Transition::Stop;
+                        }
+                        let rv = undecodable.resource_version.clone();
+                        let stored = if m.deleted {
+                            event_received_besides_added = true;
+                            self.store.delete_undecodable(key)
+                        } else {
+                            self.store.mark_undecodable(key, undecodable)
+                        };
+                        match stored {
+                            Ok(()) => {}
+                            Err(StoreError::Closed) => return Transition::Stop,
+                            Err(e) => {
+                                warn!(reflector = %self.config.name, error = %e, "store refused an undecodable object");
+                            }
+                        }
+                        events += 1;
+                        if !rv.is_empty() && (propagate_rv_from_start || event_received_besides_added) {
+                            resource_version = rv;
+                            self.synced_to(&resource_version);
+                        }
                         continue;
                     }
                     Err(e) => {

@@ -49,6 +49,7 @@ use crate::reflector::{
 };
 use crate::store::Store;
 use crate::thread_safe_store::{IndexError, Inner as CacheState, ThreadSafeStore};
+use crate::undecodable::{Undecodable, UndecodableChange, type_name, warn_marked};
 
 /// The shortest resync period a handler can ask for (client-go `minimumResyncPeriod`).
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -338,6 +339,9 @@ pub struct InformerStats {
     pub malformed_objects: u64,
     /// Bookmarks received.
     pub bookmarks: u64,
+    /// Keys the cache marks undecodable now (objects the server has that do not decode), by
+    /// reason ([`Undecodable::reason`]); reasons with none are left out.
+    pub undecodable_objects: std::collections::BTreeMap<&'static str, u64>,
     /// Every handler's listener.
     pub listeners: Vec<ListenerStats>,
 }
@@ -684,6 +688,13 @@ where
             errors: ReflectorMetrics::get(&m.errors),
             malformed_objects: ReflectorMetrics::get(&m.malformed_objects),
             bookmarks: ReflectorMetrics::get(&m.bookmarks),
+            undecodable_objects: self.inner.indexer.undecodable().into_iter().fold(
+                std::collections::BTreeMap::new(),
+                |mut by_reason, (_, u)| {
+                    *by_reason.entry(u.reason).or_insert(0) += 1;
+                    by_reason
+                },
+            ),
             listeners: self.listener_stats(),
         }
     }
@@ -816,22 +827,30 @@ where
     fn process_batch(&self, store: &ThreadSafeStore<K>, batch: &[QueueItem<K>], is_in_initial_list: bool) {
         let _block = self.block_deltas();
         let mut notifications = Vec::with_capacity(batch.len());
+        let mut new_marks = Vec::new();
         {
             let mut cache = store.writer();
             for item in batch {
                 let applied = catch_unwind(AssertUnwindSafe(|| {
-                    apply_item(&mut cache, item, is_in_initial_list, &mut notifications)
+                    apply_item(&mut cache, item, is_in_initial_list, &mut notifications, &mut new_marks)
                 }));
                 if applied.is_err() {
                     self.inner.handle_deltas_panics.fetch_add(1, Ordering::Relaxed);
                     let key = match item {
                         QueueItem::Deltas(d) => d.key.as_str(),
                         QueueItem::ReplacedAll(_) => "(relist)",
+                        QueueItem::Undecodable(change) => change.key(),
                         _ => "",
                     };
                     error!(informer = %self.inner.reflector_config.name, key,
                         "panic while applying a change to the cache (an index function?); change dropped");
                 }
+            }
+        }
+        if !new_marks.is_empty() {
+            let kind = type_name::<K>();
+            for (key, undecodable) in &new_marks {
+                warn_marked(&self.inner.reflector_config.name, &kind, key, undecodable);
             }
         }
         self.inner.processor.distribute(&notifications);
@@ -841,15 +860,42 @@ where
 /// A notification and whether it is a resync (only for handlers due one).
 type Outgoing<K> = Vec<(Notification<K>, bool)>;
 
-/// Applies one queue item to the cache, appending the notifications it makes to `out`.
-fn apply_item<K: Resource>(cache: &mut CacheState<K>, item: &QueueItem<K>, initial: bool, out: &mut Outgoing<K>) {
+/// Applies one queue item to the cache, appending the notifications it makes to `out` and the
+/// undecodable marks it makes anew (to log once) to `new_marks`.
+fn apply_item<K: Resource>(
+    cache: &mut CacheState<K>,
+    item: &QueueItem<K>,
+    initial: bool,
+    out: &mut Outgoing<K>,
+    new_marks: &mut Vec<(String, Undecodable)>,
+) {
     match item {
         QueueItem::Deltas(deltas) => {
             for delta in &deltas.deltas {
                 apply_delta(cache, &deltas.key, delta, initial, out);
             }
         }
-        QueueItem::ReplacedAll(replaced) => apply_replaced_all(cache, replaced, initial, out),
+        QueueItem::ReplacedAll(replaced) => apply_replaced_all(cache, replaced, initial, out, new_marks),
+        QueueItem::Undecodable(UndecodableChange::Marked { key, undecodable }) => {
+            // The decoded version cached, if any, stays; handlers hear nothing.
+            if !undecodable.resource_version.is_empty() {
+                cache.set_resource_version(&undecodable.resource_version);
+            }
+            if cache.mark(key.clone(), undecodable.clone()) {
+                new_marks.push((key.clone(), undecodable.clone()));
+            }
+        }
+        QueueItem::Undecodable(UndecodableChange::Deleted { key }) => {
+            // The final state did not decode: handlers get the last decoded one as a tombstone.
+            cache.unmark(key);
+            if let Some(old) = cache.remove(key) {
+                let tombstone = DeletedFinalStateUnknown { key: key.clone(), obj: old };
+                out.push((
+                    Notification::Delete(DeltaObject::DeletedFinalStateUnknown(tombstone)),
+                    false,
+                ));
+            }
+        }
         QueueItem::SyncAll => {
             // Handlers due a resync get every cached object as it stands now.
             out.extend(cache.values().map(|obj| {
@@ -876,6 +922,7 @@ fn apply_delta<K: Resource>(
             // The delete of an object the cache does not hold reaches no handler: none of them
             // was ever told about it (the DeltaFifo drops those when queued; the RealFifo
             // cannot tell then).
+            cache.unmark(key);
             if cache.remove(key).is_some() {
                 if let DeltaObject::Object(obj) = object {
                     record_resource_version(cache, obj);
@@ -883,7 +930,12 @@ fn apply_delta<K: Resource>(
                 out.push((Notification::Delete(object.clone()), false));
             }
         }
-        (_, DeltaObject::Object(obj)) => {
+        (kind, DeltaObject::Object(obj)) => {
+            // A version that decoded clears the mark; a Sync re-delivers the cache's own copy
+            // and says nothing about the server's version.
+            if kind != DeltaType::Sync {
+                cache.unmark(key);
+            }
             let old = cache.upsert(key, obj.clone());
             // A watch event's resourceVersion is the newest the cache has seen; a Sync or
             // Replaced delta (DeltaFifo) carries an older one.
@@ -917,18 +969,25 @@ fn apply_delta<K: Resource>(
 /// Applies a relist (client-go `processReplacedAllInfo`): cached objects missing from the list
 /// are deleted with a tombstone, listed ones added or updated, all in one swap of the cache's
 /// content. Handlers hear of the deletions first, then of the listed objects in list order.
+/// Keys listed but undecodable are present: their cached version, if any, stays, unnotified,
+/// and they become the cache's whole set of undecodable marks.
 fn apply_replaced_all<K: Resource>(
     cache: &mut CacheState<K>,
     replaced: &ReplacedAll<K>,
     initial: bool,
     out: &mut Outgoing<K>,
+    new_marks: &mut Vec<(String, Undecodable)>,
 ) {
     let mut items: HashMap<String, Arc<K>> = HashMap::with_capacity(replaced.objects.len());
     for (key, obj) in &replaced.objects {
         items.insert(key.clone(), obj.clone());
     }
+    let marks: HashMap<String, Undecodable> = replaced.undecodable.iter().cloned().collect();
     let mut notifications = Vec::with_capacity(replaced.objects.len());
     for (key, old) in cache.iter() {
+        if marks.contains_key(key) && !items.contains_key(key) {
+            continue; // present, not decoded: the last decoded version stays
+        }
         if !items.contains_key(key) {
             let tombstone = DeletedFinalStateUnknown {
                 key: key.clone(),
@@ -961,8 +1020,24 @@ fn apply_replaced_all<K: Resource>(
             ),
         });
     }
+    // The last decoded versions of undecodable keys stay (after the listed objects were
+    // indexed in list order: they are few).
+    let mut kept = Vec::new();
+    for key in marks.keys() {
+        if !items.contains_key(key)
+            && let Some(old) = cache.get(key)
+        {
+            kept.push((key.clone(), old.clone()));
+        }
+    }
     // If an index function panics here, nothing has changed and nothing is notified.
-    cache.replace_listed(items, &replaced.objects);
+    if kept.is_empty() {
+        cache.replace_listed(items, &replaced.objects);
+    } else {
+        items.extend(kept);
+        cache.replace(items);
+    }
+    new_marks.extend(cache.set_marks(marks));
     cache.set_resource_version(&replaced.resource_version);
     out.append(&mut notifications);
 }
@@ -1275,6 +1350,7 @@ mod model_tests {
             objects: (0..n)
                 .map(|i| (format!("ns/{prefix}{i}"), named(prefix, i, rv)))
                 .collect(),
+            undecodable: Vec::new(),
         })
     }
 
@@ -1349,6 +1425,7 @@ mod model_tests {
         let relist = QueueItem::ReplacedAll(ReplacedAll {
             resource_version: "5".into(),
             objects: vec![("ns/c0".into(), named("c", 0, 5)), ("ns/a0".into(), named("a", 0, 4))],
+            undecodable: Vec::new(),
         });
         informer.process_batch(
             &informer.inner.parts[0].store,

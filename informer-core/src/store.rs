@@ -10,6 +10,7 @@ use std::sync::Arc;
 use kube::Resource;
 
 use crate::delta::DeltaType;
+use crate::undecodable::Undecodable;
 
 /// Why an object has no key: the server sent an object without `metadata.name`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,6 +78,34 @@ pub trait Store<K>: Send + Sync {
         let _ = resource_version;
         Ok(())
     }
+    /// The object under `key` is on the server but does not decode (a watch ADDED or MODIFIED
+    /// the reflector could not decode; see [`undecodable`](crate::undecodable)). A cache marks
+    /// the key and keeps any decoded version it holds; a queue passes the mark on in order.
+    /// By default ignored.
+    fn mark_undecodable(&self, key: String, undecodable: Undecodable) -> Result<(), StoreError> {
+        let _ = (key, undecodable);
+        Ok(())
+    }
+    /// The object under `key`, which does not decode, was deleted (a watch DELETED the
+    /// reflector could not decode): the mark goes and any cached version is deleted as usual.
+    /// By default ignored.
+    fn delete_undecodable(&self, key: String) -> Result<(), StoreError> {
+        let _ = key;
+        Ok(())
+    }
+    /// [`replace`](Store::replace) with the keys of the listed objects that did not decode:
+    /// they are present, so nothing is deleted for them (a cached decoded version stays), and
+    /// they are exactly the marked keys afterwards. By default `replace(list)`, which drops
+    /// them.
+    fn replace_with_undecodable(
+        &self,
+        list: Vec<Arc<K>>,
+        undecodable: Vec<(String, Undecodable)>,
+        resource_version: &str,
+    ) -> Result<(), StoreError> {
+        let _ = undecodable;
+        self.replace(list, resource_version)
+    }
     /// Applies watch events in order, with the effect of one [`add`](Store::add),
     /// [`update`](Store::update) or [`delete`](Store::delete) per change (what `kind` says;
     /// `Replaced` and `Sync` count as adds). The reflector hands over every event one read of
@@ -109,4 +138,9 @@ pub trait KnownObjects<K>: Send + Sync {
     fn list_keys(&self) -> Vec<String>;
     /// The cached object under `key`.
     fn get_by_key(&self, key: &str) -> Option<Arc<K>>;
+    /// Every key the cache marks undecodable (see [`Store::mark_undecodable`]), so that a
+    /// relist can drop the marks of keys it no longer lists. By default none.
+    fn undecodable_keys(&self) -> Vec<String> {
+        Vec::new()
+    }
 }

@@ -3,11 +3,16 @@
 //! One `RwLock` guards the objects and their indexes together, so a reader never sees an
 //! object without its index entries or the other way round. Index maintenance happens only
 //! through [`Inner`]'s methods, which can only be reached through the lock.
+//!
+//! Beside the objects, the same lock guards the keys marked *undecodable*: objects the server
+//! has that do not decode as `K` (see [`undecodable`](crate::undecodable)). A marked key may
+//! also hold a decoded object (its last version that decoded), or none.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::index::{IndexFunc, Indexers};
+use crate::undecodable::{Lookup, Undecodable};
 
 /// Errors from index queries and index registration.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,9 +40,12 @@ pub struct ThreadSafeStore<K> {
 ///
 /// Invariants: for every index name in `indexers` there is an entry in `indices`; a key is in
 /// `indices[name][value]` exactly when `items[key]` exists and `indexers[name](items[key])`
-/// contains `value`; no value maps to an empty set.
+/// contains `value`; no value maps to an empty set. `undecodable` is independent of `items`:
+/// a marked key may or may not hold a decoded object, and marks are never indexed.
 pub(crate) struct Inner<K> {
     items: HashMap<String, Arc<K>>,
+    /// Keys whose current version on the server does not decode.
+    undecodable: HashMap<String, Undecodable>,
     indexers: Indexers<K>,
     indices: HashMap<String, Index>,
     /// The resourceVersion of the last change or relist applied, or of the last bookmark
@@ -52,6 +60,7 @@ impl<K> ThreadSafeStore<K> {
         ThreadSafeStore {
             inner: RwLock::new(Inner {
                 items: HashMap::new(),
+                undecodable: HashMap::new(),
                 indexers,
                 indices,
                 resource_version: String::new(),
@@ -105,9 +114,32 @@ impl<K> ThreadSafeStore<K> {
         self.len() == 0
     }
 
-    /// Swaps the whole content for `items` atomically and rebuilds every index.
+    /// Swaps the whole content for `items` atomically and rebuilds every index; no key is
+    /// marked undecodable afterwards.
     pub fn replace(&self, items: HashMap<String, Arc<K>>) {
-        self.write().replace(items);
+        let mut inner = self.write();
+        inner.replace(items);
+        inner.set_marks(HashMap::new());
+    }
+
+    /// What the store holds under `key`: the object, a mark saying the server's version does
+    /// not decode (with the last decoded version, if any), or nothing.
+    pub fn lookup(&self, key: &str) -> Lookup<K> {
+        self.read().lookup(key)
+    }
+
+    /// Every key marked undecodable, with why, in no particular order.
+    pub fn undecodable(&self) -> Vec<(String, Undecodable)> {
+        self.read()
+            .undecodable
+            .iter()
+            .map(|(key, u)| (key.clone(), u.clone()))
+            .collect()
+    }
+
+    /// Every key marked undecodable, in no particular order.
+    pub fn undecodable_keys(&self) -> Vec<String> {
+        self.read().undecodable.keys().cloned().collect()
     }
 
     /// The resourceVersion the store last saw: from the last object written with one, the last
@@ -232,6 +264,52 @@ impl<K> Inner<K> {
     /// The object under `key`.
     pub(crate) fn get(&self, key: &str) -> Option<&Arc<K>> {
         self.items.get(key)
+    }
+
+    /// See [`ThreadSafeStore::lookup`].
+    pub(crate) fn lookup(&self, key: &str) -> Lookup<K> {
+        match (self.undecodable.get(key), self.items.get(key)) {
+            (Some(undecodable), last_decoded) => Lookup::Undecodable {
+                undecodable: undecodable.clone(),
+                last_decoded: last_decoded.cloned(),
+            },
+            (None, Some(obj)) => Lookup::Found(obj.clone()),
+            (None, None) => Lookup::Absent,
+        }
+    }
+
+    /// Marks `key` undecodable; the object under it, if any, stays. `true` when the mark is
+    /// new: the key was not marked, or at another resourceVersion (the caller logs those once).
+    pub(crate) fn mark(&mut self, key: String, undecodable: Undecodable) -> bool {
+        let new = self
+            .undecodable
+            .get(&key)
+            .is_none_or(|old| old.resource_version != undecodable.resource_version);
+        self.undecodable.insert(key, undecodable);
+        new
+    }
+
+    /// Drops the mark of `key`, if any (a decodable version, or a delete, arrived).
+    pub(crate) fn unmark(&mut self, key: &str) {
+        if !self.undecodable.is_empty() {
+            self.undecodable.remove(key);
+        }
+    }
+
+    /// Makes `marks` the whole set of marks (after a relist); returns the marks that are new
+    /// (see [`mark`](Self::mark)).
+    pub(crate) fn set_marks(&mut self, marks: HashMap<String, Undecodable>) -> Vec<(String, Undecodable)> {
+        let new = marks
+            .iter()
+            .filter(|(key, u)| {
+                self.undecodable
+                    .get(*key)
+                    .is_none_or(|old| old.resource_version != u.resource_version)
+            })
+            .map(|(key, u)| (key.clone(), u.clone()))
+            .collect();
+        self.undecodable = marks;
+        new
     }
 
     /// Every object, in no particular order.

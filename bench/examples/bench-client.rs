@@ -490,7 +490,7 @@ async fn e2e(args: &Args, client_kind: Client) -> Result<Outcome, BoxError> {
             let timeline = timeline.clone();
             let reconciler = kinformer::controller::reconciler_fn(
                 move |req: kinformer::controller::Request, ctx: kinformer::controller::Context<ConfigMap>| {
-                    if let Some(cm) = ctx.get(&req) {
+                    if let Ok(Some(cm)) = ctx.get(&req) {
                         timeline.reconciled(&cm);
                     }
                     async { Ok::<_, std::convert::Infallible>(kinformer::controller::Action::Done) }

@@ -14,7 +14,7 @@
 //! # async fn demo(client: kube::Client) -> Result<(), controller::ControllerError> {
 //! let factory = SharedInformerFactory::new(client, std::time::Duration::ZERO);
 //! let reconciler = reconciler_fn(|req: Request, ctx: Context<Deployment>| async move {
-//!     let Some(deployment) = ctx.get(&req) else { return Ok::<_, kube::Error>(Action::Done) };
+//!     let Some(deployment) = ctx.get(&req)? else { return Ok::<_, controller::BoxError>(Action::Done) };
 //!     // ... compare `deployment` with the desired state, write through kube::Api ...
 //!     # let _ = deployment;
 //!     Ok(Action::Done)

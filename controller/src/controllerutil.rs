@@ -18,7 +18,7 @@
 //! use kube::api::{Api, ObjectMeta};
 //!
 //! let reconciler = reconciler_fn(|req: Request, ctx: Context<Deployment>| async move {
-//!     let Some(deploy) = ctx.get(&req) else { return Ok::<_, BoxError>(Action::Done) };
+//!     let Some(deploy) = ctx.get(&req)? else { return Ok::<_, BoxError>(Action::Done) };
 //!     let ns = req.namespace.as_deref().unwrap_or("default");
 //!     let mut cm = ConfigMap {
 //!         metadata: ObjectMeta { name: Some(req.name.clone()), namespace: Some(ns.into()), ..Default::default() },

@@ -42,7 +42,7 @@
 //! use kube::api::Api;
 //!
 //! let reconciler = reconciler_fn(|req: Request, ctx: Context<ConfigMap>| async move {
-//!     let Some(cm) = ctx.get(&req) else { return Ok::<_, BoxError>(Action::Done) };
+//!     let Some(cm) = ctx.get(&req)? else { return Ok::<_, BoxError>(Action::Done) };
 //!     let api: Api<ConfigMap> = Api::namespaced(ctx.client().clone(), req.namespace.as_deref().unwrap_or("default"));
 //!     ctx.ensure_leading()?;
 //!     let action = finalizer(&api, "example.com/index-entry", cm, |event| async move {

@@ -74,6 +74,6 @@ pub use manager::{Manager, ManagerBuilder, ManagerError, ManagerHandle, ManagerS
 pub use metrics::{InformerCollector, InformerStatsSource, Metrics};
 pub use object_key::{ObjectKey, Request};
 pub use outcome::{ReconcilePanic, ReconcileTimeout, RequeueAfterError, TerminalError, terminal};
-pub use reconciler::{Action, BoxError, Context, FnReconciler, Reconciler, reconciler_fn};
+pub use reconciler::{Action, BoxError, Context, FnReconciler, Reconciler, UndecodableObject, reconciler_fn};
 pub use runnable::{Runnable, RunnableFn, hostname, runnable_fn};
 pub use webhook::{WebhookError, WebhookServer, WebhookServerConfig};

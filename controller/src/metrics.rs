@@ -206,6 +206,7 @@ pub type InformerStatsSource = Arc<dyn Fn() -> Vec<informer_core::InformerStats>
 /// |---|---|---|
 /// | `kinformer_informer_synced` | gauge (0/1) | `informer` |
 /// | `kinformer_informer_cached_objects` | gauge | `informer` |
+/// | `kinformer_informer_undecodable_objects` | gauge | `informer`, `reason` |
 /// | `kinformer_reflector_lists_total` | counter | `informer` |
 /// | `kinformer_reflector_relists_after_gone_total` | counter | `informer` |
 /// | `kinformer_reflector_watches_total` | counter | `informer` |
@@ -220,6 +221,10 @@ pub type InformerStatsSource = Arc<dyn Fn() -> Vec<informer_core::InformerStats>
 ///
 /// The [`Manager`](crate::Manager) registers one over its factory; `handler` is the
 /// registration's name (a controller's handlers are named after the controller).
+/// `kinformer_informer_undecodable_objects` counts the objects the server has that do not decode
+/// as the informer's type, kept in its cache as undecodable (see
+/// [`informer_core::undecodable`]), by `reason` (`unknown variant`, `invalid type`, ...); an
+/// informer with none has no series.
 pub struct InformerCollector {
     source: InformerStatsSource,
     informer_gauges: Vec<(&'static str, &'static str)>,
@@ -260,6 +265,10 @@ const INFORMER_COUNTERS: &[(&str, &str)] = &[
     ),
     ("kinformer_reflector_bookmarks_total", "Watch bookmarks received."),
 ];
+const UNDECODABLE_OBJECTS: (&str, &str) = (
+    "kinformer_informer_undecodable_objects",
+    "Objects the server has that do not decode as the informer's type, kept in its cache as undecodable, by reason.",
+);
 const LISTENER_GAUGES: &[(&str, &str)] = &[(
     "kinformer_informer_listener_pending",
     "Notifications waiting in a handler's buffer.",
@@ -302,6 +311,12 @@ impl InformerCollector {
                 Default::default(),
             )?);
         }
+        descs.push(prometheus::core::Desc::new(
+            UNDECODABLE_OBJECTS.0.into(),
+            UNDECODABLE_OBJECTS.1.into(),
+            vec!["informer".into(), "reason".into()],
+            Default::default(),
+        )?);
         Ok(InformerCollector {
             source,
             informer_gauges: INFORMER_GAUGES.to_vec(),
@@ -370,6 +385,18 @@ impl prometheus::core::Collector for InformerCollector {
                 }
                 add(&vec);
             }
+        }
+        if let Ok(vec) = IntGaugeVec::new(
+            Opts::new(UNDECODABLE_OBJECTS.0, UNDECODABLE_OBJECTS.1),
+            &["informer", "reason"],
+        ) {
+            for s in &stats {
+                for (reason, count) in &s.undecodable_objects {
+                    vec.with_label_values(&[s.informer.as_str(), reason])
+                        .set(i64::try_from(*count).unwrap_or(i64::MAX));
+                }
+            }
+            add(&vec);
         }
         for (name, help) in &self.listener_gauges {
             if let Ok(vec) = IntGaugeVec::new(Opts::new(*name, *help), &["informer", "handler"]) {

@@ -30,7 +30,7 @@
 //! use std::time::Duration;
 //!
 //! let reconciler = reconciler_fn(|req: Request, ctx: Context<ConfigMap>| async move {
-//!     let Some(cm) = ctx.get(&req) else { return Ok::<_, BoxError>(Action::Done) };
+//!     let Some(cm) = ctx.get(&req)? else { return Ok::<_, BoxError>(Action::Done) };
 //!     match cm.data.as_ref().and_then(|d| d.get("mode")).map(String::as_str) {
 //!         // Retrying cannot help until someone edits the object (which enqueues it anyway).
 //!         Some("bogus") => Err(terminal("mode \"bogus\" is not supported").into()),

@@ -2,9 +2,10 @@
 //! its [`Action`], and the [`Context`] it reads from.
 //!
 //! A reconcile gets a key, not an object: it reads the current state from the informer cache
-//! through the context's listers (the primary may be gone: then [`Context::get`] is `None` and
-//! the reconcile cleans up), writes through `kube::Api` with [`Context::client`], and says what
-//! should happen next:
+//! through the context's listers (the primary may be gone: then [`Context::get`] is `Ok(None)`
+//! and the reconcile cleans up; or on the server but not decodable as `K`: then it is an
+//! [`UndecodableObject`] error, never `None`), writes through `kube::Api` with
+//! [`Context::client`], and says what should happen next:
 //!
 //! | outcome | the queue does (client-go / controller-runtime) |
 //! |---|---|
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use factory::FactoryResource;
-use informer_core::{Indexer, Lister};
+use informer_core::{Indexer, Lister, Lookup, Undecodable};
 use kube::api::{ApiResource, DynamicObject};
 use kube::{Client, Resource};
 
@@ -70,11 +71,11 @@ pub trait Reconciler<K>: Send + Sync + 'static {
 /// use k8s_openapi::api::core::v1::ConfigMap;
 ///
 /// let reconciler = reconciler_fn(|req: Request, ctx: Context<ConfigMap>| async move {
-///     match ctx.get(&req) {
+///     match ctx.get(&req)? {
 ///         Some(cm) => println!("{req} has {} keys", cm.data.as_ref().map_or(0, |d| d.len())),
 ///         None => println!("{req} is gone"),
 ///     }
-///     Ok::<_, std::convert::Infallible>(Action::Done)
+///     Ok::<_, controller::UndecodableObject>(Action::Done)
 /// });
 /// # let _ = reconciler;
 /// ```
@@ -107,6 +108,40 @@ where
 
     fn reconcile(&self, req: Request, ctx: &Context<K>) -> impl Future<Output = Result<Action, E>> + Send {
         (self.f)(req, ctx.clone())
+    }
+}
+
+/// The primary object a reconcile asked for ([`Context::get`]) is on the server, but its
+/// current version does not decode as the controller's Rust type (a field of another type, an
+/// enum value the type does not know). It is not deleted: a reconcile returning this error
+/// (`ctx.get(&req)?`) is logged with its controller and key and retried rate-limited, and
+/// reconciles normally once a decodable version arrives.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {key} does not decode at resourceVersion {resource_version:?} ({reason}): {error}")]
+#[non_exhaustive]
+pub struct UndecodableObject {
+    /// The Rust type it does not decode as, without module path (`Widget`).
+    pub kind: String,
+    /// Its cache key: `namespace/name`, or `name`.
+    pub key: String,
+    /// The resourceVersion that does not decode.
+    pub resource_version: String,
+    /// The class of the decode error ([`Undecodable::reason`]).
+    pub reason: &'static str,
+    /// The decoder's whole message.
+    pub error: String,
+}
+
+impl UndecodableObject {
+    /// The object of type `kind` under `key` does not decode, as `undecodable` says.
+    pub fn new(kind: impl Into<String>, key: impl Into<String>, undecodable: Undecodable) -> Self {
+        UndecodableObject {
+            kind: kind.into(),
+            key: key.into(),
+            resource_version: undecodable.resource_version,
+            reason: undecodable.reason,
+            error: undecodable.error,
+        }
     }
 }
 
@@ -214,7 +249,7 @@ impl<K> Context<K> {
     /// use kube::api::{Api, Patch, PatchParams};
     ///
     /// let reconciler = reconciler_fn(|req: Request, ctx: Context<ConfigMap>| async move {
-    ///     let Some(cm) = ctx.get(&req) else { return Ok::<_, BoxError>(Action::Done) };
+    ///     let Some(cm) = ctx.get(&req)? else { return Ok::<_, BoxError>(Action::Done) };
     ///     let api: Api<ConfigMap> = Api::namespaced(ctx.client().clone(), req.namespace.as_deref().unwrap_or("default"));
     ///     let patch = serde_json::json!({"metadata": {"labels": {"seen": "yes"}}});
     ///     ctx.ensure_leading()?; // no write once this replica may no longer lead
@@ -272,15 +307,33 @@ impl<K> Context<K> {
 }
 
 impl<K: Resource + 'static> Context<K> {
-    /// The primary object `req` names, from the cache; `None` if it does not exist (deleted).
+    /// The primary object `req` names, from the cache: `Ok(None)` if it does not exist
+    /// (deleted), and an [`UndecodableObject`] error if the server has it but its current
+    /// version does not decode as `K` (see [`informer_core::undecodable`]).
+    ///
+    /// An error rather than `None`, so that a reconcile cannot take an object it cannot read
+    /// for a deleted one and clean up after it; an error rather than the last decoded version,
+    /// so that it does not act on state the server has moved past. `ctx.get(&req)?` hands it
+    /// to the worker, which logs it with the controller and key and retries rate-limited (an
+    /// error policy sees it like any error); a reconcile that wants the last decoded version
+    /// reads [`Lister::lookup`](informer_core::Lister::lookup) through [`lister`](Self::lister).
     ///
     /// The kind's scope decides, not the key: a key carrying a namespace (from a mapper or a
     /// trigger) finds a cluster-scoped object by its name.
-    pub fn get(&self, req: &Request) -> Option<Arc<K>> {
-        if self.inner.primary_namespaced {
-            self.inner.primary.get_by_key(&req.cache_key())
+    pub fn get(&self, req: &Request) -> Result<Option<Arc<K>>, UndecodableObject> {
+        let key = if self.inner.primary_namespaced {
+            req.cache_key()
         } else {
-            self.inner.primary.get_by_key(&req.name)
+            req.name.clone()
+        };
+        match self.inner.primary.lookup_by_key(&key) {
+            Lookup::Found(obj) => Ok(Some(obj)),
+            Lookup::Undecodable { undecodable, .. } => Err(UndecodableObject::new(
+                informer_core::undecodable::type_name::<K>(),
+                key,
+                undecodable,
+            )),
+            _ => Ok(None),
         }
     }
 

@@ -58,7 +58,7 @@ async fn a_controller_for_two_namespaces_reconciles_theirs_through_one_lister_an
     let seen = Seen::default();
     let sink = seen.clone();
     let reconciler = reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
-        let found = ctx.get(&req).is_some();
+        let found = ctx.get(&req).expect("decodes").is_some();
         let listed = ctx
             .lister_for::<ConfigMap>()
             .map(|lister| {

@@ -72,7 +72,7 @@ async fn run_seed(seed: u64, chaos: Duration) {
                         .unwrap()
                         .push(format!("{key} reconciled concurrently"));
                 }
-                let seen = ctx.get(&req).and_then(|cm| value(&cm));
+                let seen = ctx.get(&req).expect("decodes").and_then(|cm| value(&cm));
                 // Stay inside a moment so overlapping reconciles of one key would be caught.
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 witness.last_seen.lock().unwrap().insert(key.clone(), seen);

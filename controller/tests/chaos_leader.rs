@@ -167,7 +167,7 @@ fn instance_manager(client: kube::Client, identity: &str, instance: usize, check
                 return Ok::<_, BoxError>(Action::Done);
             }
             let api: Api<ConfigMap> = Api::namespaced(ctx.client().clone(), &out);
-            let Some(input) = ctx.get(&req) else {
+            let Some(input) = ctx.get(&req)? else {
                 ensure_leading(&ctx)?;
                 match api.delete(&req.name, &DeleteParams::default()).await {
                     Ok(_) => {}

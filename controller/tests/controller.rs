@@ -59,7 +59,7 @@ async fn reconciles_primary_and_owned_children_and_a_deleted_primary_once() {
         reconciler_fn(move |req: Request, ctx: Context<Widget>| {
             let seen = seen.clone();
             async move {
-                let widget = ctx.get(&req);
+                let widget = ctx.get(&req).expect("decodes");
                 seen.lock().unwrap().push((req.to_string(), widget.is_some()));
                 let Some(widget) = widget else { return Ok(Action::Done) };
                 // Widgets named owner-* get an owned ConfigMap, created if missing.
@@ -330,6 +330,7 @@ async fn eight_workers_never_reconcile_one_key_concurrently_and_see_the_final_st
                 }
                 let value = ctx
                     .get(&req)
+                    .expect("decodes")
                     .and_then(|cm| cm.data.as_ref().and_then(|d| d.get("v").cloned()))
                     .unwrap_or_default();
                 // Hold the key a while so concurrent deliveries would overlap.
@@ -592,6 +593,7 @@ async fn a_dynamic_primary_is_reconciled_like_a_typed_one() {
             async move {
                 let value = ctx
                     .get(&req)
+                    .expect("decodes")
                     .and_then(|obj| obj.data["data"]["v"].as_str().map(str::to_owned));
                 seen.lock().unwrap().push((req.to_string(), value));
                 Ok::<_, std::convert::Infallible>(Action::Done)
@@ -938,7 +940,7 @@ async fn watches_map_any_object_to_keys_and_dynamic_children_enqueue_their_owner
                     && ctx.lister_for::<Secret>().is_none();
                 seen.lock()
                     .unwrap()
-                    .push((req.to_string(), ctx.get(&req).is_some() && listers_ok));
+                    .push((req.to_string(), ctx.get(&req).expect("decodes").is_some() && listers_ok));
                 Ok::<_, std::convert::Infallible>(Action::Done)
             }
         })

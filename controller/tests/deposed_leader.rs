@@ -76,7 +76,7 @@ fn paused_manager(
         async move {
             probe.starts.lock().unwrap().push((req.name.clone(), Instant::now()));
             if req.name == "slow" {
-                if let Some(cm) = ctx.get(&req) {
+                if let Some(cm) = ctx.get(&req).expect("decodes") {
                     ctx.recorder()
                         .publish(&*cm, EventType::Normal, "Slow", "Reconcile", "a slow reconcile");
                 }
@@ -339,7 +339,7 @@ fn replica(client: kube::Client, identity: &str, metrics: Option<std::net::Socke
     let reconciler = reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
         let out = out.clone();
         async move {
-            if req.namespace.as_deref() != Some("default") || req.name == "gate" || ctx.get(&req).is_none() {
+            if req.namespace.as_deref() != Some("default") || req.name == "gate" || ctx.get(&req).expect("decodes").is_none() {
                 return Ok::<_, BoxError>(Action::Done);
             }
             if req.name == "hold" {

@@ -104,7 +104,7 @@ fn finalizing(name: &'static str, probe: Arc<Probe>) -> impl Reconciler<Widget> 
     reconciler_fn(move |req: Request, ctx: Context<Widget>| {
         let probe = probe.clone();
         async move {
-            let Some(widget) = ctx.get(&req) else {
+            let Some(widget) = ctx.get(&req).expect("decodes") else {
                 return Ok(Action::Done);
             };
             let api: Api<Widget> = Api::namespaced(ctx.client().clone(), req.namespace.as_deref().unwrap_or("default"));

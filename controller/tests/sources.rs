@@ -277,7 +277,10 @@ async fn a_key_with_a_namespace_finds_a_cluster_scoped_primary() {
     let reconciler = {
         let found = found.clone();
         reconciler_fn(move |req: Request, ctx: Context<Namespace>| {
-            found.lock().unwrap().push((req.to_string(), ctx.get(&req).is_some()));
+            found
+                .lock()
+                .unwrap()
+                .push((req.to_string(), ctx.get(&req).expect("decodes").is_some()));
             async { Ok::<_, std::convert::Infallible>(Action::Done) }
         })
     };

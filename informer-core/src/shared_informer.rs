@@ -889,7 +889,10 @@ fn apply_item<K: Resource>(
             // The final state did not decode: handlers get the last decoded one as a tombstone.
             cache.unmark(key);
             if let Some(old) = cache.remove(key) {
-                let tombstone = DeletedFinalStateUnknown { key: key.clone(), obj: old };
+                let tombstone = DeletedFinalStateUnknown {
+                    key: key.clone(),
+                    obj: old,
+                };
                 out.push((
                     Notification::Delete(DeltaObject::DeletedFinalStateUnknown(tombstone)),
                     false,

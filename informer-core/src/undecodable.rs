@@ -234,7 +234,10 @@ mod tests {
     fn serde_messages_are_classified_by_their_leading_words() {
         let cases = [
             ("unknown variant `Big`, expected `Small` or `Large`", "unknown variant"),
-            ("invalid type: string \"big\", expected i32 at line 1 column 9", "invalid type"),
+            (
+                "invalid type: string \"big\", expected i32 at line 1 column 9",
+                "invalid type",
+            ),
             ("invalid value: integer `-1`, expected u32", "invalid value"),
             ("missing field `size` at line 1 column 2", "missing field"),
             ("unknown field `x`, expected `size`", "unknown field"),

@@ -16,9 +16,9 @@ pub struct GreetingSpec {
     message: String,
 }
 
-async fn reconcile(req: Request, ctx: Context<Greeting>) -> Result<Action, kinformer::kube::Error> {
+async fn reconcile(req: Request, ctx: Context<Greeting>) -> Result<Action, kinformer::controller::BoxError> {
     // Deleted: nothing to do, its ConfigMap is garbage-collected through the owner reference.
-    let Some(greeting) = ctx.get(&req) else {
+    let Some(greeting) = ctx.get(&req)? else {
         return Ok(Action::Done);
     };
     let mut cm = ConfigMap::default();

@@ -15,7 +15,7 @@ use kube::Resource;
 use kube::api::{ApiResource, DynamicObject};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
-use workqueue::{QueueConfig, RateLimiter, RateLimitingQueue, default_controller_rate_limiter};
+use workqueue::{QueueConfig, RateLimiter, default_controller_rate_limiter};
 
 use crate::controller::{
     BuiltController, ControllerError, DEFAULT_CACHE_SYNC_TIMEOUT, DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT, ErrorPolicy,
@@ -32,6 +32,7 @@ use crate::source::{
     ErasedRegistration, ErasedSource, Handling, MakeHandler, PrimaryKeys, Signal, Source, SourceError, SourceKey,
     Trigger, dynamic_source, typed_source,
 };
+use crate::work_queue::WorkQueue;
 
 /// How one source of a controller filters and which cache it reads (controller-runtime's
 /// `builder.WithPredicates`, `builder.OnlyMetadata`'s cousin `ByObject`, and `Owns`'
@@ -164,6 +165,8 @@ struct Common {
     triggers: Vec<Trigger>,
     workers: usize,
     rate_limiter: Option<Box<dyn RateLimiter<ObjectKey>>>,
+    /// A priority queue (the default) or the FIFO one.
+    use_priority_queue: bool,
     graceful_shutdown_timeout: Duration,
     cache_sync_timeout: Duration,
     reconcile_timeout: Option<Duration>,
@@ -193,6 +196,7 @@ impl Controller<()> {
                 triggers: Vec::new(),
                 workers: 1,
                 rate_limiter: None,
+                use_priority_queue: true,
                 graceful_shutdown_timeout: DEFAULT_GRACEFUL_SHUTDOWN_TIMEOUT,
                 cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
                 reconcile_timeout: None,
@@ -544,6 +548,16 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         self
     }
 
+    /// Whether the work queue is a priority queue (default `true`, controller-runtime's
+    /// `UsePriorityQueue`): keys from the initial list and from resyncs wait behind keys from real
+    /// changes, so after a restart a change is reconciled before the backlog (see
+    /// [`WorkQueue`](crate::WorkQueue)). `false`: the plain FIFO queue of client-go.
+    #[must_use]
+    pub fn use_priority_queue(mut self, use_priority_queue: bool) -> Self {
+        self.common.use_priority_queue = use_priority_queue;
+        self
+    }
+
     /// How long the workers may take after shutdown to finish the keys already queued and the
     /// reconciles in flight (default 30 s).
     #[must_use]
@@ -647,7 +661,8 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         let rate_limiter = common
             .rate_limiter
             .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
-        let queue = RateLimitingQueue::with_config(
+        let queue = WorkQueue::new(
+            common.use_priority_queue,
             rate_limiter,
             QueueConfig::default()
                 .name(common.name.clone())

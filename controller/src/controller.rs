@@ -96,7 +96,6 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
-use workqueue::RateLimitingQueue;
 
 use crate::event_recorder::EventRecorder;
 use crate::leadership::{Leadership, NotLeader};
@@ -106,6 +105,7 @@ use crate::outcome::{ReconcilePanic, ReconcileTimeout, RequeueAfterError, Termin
 use crate::reconciler::{Action, BoxError, Context, Reconciler, RunScope};
 use crate::runnable::Runnable;
 use crate::source::ErasedRegistration;
+use crate::work_queue::WorkQueue;
 
 /// How long in-flight reconciles may take to finish after shutdown (controller-runtime's
 /// default graceful shutdown timeout).
@@ -214,7 +214,7 @@ impl<K> Clone for Outcomes<K> {
 pub struct BuiltController<K, R> {
     pub(crate) name: String,
     pub(crate) factory: SharedInformerFactory,
-    pub(crate) queue: RateLimitingQueue<ObjectKey>,
+    pub(crate) queue: WorkQueue,
     pub(crate) reconciler: Arc<R>,
     pub(crate) context: Context<K>,
     pub(crate) registrations: Vec<Box<dyn ErasedRegistration>>,
@@ -243,9 +243,9 @@ where
         &self.name
     }
 
-    /// The controller's work queue: add keys to it to trigger reconciles from outside the
-    /// informers (controller-runtime's channel source).
-    pub fn queue(&self) -> &RateLimitingQueue<ObjectKey> {
+    /// The controller's work queue: add keys to it, at any priority, to trigger reconciles from
+    /// outside the informers (controller-runtime's channel source).
+    pub fn queue(&self) -> &WorkQueue {
         &self.queue
     }
 
@@ -564,7 +564,7 @@ struct Worker<K, R> {
     name: String,
     stop_now: CancellationToken,
     refused_retries: RefusedRetries,
-    queue: RateLimitingQueue<ObjectKey>,
+    queue: WorkQueue,
     reconciler: Arc<R>,
     context: Context<K>,
     metrics: ControllerMetrics,
@@ -585,26 +585,27 @@ where
                 () = self.context.leadership().token().cancelled() => return,
                 key = self.queue.get() => key,
             };
-            let Some(key) = key else { return };
+            // Its retries keep the priority it came with (controller-runtime's reconcileHandler).
+            let Some((key, priority)) = key else { return };
             // By the clock, not by `stop_now`: right after the process resumes from a stop, the
             // timer that ends the term may not have run yet.
             if let Err(not_leader) = self.context.ensure_leading() {
                 info!(controller = %self.name, key = %key, reason = %not_leader,
                     "reconcile not started: this replica may no longer lead; the key is put back");
-                self.put_back(&key);
+                self.put_back(&key, priority);
                 self.queue.done(&key);
                 // The term's timer fires at once if it has not (or shutdown comes): no busy loop.
                 self.context.token().cancelled().await;
                 return;
             }
             self.metrics.active_workers.inc();
-            self.reconcile(&key).await;
+            self.reconcile(&key, priority).await;
             self.queue.done(&key);
             self.metrics.active_workers.dec();
         }
     }
 
-    async fn reconcile(&self, key: &ObjectKey) {
+    async fn reconcile(&self, key: &ObjectKey, priority: i32) {
         let attempt = self.queue.num_requeues(key);
         let span = info_span!("reconcile", controller = %self.name, key = %key, attempt,
             result = tracing::field::Empty);
@@ -620,18 +621,18 @@ where
                 "success"
             }
             Ok(Action::Requeue) => {
-                self.retry(key, None);
+                self.retry(key, None, priority);
                 self.metrics.requeue.inc();
                 "requeue"
             }
             Ok(Action::RequeueAfter(delay)) => {
                 self.queue.forget(key);
-                self.retry(key, Some(delay));
+                self.retry(key, Some(delay), priority);
                 self.metrics.requeue_after.inc();
                 "requeue_after"
             }
             Err(e) => {
-                self.on_error(key, &e, elapsed);
+                self.on_error(key, priority, &e, elapsed);
                 "error"
             }
         };
@@ -685,7 +686,7 @@ where
 
     /// The error path: log and count, then forget, retry after a delay, ask the error policy,
     /// or retry rate-limited (the [`outcome`](crate::outcome) module's table).
-    fn on_error(&self, key: &ObjectKey, e: &BoxError, elapsed: Duration) {
+    fn on_error(&self, key: &ObjectKey, priority: i32, e: &BoxError, elapsed: Duration) {
         let e: &(dyn std::error::Error + Send + Sync + 'static) = &**e;
         self.metrics.error.inc();
         self.metrics.errors.inc();
@@ -702,11 +703,11 @@ where
             return;
         }
         if let Some(requeue) = find_in_chain::<RequeueAfterError>(e) {
-            self.retry(key, Some(requeue.after()));
+            self.retry(key, Some(requeue.after()), priority);
             return;
         }
         let Some(policy) = &self.outcomes.error_policy else {
-            self.retry(key, None);
+            self.retry(key, None, priority);
             return;
         };
         let request = key.clone();
@@ -720,8 +721,8 @@ where
         debug!(?action, "error policy");
         match action {
             Action::Done => self.queue.forget(key),
-            Action::Requeue => self.retry(key, None),
-            Action::RequeueAfter(delay) => self.retry(key, Some(delay)),
+            Action::Requeue => self.retry(key, None, priority),
+            Action::RequeueAfter(delay) => self.retry(key, Some(delay), priority),
         }
     }
 }
@@ -730,20 +731,20 @@ impl<K, R> Worker<K, R> {
     /// Puts a key taken but not reconciled back into the queue (it is still processing, so it
     /// is queued again when done), or keeps it to be reported as dropped once the queue shuts
     /// down.
-    fn put_back(&self, key: &ObjectKey) {
+    fn put_back(&self, key: &ObjectKey, priority: i32) {
         if self.queue.shutting_down() {
             self.refused_retries
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(key.clone());
         } else {
-            self.queue.add(key.clone());
+            self.queue.add_with_priority(key.clone(), priority);
         }
     }
 
     /// Schedules a retry (rate-limited, or after `delay`); once the queue is shutting down it
     /// would be ignored, so the key is kept to be reported as dropped instead.
-    fn retry(&self, key: &ObjectKey, delay: Option<Duration>) {
+    fn retry(&self, key: &ObjectKey, delay: Option<Duration>, priority: i32) {
         if self.queue.shutting_down() {
             debug!(controller = %self.name, key = %key, "retry asked for during shutdown: key dropped");
             self.refused_retries
@@ -753,8 +754,8 @@ impl<K, R> Worker<K, R> {
             return;
         }
         match delay {
-            Some(delay) => self.queue.add_after(key.clone(), delay),
-            None => self.queue.add_rate_limited(key.clone()),
+            Some(delay) => self.queue.add_after_with_priority(key.clone(), delay, priority),
+            None => self.queue.add_rate_limited_with_priority(key.clone(), priority),
         }
     }
 }

@@ -14,16 +14,21 @@
 //! Handlers run on the informer's
 //! listener thread: they filter, compute keys and add them to the queue, nothing else. The
 //! only allocations are the keys themselves (and a mapper's `Vec`).
+//!
+//! Priorities, as controller-runtime's handlers with its priority queue: an add from the
+//! informer's initial list, and an update whose resourceVersion did not change (a resync), enqueue
+//! at [`LOW_PRIORITY`]; every other notification at [`NORMAL_PRIORITY`]. A custom handler
+//! ([`Enqueuer`]) chooses its own.
 
 use std::sync::Arc;
 
 use informer_core::{DeletedObject, ResourceEventHandler};
 use kube::Resource;
 use kube::api::ObjectMeta;
-use workqueue::RateLimitingQueue;
 
 use crate::object_key::ObjectKey;
 use crate::predicate::{EventFilters, Filters, Predicate, TypedPredicate};
+use crate::work_queue::{LOW_PRIORITY, NORMAL_PRIORITY, WorkQueue};
 
 /// A mapper of [`watches`](crate::Controller::watches): the primary keys an object concerns.
 pub type MapFunc<W> = Arc<dyn Fn(&W) -> Vec<ObjectKey> + Send + Sync>;
@@ -92,13 +97,19 @@ impl OwnerType {
 /// ([`watches_with`](crate::Controller::watches_with)): it may add keys, nothing else.
 #[derive(Clone)]
 pub struct Enqueuer {
-    pub(crate) queue: RateLimitingQueue<ObjectKey>,
+    pub(crate) queue: WorkQueue,
 }
 
 impl Enqueuer {
-    /// Enqueues `key` now (merged with a pending add of the same key).
+    /// Enqueues `key` now at [`NORMAL_PRIORITY`] (merged with a pending add of the same key).
     pub fn add(&self, key: ObjectKey) {
         self.queue.add(key);
+    }
+
+    /// Enqueues `key` now at `priority` (higher first; [`LOW_PRIORITY`] for what the initial
+    /// list or a resync brought). Ignored when the priority queue is switched off.
+    pub fn add_with_priority(&self, key: ObjectKey, priority: i32) {
+        self.queue.add_with_priority(key, priority);
     }
 
     /// Enqueues `key` once `delay` has passed.
@@ -109,7 +120,7 @@ impl Enqueuer {
 
 /// The handler registered on one informer of a controller.
 pub(crate) struct EnqueueHandler<K> {
-    pub(crate) queue: RateLimitingQueue<ObjectKey>,
+    pub(crate) queue: WorkQueue,
     /// The controller's event filters (metadata).
     pub(crate) predicates: EventFilters,
     /// This source's own predicates (typed).
@@ -118,27 +129,29 @@ pub(crate) struct EnqueueHandler<K> {
 }
 
 impl<K: Resource> EnqueueHandler<K> {
-    fn enqueue(&self, obj: &K) {
+    fn enqueue(&self, obj: &K, priority: i32) {
+        let add = |key| self.queue.add_with_priority(key, priority);
         match &self.mapping {
             Mapping::Object => {
                 if let Some(key) = ObjectKey::from_object(obj) {
-                    self.queue.add(key);
+                    add(key);
                 }
             }
-            Mapping::Owner(owner) => owner.owner_keys(obj.meta(), |key| self.queue.add(key)),
-            Mapping::Func(map) => {
-                for key in map(obj) {
-                    self.queue.add(key);
-                }
-            }
+            Mapping::Owner(owner) => owner.owner_keys(obj.meta(), add),
+            Mapping::Func(map) => map(obj).into_iter().for_each(add),
         }
     }
 }
 
 impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHandler<K> {
-    fn on_add(&self, obj: &Arc<K>, _is_in_initial_list: bool) {
+    fn on_add(&self, obj: &Arc<K>, is_in_initial_list: bool) {
         if self.predicates.create(obj.meta()) && self.source_predicates.create(obj) {
-            self.enqueue(obj);
+            let priority = if is_in_initial_list {
+                LOW_PRIORITY
+            } else {
+                NORMAL_PRIORITY
+            };
+            self.enqueue(obj, priority);
         }
     }
 
@@ -146,13 +159,19 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHan
         if !(self.predicates.update(old.meta(), new.meta()) && self.source_predicates.update(old, new)) {
             return;
         }
+        // A resync delivers the cached object as both old and new: nothing changed.
+        let priority = if old.meta().resource_version == new.meta().resource_version {
+            LOW_PRIORITY
+        } else {
+            NORMAL_PRIORITY
+        };
         match &self.mapping {
             // The key cannot change between old and new.
-            Mapping::Object => self.enqueue(new),
+            Mapping::Object => self.enqueue(new, priority),
             // The queue merges the two adds when both give the same key.
             Mapping::Owner(_) | Mapping::Func(_) => {
-                self.enqueue(old);
-                self.enqueue(new);
+                self.enqueue(old, priority);
+                self.enqueue(new, priority);
             }
         }
     }
@@ -160,7 +179,7 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHan
     fn on_delete(&self, obj: DeletedObject<K>) {
         let obj = obj.object();
         if self.predicates.delete(obj.meta()) && self.source_predicates.delete(obj) {
-            self.enqueue(obj);
+            self.enqueue(obj, NORMAL_PRIORITY);
         }
     }
 }
@@ -169,6 +188,8 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHan
 mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use futures::FutureExt;
 
     use super::*;
 
@@ -261,9 +282,59 @@ mod tests {
         );
     }
 
+    /// controller-runtime's `WithLowPriorityWhenUnchanged`: the initial list and resyncs (an
+    /// update keeping the resourceVersion) at `LOW_PRIORITY`, real changes and deletes at 0.
+    #[tokio::test]
+    async fn the_initial_list_and_resyncs_enqueue_at_low_priority() {
+        let queue = WorkQueue::new(
+            true,
+            Box::new(workqueue::default_controller_rate_limiter()),
+            workqueue::QueueConfig::default(),
+        );
+        let handler = EnqueueHandler::<ConfigMap> {
+            queue: queue.clone(),
+            predicates: EventFilters(Vec::new()),
+            source_predicates: Filters::default(),
+            mapping: Mapping::Object,
+        };
+        let cm = |name: &str, rv: &str| {
+            Arc::new(ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some("ns".into()),
+                    resource_version: Some(rv.into()),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            })
+        };
+        handler.on_add(&cm("listed", "1"), true);
+        handler.on_add(&cm("created", "2"), false);
+        handler.on_update(&cm("resynced", "3"), &cm("resynced", "3"));
+        handler.on_update(&cm("updated", "3"), &cm("updated", "4"));
+        handler.on_delete(DeletedObject::Object(cm("deleted", "5")));
+        let mut got = Vec::new();
+        while let Some((key, priority)) = queue.get().now_or_never().flatten() {
+            queue.done(&key);
+            got.push((key.name, priority));
+        }
+        let expected = [
+            ("created", NORMAL_PRIORITY),
+            ("updated", NORMAL_PRIORITY),
+            ("deleted", NORMAL_PRIORITY),
+            ("listed", LOW_PRIORITY),
+            ("resynced", LOW_PRIORITY),
+        ];
+        assert_eq!(got, expected.map(|(name, priority)| (name.to_owned(), priority)));
+    }
+
     #[tokio::test]
     async fn updates_enqueue_old_and_new_owners_and_predicates_filter() {
-        let queue = RateLimitingQueue::new(workqueue::default_controller_rate_limiter());
+        let queue = WorkQueue::new(
+            true,
+            Box::new(workqueue::default_controller_rate_limiter()),
+            workqueue::QueueConfig::default(),
+        );
         let handler = EnqueueHandler::<ConfigMap> {
             queue: queue.clone(),
             predicates: EventFilters(vec![Arc::new(crate::predicate::LabelsChanged)]),
@@ -285,7 +356,7 @@ mod tests {
         assert!(queue.is_empty(), "labels did not change: filtered");
         new.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
         handler.on_update(&Arc::new(old.clone()), &Arc::new(new));
-        let mut keys = vec![queue.get().await.unwrap(), queue.get().await.unwrap()];
+        let mut keys = vec![queue.get().await.unwrap().0, queue.get().await.unwrap().0];
         keys.sort();
         assert_eq!(
             keys,
@@ -297,6 +368,9 @@ mod tests {
         keys.iter().for_each(|key| queue.done(key));
         old.metadata.name = Some("other".into());
         handler.on_delete(DeletedObject::Object(Arc::new(old)));
-        assert_eq!(queue.get().await, Some(ObjectKey::namespaced("ns", "parent")));
+        assert_eq!(
+            queue.get().await,
+            Some((ObjectKey::namespaced("ns", "parent"), NORMAL_PRIORITY))
+        );
     }
 }

@@ -8,7 +8,7 @@
 //! SharedInformerFactory ─▶ SharedIndexInformer<K> ─▶ handler (For / Owns / Watches + predicates)
 //!                                                        │ enqueue ObjectKey
 //!                                                        ▼
-//!                          RateLimitingQueue<ObjectKey> ─▶ N workers ─▶ Reconciler::reconcile
+//!                          WorkQueue (priority) of ObjectKey ─▶ N workers ─▶ Reconciler::reconcile
 //!                                                        ▲                  │
 //!                                                        └── Action / Err ──┘ (forget, add_rate_limited, add_after)
 //! ```
@@ -23,7 +23,9 @@
 //! - [`Reconciler`], [`Action`], [`Context`] (`reconciler.rs`): what a controller calls.
 //! - [`outcome`]: how a failed reconcile is treated: [`TerminalError`], [`RequeueAfterError`],
 //!   [`ReconcileTimeout`], [`ReconcilePanic`], and the error policy.
-//! - [`predicate`]: event filters; `handler.rs`: the handlers that enqueue keys.
+//! - [`predicate`]: event filters; `handler.rs`: the handlers that enqueue keys, at
+//!   [`LOW_PRIORITY`] for the initial list and resyncs; [`WorkQueue`] (`work_queue.rs`): the
+//!   priority queue (or FIFO) they feed.
 //! - [`Manager`] (`manager.rs`): runs controllers with leader election ([`LeaderElector`],
 //!   `leader_election.rs`) and serves `/metrics` ([`Metrics`], `metrics.rs`), `/healthz`,
 //!   `/readyz`.
@@ -57,6 +59,7 @@ mod reconciler;
 pub mod runnable;
 mod source;
 pub mod webhook;
+mod work_queue;
 
 pub use builder::{Controller, ControllerBuilder, SourceOptions};
 pub use controller::{BuiltController, ControllerError, ErrorPolicy};
@@ -77,3 +80,4 @@ pub use outcome::{ReconcilePanic, ReconcileTimeout, RequeueAfterError, TerminalE
 pub use reconciler::{Action, BoxError, Context, FnReconciler, Reconciler, UndecodableObject, reconciler_fn};
 pub use runnable::{Runnable, RunnableFn, hostname, runnable_fn};
 pub use webhook::{WebhookError, WebhookServer, WebhookServerConfig};
+pub use work_queue::{LOW_PRIORITY, NORMAL_PRIORITY, WorkQueue};

@@ -20,12 +20,12 @@ use kube::api::{ApiResource, DynamicObject};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
-use workqueue::RateLimitingQueue;
 
 use crate::handler::{EnqueueHandler, Enqueuer, Mapping};
 use crate::object_key::ObjectKey;
 use crate::predicate::{EventFilters, Filters};
 use crate::reconciler::{Gvk, gvk};
+use crate::work_queue::WorkQueue;
 
 /// Why a source could not be registered (the builder turns it into a `ControllerError`).
 #[derive(Debug)]
@@ -109,7 +109,7 @@ pub(crate) trait ErasedSource: Send + Sync {
     fn register(
         &self,
         controller: &str,
-        queue: &RateLimitingQueue<ObjectKey>,
+        queue: &WorkQueue,
         predicates: &EventFilters,
     ) -> Result<Box<dyn ErasedRegistration>, SourceError>;
     fn add_to_context(
@@ -126,7 +126,7 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
     fn register(
         &self,
         controller: &str,
-        queue: &RateLimitingQueue<ObjectKey>,
+        queue: &WorkQueue,
         predicates: &EventFilters,
     ) -> Result<Box<dyn ErasedRegistration>, SourceError> {
         let Some(informer) = &self.informer else {
@@ -248,7 +248,7 @@ impl ErasedSource for Trigger {
     fn register(
         &self,
         controller: &str,
-        queue: &RateLimitingQueue<ObjectKey>,
+        queue: &WorkQueue,
         _predicates: &EventFilters,
     ) -> Result<Box<dyn ErasedRegistration>, SourceError> {
         let Some(mut signals) = self.signals.lock().unwrap_or_else(|p| p.into_inner()).take() else {

@@ -788,7 +788,7 @@ fn dropped_keys(registry: &prometheus::Registry) -> f64 {
 async fn queue_behind(
     cms: &Api<ConfigMap>,
     probe: &Probe,
-    queue: &workqueue::RateLimitingQueue<ObjectKey>,
+    queue: &controller::WorkQueue,
     held: &[&str],
     keys: &[&str],
 ) {

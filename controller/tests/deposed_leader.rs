@@ -63,7 +63,7 @@ fn paused_manager(
     client: kube::Client,
     probe: Arc<Probe>,
     recorder: EventRecorder,
-) -> (Manager, workqueue::RateLimitingQueue<ObjectKey>) {
+) -> (Manager, controller::WorkQueue) {
     let config = LeaderElectionConfig::new("default", LEASE_NAME, "leader");
     let mut manager = Manager::builder(client)
         .no_http_servers()
@@ -339,7 +339,10 @@ fn replica(client: kube::Client, identity: &str, metrics: Option<std::net::Socke
     let reconciler = reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
         let out = out.clone();
         async move {
-            if req.namespace.as_deref() != Some("default") || req.name == "gate" || ctx.get(&req).expect("decodes").is_none() {
+            if req.namespace.as_deref() != Some("default")
+                || req.name == "gate"
+                || ctx.get(&req).expect("decodes").is_none()
+            {
                 return Ok::<_, BoxError>(Action::Done);
             }
             if req.name == "hold" {

@@ -130,7 +130,7 @@ async fn metrics_have_reconcile_and_workqueue_series_and_readyz_flips_after_sync
     // Three creates and one rate-limited retry reached the queue; the retry is also counted.
     assert_eq!(sample(&text, r#"workqueue_adds_total{name="cms"}"#), 4.0, "{text}");
     assert_eq!(sample(&text, r#"workqueue_retries_total{name="cms"}"#), 1.0);
-    assert_eq!(sample(&text, r#"workqueue_depth{name="cms"}"#), 0.0);
+    assert_eq!(sample(&text, r#"workqueue_depth{name="cms",priority="0"}"#), 0.0);
     assert_eq!(
         sample(&text, r#"workqueue_work_duration_seconds_count{name="cms"}"#),
         4.0
@@ -433,7 +433,7 @@ async fn losing_the_lease_stops_the_controllers_at_once_and_fails_the_manager() 
     // Keys queued behind it: a graceful shutdown would reconcile them, a lost lease must not.
     create_configmaps(&client, &["queued-0", "queued-1", "queued-2"]).await;
     eventually(WAIT, "keys queued", || {
-        let depth = sample(&metrics.encode(), r#"workqueue_depth{name="cms-loser"}"#);
+        let depth = sample(&metrics.encode(), r#"workqueue_depth{name="cms-loser",priority="0"}"#);
         async move { depth == 3.0 }
     })
     .await;

@@ -303,6 +303,9 @@ impl<K: Resource + 'static> Indexer<K> {
     }
 }
 
+/// The share of a relist one part of a merged view holds: its objects and undecodable keys.
+type PartOfList<K> = (Vec<Arc<K>>, Vec<(String, Undecodable)>);
+
 /// Records `obj`'s resourceVersion, if it has one, as the store's last seen.
 pub(crate) fn record_resource_version<K: Resource>(inner: &mut crate::thread_safe_store::Inner<K>, obj: &K) {
     if let Some(rv) = obj.meta().resource_version.as_deref() {
@@ -358,8 +361,7 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
         let store = match &self.backing {
             Backing::One(store) => store,
             Backing::Merged(parts) => {
-                let mut split: Vec<(Vec<Arc<K>>, Vec<(String, Undecodable)>)> =
-                    parts.iter().map(|_| (Vec::new(), Vec::new())).collect();
+                let mut split: Vec<PartOfList<K>> = parts.iter().map(|_| (Vec::new(), Vec::new())).collect();
                 for obj in list {
                     let part = self.part_of(obj.as_ref())?;
                     if let Some(i) = parts.iter().position(|p| p.indexer.same_cache(part)) {

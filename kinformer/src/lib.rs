@@ -48,6 +48,8 @@ pub use informer_core as cache;
 pub use informer_derive::Informer;
 pub use workqueue;
 
+pub mod quantity;
+
 // What kinformer's API exposes, so a controller crate needs no direct dependency on these
 // (and cannot end up with a second, mismatched version of them).
 pub use k8s_openapi;
@@ -77,6 +79,24 @@ pub mod __codegen {
     /// The schema of an `Option<IntOrString>` field: the same, nullable.
     pub fn optional_int_or_string_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({ "x-kubernetes-int-or-string": true, "nullable": true })
+    }
+
+    /// Stands for `IntOrString` in `#[schemars(with = "Vec<IntOrStringSchema>")]`, the schema of
+    /// an array or map of them.
+    pub struct IntOrStringSchema;
+
+    impl schemars::JsonSchema for IntOrStringSchema {
+        fn inline_schema() -> bool {
+            true
+        }
+
+        fn schema_name() -> std::borrow::Cow<'static, str> {
+            "IntOrString".into()
+        }
+
+        fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+            int_or_string_schema(generator)
+        }
     }
 }
 

@@ -797,4 +797,108 @@ mod tests {
         ));
         assert!(fifo.is_empty(), "a failed replace changes nothing");
     }
+
+    /// Pops one key: its delta kinds (empty if it had none) and its mark change, if any.
+    async fn pop_with_mark(fifo: &DeltaFifo<ConfigMap>) -> (Vec<DeltaType>, Option<UndecodableChange>) {
+        let mut out = None;
+        let mut process = |batch: &[QueueItem<ConfigMap>], _initial: bool| {
+            let mut kinds = Vec::new();
+            let mut mark = None;
+            for item in batch {
+                match item {
+                    QueueItem::Deltas(d) => kinds.extend(d.deltas.iter().map(|d| d.kind)),
+                    QueueItem::Undecodable(change) => mark = Some(change.clone()),
+                    _ => panic!("a DeltaFifo pops Deltas and marks"),
+                }
+            }
+            out = Some((kinds, mark));
+            Ok(())
+        };
+        fifo.pop(&mut process).await.expect("open").expect("processed");
+        out.expect("popped")
+    }
+
+    fn marked(key: &str, rv: &str) -> UndecodableChange {
+        UndecodableChange::Marked {
+            key: key.into(),
+            undecodable: Undecodable::new(rv, "invalid type: x"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_mark_pops_after_its_keys_deltas_and_a_later_delta_supersedes_it() {
+        let fifo = fifo_with(&Indexer::default());
+        fifo.add(cm("a", "1")).unwrap();
+        fifo.mark_undecodable("ns/a".into(), Undecodable::new("2", "invalid type: x"))
+            .unwrap();
+        fifo.mark_undecodable("ns/b".into(), Undecodable::new("3", "invalid type: x"))
+            .unwrap();
+        fifo.update(cm("b", "4")).unwrap();
+        fifo.check_invariants().unwrap();
+        assert_eq!(fifo.list_keys(), ["ns/a", "ns/b"], "one queue slot per key");
+        let (kinds, mark) = pop_with_mark(&fifo).await;
+        assert_eq!(kinds, [DeltaType::Added]);
+        let Some(UndecodableChange::Marked { key, undecodable }) = mark else {
+            panic!("a's mark, after its delta")
+        };
+        assert_eq!((key.as_str(), undecodable.resource_version.as_str()), ("ns/a", "2"));
+        assert_eq!(
+            pop_with_mark(&fifo).await,
+            (vec![DeltaType::Updated], None),
+            "b decoded after its mark: the mark is superseded"
+        );
+        assert!(fifo.is_empty());
+        fifo.check_invariants().unwrap();
+    }
+
+    #[tokio::test]
+    async fn replace_keeps_undecodable_keys_present_and_clears_stale_marks() {
+        let cache = Indexer::default();
+        cache.add(cm("kept", "1")).unwrap();
+        cache.add(cm("gone", "1")).unwrap();
+        cache
+            .mark_undecodable("ns/stale".into(), Undecodable::new("1", "invalid type: x"))
+            .unwrap();
+        let fifo = fifo_with(&cache);
+        fifo.replace_with_undecodable(
+            vec![],
+            vec![("ns/kept".into(), Undecodable::new("5", "invalid type: x"))],
+            "5",
+        )
+        .unwrap();
+        fifo.check_invariants().unwrap();
+        let mut popped = Vec::new();
+        for _ in 0..3 {
+            let key = fifo.list_keys()[0].clone();
+            popped.push((key, pop_with_mark(&fifo).await));
+        }
+        popped.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            popped,
+            [
+                ("ns/gone".to_string(), (vec![DeltaType::Deleted], None)),
+                ("ns/kept".to_string(), (vec![], Some(marked("ns/kept", "5")))),
+                (
+                    "ns/stale".to_string(),
+                    (vec![], Some(UndecodableChange::Deleted { key: "ns/stale".into() }))
+                ),
+            ],
+            "no tombstone for the undecodable key; the stale mark is cleared"
+        );
+        assert!(fifo.has_synced(), "marks count in the initial population");
+    }
+
+    #[tokio::test]
+    async fn the_delete_of_an_undecodable_object_carries_its_last_state_as_a_tombstone() {
+        let cache = Indexer::default();
+        cache.add(cm("a", "1")).unwrap();
+        let fifo = fifo_with(&cache);
+        fifo.delete_undecodable("ns/a".into()).unwrap();
+        fifo.add(cm("a", "3")).unwrap();
+        // Recreated after: the delete (a tombstone of the cached state) comes first.
+        let (kinds, mark) = pop_with_mark(&fifo).await;
+        assert_eq!(kinds, [DeltaType::Deleted, DeltaType::Added]);
+        assert_eq!(mark, None, "the recreate supersedes the mark's clearing");
+        fifo.check_invariants().unwrap();
+    }
 }

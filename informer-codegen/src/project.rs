@@ -28,13 +28,25 @@
 //! client-go style accessors (`factory.generated().storage().v1().storageclasses()`, through
 //! the `GeneratedInformers` trait it defines: a user crate cannot add methods to the factory,
 //! and a trait method named after a group the factory already has, such as `core`, would be
-//! shadowed by the factory's own) and `mod.rs`. Output is formatted by prettyplease and deterministic: the same
-//! inputs give the same bytes, so `--check` (for CI) compares, and fails on a stale or a left
-//! over generated file.
+//! shadowed by the factory's own) and `mod.rs`. Output is formatted by prettyplease and
+//! deterministic: the same inputs give the same bytes, so `--check` (for CI) compares, and
+//! fails on a stale or a left over generated file. For each file that differs it names what
+//! the file is generated from (the CRD and its YAML file), the path relative to the config's
+//! directory and a short diff:
+//!
+//! ```text
+//! out of date: src/generated/certificates_cert_manager_io.rs, from CRD certificates.cert-manager.io (crds/cert-manager.crds.yaml)
+//!     @@ -40,5 +40,5 @@
+//!        40 |         pub struct CertificateSpec {
+//!     -  41 |             pub common_name: Option<String>,
+//!     +  41 |             pub common_name: String,
+//! generated code is stale: run `cargo xtask codegen`
+//! ```
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use quote::{format_ident, quote};
 use serde::Deserialize;
@@ -86,6 +98,9 @@ pub struct GeneratedFile {
     pub path: PathBuf,
     /// What it holds.
     pub contents: String,
+    /// What it is generated from, as `--check` names it: `CRD certificates.cert-manager.io
+    /// (crds/cert-manager.yaml)`, or a part of the config file.
+    pub source: String,
 }
 
 /// Whether [`run`] writes files or compares them.
@@ -99,13 +114,87 @@ pub enum Mode {
 
 /// What [`run`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Outcome {
     /// Files written (or, in check mode, that would be).
-    pub changed: Vec<PathBuf>,
+    pub changed: Vec<FileChange>,
     /// Generated files that nothing generates any more (removed, or reported in check mode).
-    pub stale: Vec<PathBuf>,
+    pub stale: Vec<FileChange>,
     /// Files already up to date.
     pub unchanged: usize,
+}
+
+/// A file [`run`] found different from what the config generates: written, or in check mode
+/// reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileChange {
+    /// The file's path: the config's directory joined with `output` and the file's name.
+    pub path: PathBuf,
+    /// `path` relative to the config's directory, lexically normalised (no `.`, no `dir/..`)
+    /// and with `/` separators, as the report prints it: `src/generated/mod.rs`.
+    pub shown: String,
+    /// What the file is generated from ([`GeneratedFile::source`]); for a stale file, what its
+    /// header says it was generated from.
+    pub source: String,
+    /// A short unified-style diff from the file on disk to what the config generates (see
+    /// [`Outcome::report`]); `None` for a file that does not exist yet and for a stale file.
+    pub diff: Option<String>,
+}
+
+/// How many changed lines a file's diff shows at most.
+const DIFF_CHANGED_LINES: usize = 20;
+/// Unchanged lines shown around a change.
+const DIFF_CONTEXT: usize = 2;
+/// The characters of a line a diff shows; the rest is counted (a generated file holds long
+/// string literals, the CRD's JSON among them).
+const DIFF_LINE_CHARS: usize = 160;
+/// How long the diff of one file may take before it settles for a coarser one.
+const DIFF_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl Outcome {
+    /// Whether every generated file is up to date and none is stale: what `--check` requires.
+    pub fn is_up_to_date(&self) -> bool {
+        self.changed.is_empty() && self.stale.is_empty()
+    }
+
+    /// What [`main`] prints after [`run`] in `mode`: in check mode each file that differs, with
+    /// its source, its path relative to the config's directory and a diff of at most 20 changed
+    /// lines (each with its line number: of the file on disk for `-`, of the new file for `+`
+    /// and ` `), each stale file, and a last line saying whether generated code is stale; in
+    /// write mode the files written and removed.
+    pub fn report(&self, mode: Mode) -> String {
+        let mut lines = Vec::new();
+        for file in &self.changed {
+            let verb = match (mode, &file.diff) {
+                (Mode::Write, _) => "wrote",
+                (Mode::Check, Some(_)) => "out of date",
+                (Mode::Check, None) => "missing",
+            };
+            lines.push(format!("{verb}: {}, from {}", file.shown, file.source));
+            if let (Mode::Check, Some(diff)) = (mode, &file.diff) {
+                lines.extend(diff.lines().map(|line| format!("    {line}")));
+            }
+        }
+        for file in &self.stale {
+            let verb = match mode {
+                Mode::Write => "removed",
+                Mode::Check => "stale",
+            };
+            lines.push(format!(
+                "{verb}: {}, generated from {}, which no longer generates it",
+                file.shown, file.source
+            ));
+        }
+        if mode == Mode::Check && !self.is_up_to_date() {
+            lines.push("generated code is stale: run `cargo xtask codegen`".to_string());
+        } else {
+            lines.push(format!("{} files up to date", self.unchanged));
+        }
+        let mut report = lines.join("\n");
+        report.push('\n');
+        report
+    }
 }
 
 /// An error of [`plan`] or [`run`], with the file it concerns.
@@ -121,13 +210,13 @@ impl std::fmt::Display for CodegenError {
 impl std::error::Error for CodegenError {}
 
 fn io_error(path: &Path, e: std::io::Error) -> CodegenError {
-    CodegenError(format!("{}: {e}", path.display()))
+    CodegenError(format!("{}: {e}", normalise(path)))
 }
 
 /// Reads a config file.
 pub fn read_config(path: &Path) -> Result<Config, CodegenError> {
     let text = std::fs::read_to_string(path).map_err(|e| io_error(path, e))?;
-    toml::from_str(&text).map_err(|e| CodegenError(format!("{}: {e}", path.display())))
+    toml::from_str(&text).map_err(|e| CodegenError(format!("{}: {e}", normalise(path))))
 }
 
 /// The files `config` (read from `config_path`) generates, without touching the disk beyond
@@ -138,7 +227,7 @@ pub fn plan(config: &Config, config_path: &Path) -> Result<Vec<GeneratedFile>, C
     let krate: syn::Path = syn::parse_str(&config.kinformer).map_err(|e| {
         CodegenError(format!(
             "{}: kinformer = {:?}: {e}",
-            config_path.display(),
+            normalise(config_path),
             config.kinformer
         ))
     })?;
@@ -170,6 +259,7 @@ pub fn plan(config: &Config, config_path: &Path) -> Result<Vec<GeneratedFile>, C
                 files.push(GeneratedFile {
                     path: output.join(format!("{stem}.rs")),
                     contents,
+                    source: format!("CRD {} ({shown})", crd.metadata.name),
                 });
             }
         }
@@ -178,18 +268,23 @@ pub fn plan(config: &Config, config_path: &Path) -> Result<Vec<GeneratedFile>, C
         files.push(GeneratedFile {
             path: output.join("builtin.rs"),
             contents: builtin_file(config, &krate, &config_name)?,
+            source: format!("`builtin` in {config_name}"),
         });
         modules.insert("builtin".to_string(), config_name.clone());
     }
     let mod_doc = format!(" Generated by kinformer codegen from `{config_name}`.");
     let mods = modules.keys().map(|m| format_ident!("{}", m));
+    // `allow(dead_code)`: a binary uses a part of what is generated, and the rest is no
+    // mistake to warn about.
     let mod_rs = quote! {
         #![doc = #mod_doc]
+        #![allow(dead_code)]
         #(pub mod #mods;)*
     };
     files.push(GeneratedFile {
         path: output.join("mod.rs"),
         contents: format!("{HEADER} from {config_name}. DO NOT EDIT.\n\n{}", crate::pretty(mod_rs)),
+        source: format!("the modules of {config_name}"),
     });
     Ok(files)
 }
@@ -292,21 +387,126 @@ fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, CodegenError> {
     Ok(files)
 }
 
-/// `path` relative to `base` where it can be, with `/` separators (so output is the same on
-/// every machine).
+/// `path` relative to `base` where it can be, normalised (so output is the same on every
+/// machine, and `xtask/../kinformer-codegen.toml` reads as what it is).
 fn relative(path: &Path, base: &Path) -> String {
-    let shown = path.strip_prefix(base).unwrap_or(path);
+    normalise(path.strip_prefix(base).unwrap_or(path))
+}
+
+/// `path` without `.` components and with each `dir/..` pair removed, `/`-separated. Lexical,
+/// as Go's `filepath.Clean`: a symlink followed by `..` is not resolved (it only names files
+/// in messages and headers, it never opens them).
+fn normalise(path: &Path) -> String {
+    let mut parts: Vec<Component<'_>> = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => match parts.last() {
+                Some(Component::Normal(_)) => {
+                    parts.pop();
+                }
+                // `/..` is `/`.
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                _ => parts.push(component),
+            },
+            _ => parts.push(component),
+        }
+    }
+    let mut shown = String::new();
+    for part in &parts {
+        match part {
+            Component::RootDir => shown.push('/'),
+            Component::Prefix(prefix) => shown.push_str(&prefix.as_os_str().to_string_lossy()),
+            other => {
+                if !(shown.is_empty() || shown.ends_with('/')) {
+                    shown.push('/');
+                }
+                shown.push_str(&other.as_os_str().to_string_lossy());
+            }
+        }
+    }
+    if shown.is_empty() {
+        shown.push('.');
+    }
     shown
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy())
-        .collect::<Vec<_>>()
-        .join("/")
+}
+
+/// A short unified-style diff from `old` to `new`: hunks of changed lines with
+/// [`DIFF_CONTEXT`] lines around them, each line with its line number, cut after
+/// [`DIFF_CHANGED_LINES`] changed lines with a count of the rest.
+fn short_diff(old: &str, new: &str) -> String {
+    use similar::{ChangeTag, TextDiff};
+    let diff = TextDiff::configure().timeout(DIFF_TIMEOUT).diff_lines(old, new);
+    let total = diff
+        .iter_all_changes()
+        .filter(|change| change.tag() != ChangeTag::Equal)
+        .count();
+    let mut lines = Vec::new();
+    let mut shown = 0;
+    'hunks: for group in diff.grouped_ops(DIFF_CONTEXT) {
+        let (Some(first), Some(last)) = (group.first(), group.last()) else {
+            continue;
+        };
+        let (old_start, old_end) = (first.old_range().start, last.old_range().end);
+        let (new_start, new_end) = (first.new_range().start, last.new_range().end);
+        lines.push(format!(
+            "@@ -{},{} +{},{} @@",
+            old_start + 1,
+            old_end - old_start,
+            new_start + 1,
+            new_end - new_start
+        ));
+        for op in &group {
+            for change in diff.iter_changes(op) {
+                let (sign, index) = match change.tag() {
+                    ChangeTag::Equal => (' ', change.new_index()),
+                    ChangeTag::Delete => ('-', change.old_index()),
+                    ChangeTag::Insert => ('+', change.new_index()),
+                };
+                if sign != ' ' {
+                    if shown == DIFF_CHANGED_LINES {
+                        break 'hunks;
+                    }
+                    shown += 1;
+                }
+                let number = index.map_or(0, |i| i + 1);
+                let text = clip(change.value().trim_end_matches(['\n', '\r']));
+                lines.push(format!("{sign}{number:>5} | {text}"));
+            }
+        }
+    }
+    if total > shown {
+        lines.push(format!("... {} more changed lines", total - shown));
+    }
+    lines.join("\n")
+}
+
+/// `line` cut after [`DIFF_LINE_CHARS`] characters, saying how many it leaves out.
+fn clip(line: &str) -> String {
+    match line.char_indices().nth(DIFF_LINE_CHARS) {
+        Some((cut, _)) => format!("{}… ({} more characters)", &line[..cut], line[cut..].chars().count()),
+        None => line.to_string(),
+    }
+}
+
+/// What a generated file's first line says it was generated from: the `X` of
+/// `// Code generated by kinformer codegen from X. DO NOT EDIT.`.
+fn header_source(contents: &str) -> String {
+    contents
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix(HEADER))
+        .and_then(|rest| rest.strip_prefix(" from "))
+        .and_then(|rest| rest.strip_suffix(". DO NOT EDIT."))
+        .unwrap_or("an earlier run")
+        .to_string()
 }
 
 /// Generates (or checks) everything `config_path` asks for.
 pub fn run(config_path: &Path, mode: Mode) -> Result<Outcome, CodegenError> {
     let config = read_config(config_path)?;
     let files = plan(&config, config_path)?;
+    let base = config_path.parent().unwrap_or(Path::new("."));
     let mut outcome = Outcome::default();
     for file in &files {
         let current = std::fs::read_to_string(&file.path).ok();
@@ -314,7 +514,12 @@ pub fn run(config_path: &Path, mode: Mode) -> Result<Outcome, CodegenError> {
             outcome.unchanged += 1;
             continue;
         }
-        outcome.changed.push(file.path.clone());
+        outcome.changed.push(FileChange {
+            path: file.path.clone(),
+            shown: relative(&file.path, base),
+            source: file.source.clone(),
+            diff: current.map(|current| short_diff(&current, &file.contents)),
+        });
         if mode == Mode::Write {
             if let Some(dir) = file.path.parent() {
                 std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
@@ -322,20 +527,27 @@ pub fn run(config_path: &Path, mode: Mode) -> Result<Outcome, CodegenError> {
             std::fs::write(&file.path, &file.contents).map_err(|e| io_error(&file.path, e))?;
         }
     }
-    let base = config_path.parent().unwrap_or(Path::new("."));
     let output = base.join(&config.output);
     if let Ok(entries) = std::fs::read_dir(&output) {
-        let mut stale: Vec<PathBuf> = entries
+        let mut stale: Vec<FileChange> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|e| e == "rs"))
             .filter(|p| !files.iter().any(|f| &f.path == p))
-            .filter(|p| std::fs::read_to_string(p).is_ok_and(|t| t.starts_with(HEADER)))
+            .filter_map(|path| {
+                let text = std::fs::read_to_string(&path).ok()?;
+                text.starts_with(HEADER).then(|| FileChange {
+                    shown: relative(&path, base),
+                    source: header_source(&text),
+                    diff: None,
+                    path,
+                })
+            })
             .collect();
-        stale.sort();
+        stale.sort_by(|a, b| a.path.cmp(&b.path));
         if mode == Mode::Write {
-            for path in &stale {
-                std::fs::remove_file(path).map_err(|e| io_error(path, e))?;
+            for file in &stale {
+                std::fs::remove_file(&file.path).map_err(|e| io_error(&file.path, e))?;
             }
         }
         outcome.stale = stale;
@@ -361,20 +573,10 @@ pub fn main(config_path: impl AsRef<Path>) -> ExitCode {
     let config_path = config_path.as_ref();
     match run(config_path, mode) {
         Ok(outcome) => {
-            let stale_or_changed = !outcome.changed.is_empty() || !outcome.stale.is_empty();
-            for path in &outcome.changed {
-                let verb = if mode == Mode::Check { "out of date" } else { "wrote" };
-                eprintln!("{verb}: {}", path.display());
-            }
-            for path in &outcome.stale {
-                let verb = if mode == Mode::Check { "stale" } else { "removed" };
-                eprintln!("{verb}: {}", path.display());
-            }
-            if mode == Mode::Check && stale_or_changed {
-                eprintln!("generated code is stale: run `cargo xtask codegen`");
+            eprint!("{}", outcome.report(mode));
+            if mode == Mode::Check && !outcome.is_up_to_date() {
                 ExitCode::FAILURE
             } else {
-                eprintln!("{} files up to date", outcome.unchanged);
                 ExitCode::SUCCESS
             }
         }
@@ -430,7 +632,7 @@ spec:
         let mut names: Vec<_> = written
             .changed
             .iter()
-            .filter_map(|p| p.file_name())
+            .filter_map(|c| c.path.file_name())
             .map(|n| n.to_string_lossy().into_owned())
             .collect();
         names.sort();
@@ -451,12 +653,14 @@ spec:
         std::fs::write(dir.join("gen/old.rs"), format!("{HEADER} from x. DO NOT EDIT.\n")).unwrap();
         std::fs::write(dir.join("gen/handwritten.rs"), "// mine").unwrap();
         let checked = run(&config, Mode::Check).unwrap();
-        assert_eq!(checked.changed, [dir.join("gen/gadgets_example_com.rs")]);
-        assert_eq!(checked.stale, [dir.join("gen/old.rs")]);
+        let paths = |files: &[FileChange]| files.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+        assert_eq!(paths(&checked.changed), [dir.join("gen/gadgets_example_com.rs")]);
+        assert_eq!(paths(&checked.stale), [dir.join("gen/old.rs")]);
+        assert_eq!(checked.stale[0].source, "x");
         assert!(dir.join("gen/old.rs").exists(), "check mode changes nothing");
 
         let rewritten = run(&config, Mode::Write).unwrap();
-        assert_eq!(rewritten.stale, [dir.join("gen/old.rs")]);
+        assert_eq!(paths(&rewritten.stale), [dir.join("gen/old.rs")]);
         assert!(!dir.join("gen/old.rs").exists() && dir.join("gen/handwritten.rs").exists());
         assert_eq!(
             std::fs::read_to_string(dir.join("gen/gadgets_example_com.rs")).unwrap(),
@@ -493,5 +697,52 @@ spec:
         let err = run(&config, Mode::Check).unwrap_err().to_string();
         assert!(err.contains("builtin[0]") && err.contains("expected 6 fields"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn paths_are_normalised_lexically() {
+        let cases = [
+            ("xtask/../kinformer-codegen.toml", "kinformer-codegen.toml"),
+            ("./src/./generated/mod.rs", "src/generated/mod.rs"),
+            ("/repo/xtask/../gen/a.rs", "/repo/gen/a.rs"),
+            ("../shared/gen/../crds", "../shared/crds"),
+            ("/../a", "/a"),
+            ("a/..", "."),
+            ("", "."),
+        ];
+        for (path, shown) in cases {
+            assert_eq!(normalise(Path::new(path)), shown, "{path}");
+        }
+        assert_eq!(
+            relative(Path::new("/repo/xtask/../gen/./a.rs"), Path::new("/repo/xtask/..")),
+            "gen/a.rs"
+        );
+    }
+
+    #[test]
+    fn the_diff_numbers_lines_keeps_context_and_stops_after_twenty_changes() {
+        let old = "a\nb\nc\nd\ne\nf\n";
+        let new = "a\nb\nc\nD\ne\nf\ng\n";
+        assert_eq!(
+            short_diff(old, new),
+            "@@ -2,5 +2,6 @@\n     2 | b\n     3 | c\n-    4 | d\n+    4 | D\n     5 | e\n     6 | f\n+    7 | g"
+        );
+
+        let old: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let new: String = (0..100).map(|i| format!("line {}\n", i * 2)).collect();
+        let diff = short_diff(&old, &new);
+        let changed = diff.lines().filter(|l| l.starts_with(['-', '+'])).count();
+        assert_eq!(changed, DIFF_CHANGED_LINES, "{diff}");
+        assert!(diff.ends_with(" more changed lines"), "{diff}");
+
+        let long = "é".repeat(DIFF_LINE_CHARS + 7);
+        let diff = short_diff("x\n", &format!("{long}\n"));
+        assert!(
+            diff.ends_with(&format!(
+                "+    1 | {}… (7 more characters)",
+                "é".repeat(DIFF_LINE_CHARS)
+            )),
+            "{diff}"
+        );
     }
 }

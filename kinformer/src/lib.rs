@@ -62,6 +62,11 @@ pub use tokio_util::sync::CancellationToken;
 /// Code generation for your own repository (feature `codegen`): Rust types, informers and
 /// listers from CRD YAML, and built-in accessors, driven by a `kinformer-codegen.toml` from
 /// your `cargo xtask codegen` (see [`codegen::project`]).
+///
+/// An xtask is better off depending on `informer-codegen` (feature `crd`), this same module,
+/// directly: it then builds no HTTP client, TLS stack, tokio or k8s-openapi (36 crates instead
+/// of 165), and needs no Kubernetes version feature. This re-export serves crates that depend
+/// on kinformer anyway.
 #[cfg(feature = "codegen")]
 pub use informer_codegen as codegen;
 

@@ -245,8 +245,8 @@ fn codegen(mode: Mode) -> Result<(), String> {
     let mut total = files.len();
     for config in CODEGEN_CONFIGS {
         let outcome = project::run(&root().join(config), project_mode).map_err(|e| e.to_string())?;
-        changed.extend(outcome.changed.iter().map(|p| shown(p)));
-        changed.extend(outcome.stale.iter().map(|p| format!("{} (stale)", shown(p))));
+        changed.extend(outcome.changed.iter().map(|c| shown(&c.path)));
+        changed.extend(outcome.stale.iter().map(|s| format!("{} (stale)", shown(&s.path))));
         total += outcome.changed.len() + outcome.unchanged;
     }
     report(changed, total, mode, "cargo xtask codegen")

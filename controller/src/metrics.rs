@@ -261,7 +261,7 @@ const INFORMER_COUNTERS: &[(&str, &str)] = &[
     ("kinformer_reflector_errors_total", "List and watch errors."),
     (
         "kinformer_reflector_malformed_objects_total",
-        "Objects skipped because they did not decode or had no name.",
+        "Objects that did not decode or had no name, each time one arrived.",
     ),
     ("kinformer_reflector_bookmarks_total", "Watch bookmarks received."),
 ];

@@ -3,9 +3,11 @@
 //! [`ListerWatcher`] is the only thing the reflector knows about the API server, so tests and
 //! other transports can stand in for it. [`ApiListerWatcher`] implements it over a
 //! `kube::Api<K>`, typed or `DynamicObject`. It decodes responses itself rather than through
-//! `Api::watch`, so that a malformed object on a stream is reported with its key and skipped
-//! instead of ending the watch, and so that an HTTP 410 on the watch request is told apart
-//! from other failures.
+//! `Api::watch`, so that an object that does not decode is reported
+//! ([`MalformedObject`]: its key and resourceVersion when its metadata decodes, and whether a
+//! watch DELETED carried it) instead of failing the list or ending the watch, and so that an
+//! HTTP 410 on the watch request is told apart from other failures. The reflector keeps a
+//! named one known to the cache as undecodable (see [`undecodable`](crate::undecodable)).
 //!
 //! List requests are built with kube's [`Request::list`], with one correction: kube-core's
 //! `ListParams` leaves `resourceVersion` out when it is `"0"` and a `limit` is set, while

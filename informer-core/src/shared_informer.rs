@@ -335,7 +335,8 @@ pub struct InformerStats {
     pub events: u64,
     /// List and watch errors.
     pub errors: u64,
-    /// Objects skipped because they did not decode or had no name.
+    /// Objects that did not decode or had no name, each time one arrived (see
+    /// [`ReflectorMetrics::malformed_objects`]).
     pub malformed_objects: u64,
     /// Bookmarks received.
     pub bookmarks: u64,

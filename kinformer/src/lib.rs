@@ -73,7 +73,12 @@ pub use informer_codegen as codegen;
 /// What code generated from CRD YAML calls; not a stable API.
 #[doc(hidden)]
 pub mod __codegen {
+    use std::borrow::Cow;
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use schemars::{Schema, SchemaGenerator, json_schema};
+    use serde::{Serialize, Serializer};
 
     /// The schema of an `IntOrString` field: kube-apiserver's `x-kubernetes-int-or-string`
     /// (k8s-openapi gives `IntOrString` a schema only with its `schemars` feature).
@@ -101,6 +106,151 @@ pub mod __codegen {
 
         fn json_schema(generator: &mut SchemaGenerator) -> Schema {
             int_or_string_schema(generator)
+        }
+    }
+
+    /// The fields of a generated root type, everything but `apiVersion` and `kind` (which
+    /// [`serialize_object`] writes first, from the type's `kube::Resource` impl).
+    pub trait ObjectFields {
+        /// Writes the fields as a struct or map.
+        fn serialize_fields<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error>;
+    }
+
+    /// Writes a generated root type as kube's derive and k8s-openapi do: `apiVersion` and
+    /// `kind` first, then its fields.
+    pub fn serialize_object<K, S>(object: &K, serializer: S) -> Result<S::Ok, S::Error>
+    where
+        K: kube::Resource<DynamicType = ()> + ObjectFields,
+        S: Serializer,
+    {
+        struct Fields<'a, K>(&'a K);
+        impl<K: ObjectFields> Serialize for Fields<'_, K> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                self.0.serialize_fields(serializer)
+            }
+        }
+        #[derive(Serialize)]
+        #[serde(bound = "K: ObjectFields")]
+        struct Wire<'a, K> {
+            #[serde(rename = "apiVersion")]
+            api_version: Cow<'static, str>,
+            kind: Cow<'static, str>,
+            #[serde(flatten)]
+            fields: Fields<'a, K>,
+        }
+        Wire {
+            api_version: K::api_version(&()),
+            kind: K::kind(&()),
+            fields: Fields(object),
+        }
+        .serialize(serializer)
+    }
+
+    /// Removes `apiVersion` and `kind` from the unknown top-level fields a root type decoded:
+    /// they are the type's own, written back by [`serialize_object`].
+    pub fn drop_type_meta(unknown: &mut BTreeMap<String, serde_json::Value>) {
+        unknown.remove("apiVersion");
+        unknown.remove("kind");
+    }
+
+    /// The `CustomResourceDefinition` a generated type was made from, embedded by the generator
+    /// as JSON.
+    ///
+    /// # Panics
+    ///
+    /// If the embedded text is not a `CustomResourceDefinition` k8s-openapi reads. The
+    /// generator embeds the document it read and generated from, so this is a generator bug,
+    /// as kube's `CustomResource` derive treats a CRD it cannot build.
+    pub fn custom_resource_definition(json: &str) -> CustomResourceDefinition {
+        match serde_json::from_str(json) {
+            Ok(crd) => crd,
+            Err(e) => panic!("the CustomResourceDefinition embedded by kinformer codegen does not decode: {e}"),
+        }
+    }
+
+    /// `serialize_with` of a `type: number` field (`f64`, or an `Option`, `Vec` or map of them):
+    /// see [`Numbers`].
+    pub fn number<T: Numbers, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
+        value.serialize_numbers(serializer)
+    }
+
+    /// Numbers written as kube-apiserver reads them: an integral value within ±2^53 (where
+    /// every integer is an exact `f64`) as an integer (`100`, not `100.0`), any other value as
+    /// a float. kube-apiserver decodes a custom resource's JSON as unstructured data, where an
+    /// integral number is an int64, so `100.0` sent to it comes back `100` anyway; writing it
+    /// that way keeps a round trip of `100` byte-for-byte the same.
+    pub trait Numbers {
+        /// Writes `self` with integral numbers as integers.
+        fn serialize_numbers<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error>;
+    }
+
+    /// 2^53: every integer up to this magnitude is exact in an `f64`.
+    const EXACT_INTEGERS: f64 = 9_007_199_254_740_992.0;
+
+    impl Numbers for f64 {
+        #[allow(clippy::cast_possible_truncation, clippy::float_cmp)]
+        fn serialize_numbers<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            if self.fract() == 0.0 && self.abs() <= EXACT_INTEGERS {
+                serializer.serialize_i64(*self as i64)
+            } else {
+                serializer.serialize_f64(*self)
+            }
+        }
+    }
+
+    /// One element of a container of numbers.
+    struct Element<'a, T>(&'a T);
+
+    impl<T: Numbers> Serialize for Element<'_, T> {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            self.0.serialize_numbers(serializer)
+        }
+    }
+
+    impl<T: Numbers> Numbers for Option<T> {
+        fn serialize_numbers<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            match self {
+                Some(value) => value.serialize_numbers(serializer),
+                None => serializer.serialize_none(),
+            }
+        }
+    }
+
+    impl<T: Numbers> Numbers for Vec<T> {
+        fn serialize_numbers<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_seq(self.iter().map(Element))
+        }
+    }
+
+    impl<T: Numbers> Numbers for BTreeMap<String, T> {
+        fn serialize_numbers<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_map(self.iter().map(|(key, value)| (key, Element(value))))
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// `value` as `number` writes it.
+        fn written<T: Numbers>(value: T) -> String {
+            let mut out = Vec::new();
+            number(&value, &mut serde_json::Serializer::new(&mut out)).unwrap();
+            String::from_utf8(out).unwrap()
+        }
+
+        #[test]
+        fn integral_numbers_are_written_as_integers_where_f64_holds_them_exactly() {
+            assert_eq!(written(100.0), "100");
+            assert_eq!(written(-3.0), "-3");
+            assert_eq!(written(0.5), "0.5");
+            assert_eq!(written(EXACT_INTEGERS), "9007199254740992");
+            assert_eq!(written(-EXACT_INTEGERS), "-9007199254740992");
+            // Past 2^53 an f64 no longer says which integer it was: written as a float.
+            assert_eq!(written(EXACT_INTEGERS * 2.0), "1.8014398509481984e+16");
+            assert_eq!(written(Some(vec![1.0, 1.5])), "[1,1.5]");
+            assert_eq!(written(None::<f64>), "null");
+            assert_eq!(written(BTreeMap::from([("a".to_string(), 2.0)])), r#"{"a":2}"#);
         }
     }
 }

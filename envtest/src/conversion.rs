@@ -55,6 +55,9 @@ pub(crate) struct Converter {
 enum Strategy {
     /// Rewrite `apiVersion` only.
     None,
+    /// A built-in resource stored in another resource's form: an `events.k8s.io/v1` Event
+    /// stored as a core `v1` Event (`events.rs`).
+    Events,
     /// Ask the webhook.
     Webhook {
         /// `spec.conversion.webhook.clientConfig` (`url` or `service`, `caBundle`).
@@ -95,9 +98,24 @@ impl Converter {
         }
     }
 
-    /// `group/version`.
+    /// The converter between the two Event views (`events.rs`), converting to `group`'s form
+    /// (`""` for core `v1`, where Events are stored; `events.k8s.io`).
+    pub(crate) fn events(group: &str, client: &WebhookClient) -> Converter {
+        Converter {
+            group: group.to_owned(),
+            kind: "Event".to_owned(),
+            strategy: Strategy::Events,
+            client: client.clone(),
+        }
+    }
+
+    /// `group/version` (`version` alone for the core group).
     pub(crate) fn api_version(&self, version: &str) -> String {
-        format!("{}/{version}", self.group)
+        if self.group.is_empty() {
+            version.to_owned()
+        } else {
+            format!("{}/{version}", self.group)
+        }
     }
 
     /// Converts one object to `version` (unchanged if it is in it already).
@@ -127,6 +145,12 @@ impl Converter {
                     if let Some(map) = objects[i].as_object_mut() {
                         map.insert("apiVersion".into(), Value::String(desired.clone()));
                     }
+                }
+                Ok(objects)
+            }
+            Strategy::Events => {
+                for i in todo {
+                    objects[i] = crate::events::convert(std::mem::take(&mut objects[i]), &desired);
                 }
                 Ok(objects)
             }
@@ -170,11 +194,22 @@ impl Converter {
     }
 }
 
-/// The converter of `info`'s CRD, if `info` is a custom resource (for a watch, which converts
-/// each event's object as it is sent).
+/// The converter of `info`, if its objects may be stored in another version or form: its CRD's
+/// for a custom resource, the Event views' for `events.k8s.io` Events (for a watch, which
+/// converts each event's object as it is sent).
 pub(crate) fn for_resource(storage: &Storage, info: &ResourceInfo, client: &WebhookClient) -> Option<Converter> {
+    if info.group == crate::events::EVENTS_GROUP && crate::events::is_event(&info.group, &info.plural) {
+        return Some(Converter::events(&info.group, client));
+    }
     let crd = crate::crd::of_resource(&storage.lock(), info)?;
     Some(Converter::for_crd(&crd, client))
+}
+
+/// For a built-in resource stored in another resource's form (`events.k8s.io` Events, stored
+/// as core Events): the converter to the stored form and the converter back to `info`'s.
+pub(crate) fn builtin_storage_form(info: &ResourceInfo, client: &WebhookClient) -> Option<(Converter, Converter)> {
+    (info.group == crate::events::EVENTS_GROUP && crate::events::is_event(&info.group, &info.plural))
+        .then(|| (Converter::events("", client), Converter::events(&info.group, client)))
 }
 
 /// `obj`, computed in a request's version, in `crd`'s storage version (itself if it is in it).

@@ -166,6 +166,7 @@ mod crd;
 mod defaults;
 mod discovery;
 mod error;
+mod events;
 mod faults;
 mod field;
 mod field_manager;

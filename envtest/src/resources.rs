@@ -67,8 +67,13 @@ impl ResourceInfo {
         }
     }
 
-    /// The storage key: `group/plural` (versions share storage).
+    /// The storage key: `group/plural` (versions share storage). `events.k8s.io` Events share
+    /// core Events' storage (`/events`), as kube-apiserver's cohabiting resources do: one
+    /// store, two views (see `events.rs`).
     pub fn key(&self) -> String {
+        if crate::events::is_event(&self.group, &self.plural) {
+            return "/events".to_owned();
+        }
         format!("{}/{}", self.group, self.plural)
     }
 

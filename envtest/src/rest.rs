@@ -127,7 +127,11 @@ fn admission_namespace<'a>(info: &ResourceInfo, ns: &'a str, name: &'a str) -> &
 pub(crate) fn filter_from(path: &ResourcePath, q: &Query) -> Result<Filter, ApiError> {
     let labels = LabelSelector::parse(q.get("labelSelector").unwrap_or(""))
         .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
-    let fields = FieldSelector::parse(q.get("fieldSelector").unwrap_or("")).map_err(ApiError::bad_request)?;
+    let fields = FieldSelector::parse_with(
+        q.get("fieldSelector").unwrap_or(""),
+        crate::events::selectable_fields(&path.info),
+    )
+    .map_err(ApiError::bad_request)?;
     Ok(Filter {
         namespace: path.namespace.clone(),
         labels,
@@ -199,7 +203,10 @@ impl Rest {
             Some(crd) => {
                 crate::conversion::list_to_request_version(&crd, self.admission.client(), &path.info, items).await?
             }
-            None => items,
+            None => match crate::conversion::builtin_storage_form(&path.info, self.admission.client()) {
+                Some((_, to_request)) => to_request.convert_list(items, &path.info.version).await?,
+                None => items,
+            },
         };
         list["items"] = Value::Array(items);
         Ok(list)
@@ -791,10 +798,14 @@ impl Rest {
     /// Converts an object computed in the version of the request (`info.version`) to the
     /// version it is stored in, just before it is committed. Every write passes here
     /// (`conversion.rs`; built-in kinds have one version).
-    async fn to_storage(&self, _info: &ResourceInfo, crd: Option<&Value>, obj: Value) -> Result<Value, ApiError> {
+    async fn to_storage(&self, info: &ResourceInfo, crd: Option<&Value>, obj: Value) -> Result<Value, ApiError> {
         match crd {
             Some(crd) => crate::conversion::to_storage_version(crd, self.admission.client(), obj).await,
-            None => Ok(obj),
+            None => match crate::conversion::builtin_storage_form(info, self.admission.client()) {
+                // Events: stored as core `v1` Events (`events.rs`).
+                Some((to_storage, _)) => to_storage.convert(obj, "v1").await,
+                None => Ok(obj),
+            },
         }
     }
 
@@ -808,7 +819,13 @@ impl Rest {
     ) -> Result<Arc<Value>, ApiError> {
         match crd {
             Some(crd) => crate::conversion::to_request_version(crd, self.admission.client(), info, obj).await,
-            None => Ok(obj),
+            None => match crate::conversion::builtin_storage_form(info, self.admission.client()) {
+                Some((_, to_request)) => to_request
+                    .convert(Arc::unwrap_or_clone(obj), &info.version)
+                    .await
+                    .map(Arc::new),
+                None => Ok(obj),
+            },
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Label selector grammar (<https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors>):
 //! comma-separated requirements `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`.
-//! Field selectors support `metadata.name` and `metadata.namespace` with `=`, `==`, `!=`.
+//! Field selectors support `metadata.name` and `metadata.namespace` with `=`, `==`, `!=`, and
+//! Events' own fields (`events.rs`: `involvedObject.name`, `reason`, `type`, …).
 
 use crate::object;
 use serde_json::Value;
@@ -156,7 +157,8 @@ impl LabelSelector {
     }
 }
 
-/// A parsed field selector over `metadata.name` / `metadata.namespace`.
+/// A parsed field selector over `metadata.name` / `metadata.namespace` (and a kind's own
+/// selectable fields).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector {
     /// (field, value, equal?) triples.
@@ -166,6 +168,12 @@ pub struct FieldSelector {
 impl FieldSelector {
     /// Parses a selector; unsupported fields are an error (kube-apiserver answers 400).
     pub fn parse(s: &str) -> Result<Self, String> {
+        Self::parse_with(s, &[])
+    }
+
+    /// Parses a selector that may also name the `kind_fields` of the resource (a core Event's
+    /// `involvedObject.name`, `reason`, …: kube-apiserver's per-kind selectable fields).
+    pub(crate) fn parse_with(s: &str, kind_fields: &[&str]) -> Result<Self, String> {
         let mut terms = Vec::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (field, value, eq) = if let Some((f, v)) = part.split_once("!=") {
@@ -178,10 +186,8 @@ impl FieldSelector {
                 return Err(format!("invalid field selector term {part:?}"));
             };
             let field = field.trim();
-            if !matches!(field, "metadata.name" | "metadata.namespace") {
-                return Err(format!(
-                    "field label not supported: {field:?} (envtest supports metadata.name, metadata.namespace)"
-                ));
+            if !matches!(field, "metadata.name" | "metadata.namespace") && !kind_fields.contains(&field) {
+                return Err(format!("field label not supported: {field}"));
             }
             terms.push((field.to_owned(), value.trim().to_owned(), eq));
         }
@@ -191,10 +197,16 @@ impl FieldSelector {
     /// Whether the object satisfies every term.
     pub fn matches(&self, obj: &Value) -> bool {
         self.terms.iter().all(|(field, value, eq)| {
-            let actual = if field == "metadata.name" {
-                object::name(obj)
-            } else {
-                object::namespace(obj)
+            let actual = match field.as_str() {
+                "metadata.name" => object::name(obj),
+                "metadata.namespace" => object::namespace(obj),
+                // A core Event's `source` selects its `source.component`.
+                "source" => obj["source"]["component"].as_str().unwrap_or(""),
+                path => path
+                    .split('.')
+                    .try_fold(obj, |v, step| v.get(step))
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
             };
             (actual == value) == *eq
         })

@@ -594,7 +594,8 @@ fn watch(app: &Arc<App>, p: &ResourcePath, q: &Query, representation: Representa
     if let Some(name) = &p.name {
         // GET .../{name}?watch=true watches one object, like fieldSelector=metadata.name={name}.
         let fields = format!("{},metadata.name={name}", q.get("fieldSelector").unwrap_or(""));
-        filter.fields = crate::selectors::FieldSelector::parse(&fields).map_err(ApiError::bad_request)?;
+        filter.fields = crate::selectors::FieldSelector::parse_with(&fields, crate::events::selectable_fields(&p.info))
+            .map_err(ApiError::bad_request)?;
     }
     let rv = rest::parse_rv(q.get("resourceVersion"))?;
     let timeout = q.uint("timeoutSeconds")?;

@@ -12,14 +12,16 @@
 //!   format, description, priority; each value found by the column's JSONPath, the first match,
 //!   typed by the column's `type`, a `date` shown as an age), or `Age` when the version declares
 //!   none (apiextensions-apiserver's `tableconvertor` and its default columns);
-//! - a built-in kind: `Name` and `Age`, the columns every built-in printer starts and ends
-//!   with (kube-apiserver's per-kind columns, such as a Pod's `Ready` and `Status`, are not
-//!   reproduced).
+//! - a built-in kind: kube-apiserver's printer columns for it (`builtin.rs`: a Pod's `Ready`,
+//!   `Status`, `Restarts`, `Age`, and with priority 1 `IP`, `Node`, …), each cell computed from
+//!   the stored object as the Go printer computes it.
 //!
 //! Each row's `object` is the object's `PartialObjectMetadata` (`includeObject=Metadata`, the
 //! default), the object itself (`Object`) or nothing (`None`). JSONPath is evaluated by the
 //! `jsonpath-rust` crate (RFC 9535) after each `.name` step of Kubernetes' JSONPath is rewritten
 //! as `['name']`, since Kubernetes allows names (`-`, `/`) that RFC 9535's shorthand does not.
+
+mod builtin;
 
 use crate::request::partial_object_metadata;
 use crate::resources::ResourceInfo;
@@ -71,6 +73,8 @@ enum Source {
     Age,
     /// A printer column: the JSONPath (RFC 9535 form) and the column's type.
     Path { path: String, ty: String },
+    /// A built-in kind's column (`builtin.rs`).
+    Builtin(builtin::CellFn),
 }
 
 /// The table convertor of one resource version.
@@ -110,13 +114,47 @@ fn age_column(ty: &str) -> Column {
     }
 }
 
+/// The columns of the built-in resource `group/plural`, their definitions built once (the
+/// descriptions come from k8s-openapi's schemas, which are costly to generate).
+fn builtin_columns(group: &str, plural: &str) -> Vec<Column> {
+    type Cache = std::sync::Mutex<std::collections::HashMap<(String, String), Vec<Column>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (group.to_owned(), plural.to_owned());
+    if let Some(found) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return found.clone();
+    }
+    let columns: Vec<Column> = builtin::columns(group, plural)
+        .into_iter()
+        .map(|c| {
+            let description = match c.doc {
+                builtin::Doc::Text(t) => t.to_owned(),
+                builtin::Doc::Field(schema, field) => schema()["properties"][field]["description"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            };
+            Column {
+                definition: json!({"name": c.name, "type": c.ty, "format": c.format,
+                    "description": description, "priority": c.priority}),
+                source: Source::Builtin(c.cell),
+            }
+        })
+        .collect();
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, columns.clone());
+    columns
+}
+
 impl TableConvertor {
     /// The convertor of `info`: its CRD version's printer columns when `crd` serves it, else
     /// the built-in default.
     pub(crate) fn for_resource(info: &ResourceInfo, crd: Option<&Value>) -> Self {
         let Some(version) = crd.and_then(|c| crate::crd::version(c, &info.version)) else {
             return TableConvertor {
-                columns: vec![name_column(), age_column("string")],
+                columns: builtin_columns(&info.group, &info.plural),
             };
         };
         let declared = version["additionalPrinterColumns"]
@@ -181,7 +219,16 @@ impl TableConvertor {
         let rows: Vec<Value> = objects
             .iter()
             .map(|obj| {
-                let cells: Vec<Value> = self.columns.iter().map(|c| cell(&c.source, obj, now)).collect();
+                // An `events.k8s.io` Event is printed from its core view, as kube-apiserver
+                // prints both Event APIs with the core printer (`events.rs`).
+                let core_view;
+                let printed: &Value = if obj["apiVersion"].as_str() == Some("events.k8s.io/v1") {
+                    core_view = crate::events::convert((*obj).clone(), "v1");
+                    &core_view
+                } else {
+                    obj
+                };
+                let cells: Vec<Value> = self.columns.iter().map(|c| cell(&c.source, printed, now)).collect();
                 let mut row = json!({"cells": cells});
                 let object = match include {
                     IncludeObject::None => None,
@@ -252,6 +299,7 @@ fn cell(source: &Source, obj: &Value, now: k8s_openapi::jiff::Timestamp) -> Valu
     match source {
         Source::Name => json!(crate::object::name(obj)),
         Source::Age => json!(age(crate::object::meta_str(obj, "creationTimestamp"), now)),
+        Source::Builtin(cell) => cell(obj, now),
         Source::Path { path, ty } => {
             let Some(value) = obj
                 .query(path)

@@ -7,18 +7,22 @@ use std::time::Duration;
 
 use examples::generated::builtin::GeneratedInformers;
 use examples::generated::certificates_certs_kinformer_dev::v1::{
-    Certificate, CertificateSpec, CertificateSpecIssuerRef, CertificateSpecPrivateKey,
-    CertificateSpecPrivateKeyAlgorithm, CertificateSpecUsages,
+    Certificate, CertificateSpec, CertificateSpecUsages, IssuerRef, PrivateKey, PrivateKeyAlgorithm,
 };
 use examples::generated::gatewayclasses_gateway_kinformer_dev::{v1 as gateway_v1, v1beta1 as gateway_v1beta1};
+use examples::generated::profiles_config_kinformer_dev::v1::{
+    Profile, ProfileSpec, ProfileSpecHosts, ProfileSpecMode, ProfileStatusPhase, RulesOperator,
+};
+use examples::generated::profiles_config_kinformer_dev::v1beta1 as profile_v1beta1;
 use examples::generated::servicemonitors_monitoring_kinformer_dev::v1::{
-    ServiceMonitor, ServiceMonitorSpecEndpointsRelabelingsAction, ServiceMonitorSpecEndpointsScheme,
+    EndpointsScheme, RelabelingsAction, ServiceMonitor,
 };
 use examples::generated::workflows_flow_kinformer_dev::v1alpha1::Workflow;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kinformer::cache::Selector;
 use kinformer::factory::SharedInformerFactory;
+use kinformer::quantity::Quantity;
 use kube::api::{Api, PostParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -70,8 +74,8 @@ fn valid_objects_of_every_generated_type_round_trip_through_json() {
     let cert: Certificate = round_trip(certificate_sample());
     assert_eq!(cert.spec.issuer_ref.name, "letsencrypt");
     assert_eq!(
-        cert.spec.private_key.as_ref().and_then(|k| k.algorithm),
-        Some(CertificateSpecPrivateKeyAlgorithm::Ecdsa)
+        cert.spec.private_key.as_ref().and_then(|k| k.algorithm.clone()),
+        Some(PrivateKeyAlgorithm::Ecdsa)
     );
     assert_eq!(
         cert.spec.usages.as_deref(),
@@ -116,10 +120,10 @@ fn valid_objects_of_every_generated_type_round_trip_through_json() {
         }
     }));
     let endpoints = &monitor.spec.endpoints;
-    assert_eq!(endpoints[0].scheme, Some(ServiceMonitorSpecEndpointsScheme::Https));
+    assert_eq!(endpoints[0].scheme, Some(EndpointsScheme::Https));
     assert_eq!(
-        endpoints[0].relabelings.as_ref().and_then(|r| r[0].action),
-        Some(ServiceMonitorSpecEndpointsRelabelingsAction::Labelmap)
+        endpoints[0].relabelings.as_ref().and_then(|r| r[0].action.clone()),
+        Some(RelabelingsAction::Labelmap)
     );
     assert_eq!(endpoints[1].target_port, Some(IntOrString::Int(9090)));
     assert_eq!(endpoints[2].target_port, Some(IntOrString::String("web".into())));
@@ -143,6 +147,7 @@ fn valid_objects_of_every_generated_type_round_trip_through_json() {
         class.spec.parameters_ref.as_ref().map(|p| p.kind.as_str()),
         Some("ConfigMap")
     );
+    #[allow(deprecated)] // v1beta1 is deprecated in the CRD, so its type is too.
     round_trip::<gateway_v1beta1::GatewayClass>(json!({
         "apiVersion": "gateway.kinformer.dev/v1beta1",
         "kind": "GatewayClass",
@@ -160,12 +165,25 @@ fn valid_objects_of_every_generated_type_round_trip_through_json() {
             "parallelism": 2,
             "serviceAccountName": "builder",
             "arguments": {"parameters": [{"name": "rev", "value": "abc"}]},
-            "templates": [{"name": "main", "container": {"image": "alpine", "command": ["true"]}}]
+            "templates": [{"name": "main", "container": {"image": "alpine", "command": ["true"]}}],
+            "podResources": {"limits": {"cpu": 1, "memory": "1Gi"}, "requests": {"memory": 8_589_934_592_u64, "cpu": "500m"}},
+            "exposedPorts": [8080, "metrics"]
         },
         "status": {"phase": "Running", "nodes": {"build-1": {"phase": "Succeeded"}}}
     }));
     assert_eq!(workflow.spec.extra["serviceAccountName"], "builder");
     assert_eq!(workflow.spec.parallelism, Some(2));
+    // Quantities keep their JSON form (a number stays a number, even past i32), int-or-string
+    // values in an array are IntOrString.
+    let resources = workflow.spec.pod_resources.as_ref().unwrap();
+    let limits = resources.limits.as_ref().unwrap();
+    assert_eq!(limits["cpu"], Quantity::from(1));
+    assert_eq!(limits["memory"], Quantity::from("1Gi"));
+    assert_eq!(resources.requests.as_ref().unwrap()["memory"].to_string(), "8589934592");
+    assert_eq!(
+        workflow.spec.exposed_ports.as_deref(),
+        Some(&[IntOrString::Int(8080), IntOrString::String("metrics".into())][..])
+    );
 }
 
 /// The CRDs the code was generated from, as the server gets them.
@@ -193,14 +211,14 @@ async fn generated_informers_and_listers_serve_objects_of_crds_installed_from_th
         "web",
         CertificateSpec {
             secret_name: "web-tls".into(),
-            issuer_ref: CertificateSpecIssuerRef {
+            issuer_ref: IssuerRef {
                 name: "letsencrypt".into(),
                 kind: Some("ClusterIssuer".into()),
                 group: None,
             },
             dns_names: Some(vec!["web.example.com".into()]),
-            private_key: Some(CertificateSpecPrivateKey {
-                algorithm: Some(CertificateSpecPrivateKeyAlgorithm::Ed25519),
+            private_key: Some(PrivateKey {
+                algorithm: Some(PrivateKeyAlgorithm::Ed25519),
                 ..Default::default()
             }),
             common_name: None,
@@ -230,7 +248,7 @@ async fn generated_informers_and_listers_serve_objects_of_crds_installed_from_th
     let workflow: Workflow = serde_json::from_value(json!({
         "apiVersion": "flow.kinformer.dev/v1alpha1", "kind": "Workflow",
         "metadata": {"name": "build", "namespace": "default"},
-        "spec": {"entrypoint": "main", "serviceAccountName": "builder"}
+        "spec": {"entrypoint": "main", "serviceAccountName": "builder", "podResources": {"limits": {"cpu": 2, "memory": "1Gi"}}}
     }))
     .unwrap();
     workflows.create(&PostParams::default(), &workflow).await.unwrap();
@@ -247,8 +265,8 @@ async fn generated_informers_and_listers_serve_objects_of_crds_installed_from_th
     let cached = cert_informer.lister().certificates("default").get("web").unwrap();
     assert_eq!(cached.spec.secret_name, "web-tls");
     assert_eq!(
-        cached.spec.private_key.as_ref().and_then(|k| k.algorithm),
-        Some(CertificateSpecPrivateKeyAlgorithm::Ed25519)
+        cached.spec.private_key.as_ref().and_then(|k| k.algorithm.clone()),
+        Some(PrivateKeyAlgorithm::Ed25519)
     );
     let selector: Selector = kinformer::cache::Expression::Equal("app".into(), "web".into()).into();
     assert_eq!(cert_informer.lister().list(&selector).len(), 1);
@@ -259,6 +277,17 @@ async fn generated_informers_and_listers_serve_objects_of_crds_installed_from_th
     assert_eq!(
         cached.spec.extra["serviceAccountName"], "builder",
         "unknown fields survive the server and the cache"
+    );
+    let limits = cached
+        .spec
+        .pod_resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(limits).unwrap(),
+        json!({"cpu": 2, "memory": "1Gi"}),
+        "a quantity written as a number comes back from the server and the cache as a number"
     );
     factory.shutdown().await;
 }
@@ -323,5 +352,228 @@ fn the_checked_in_generated_code_is_what_kinformer_codegen_makes_of_the_config()
         outcome.changed.is_empty() && outcome.stale.is_empty(),
         "examples/src/generated is stale, run `cargo xtask codegen`: {outcome:?}"
     );
-    assert_eq!(outcome.unchanged, 6, "four CRDs, builtin.rs and mod.rs");
+    assert_eq!(outcome.unchanged, 7, "five CRDs, builtin.rs and mod.rs");
+}
+
+fn profile_sample() -> Value {
+    json!({
+        "apiVersion": "config.kinformer.dev/v1",
+        "kind": "Profile",
+        "metadata": {"name": "edge", "namespace": "default"},
+        "spec": {
+            "mode": "Permissive",
+            "replicas": 2,
+            "weight": 100,
+            "ratios": [0.5, 2, -3, 1e300],
+            "hosts": ["*", "LOCAL", "local", "Other"]
+        },
+        "data": {"tier": "edge"},
+        "rules": [
+            {"key": "cpu", "operator": ">=", "threshold": 3},
+            {"key": "zone", "operator": "in"},
+            {"key": "arch", "operator": "-", "threshold": 0.25}
+        ],
+        "status": {"replicas": 2, "selector": "app=edge", "phase": "Ready"},
+        "owner": "team-a"
+    })
+}
+
+#[test]
+fn a_root_with_top_level_fields_numbers_and_odd_enum_values_round_trips_through_json() {
+    let profile: Profile = round_trip(profile_sample());
+    // Top-level fields other than spec and status are typed fields of the root…
+    assert_eq!(profile.data.as_ref().map(|d| d["tier"].as_str()), Some("edge"));
+    let rules = profile.rules.as_deref().unwrap();
+    assert_eq!(
+        rules.iter().map(|r| r.operator.clone()).collect::<Vec<_>>(),
+        [RulesOperator::GreaterEqual, RulesOperator::In2, RulesOperator::Dash]
+    );
+    // …and the ones the schema does not declare are kept, apiVersion and kind aside.
+    assert_eq!(profile.extra, [("owner".to_string(), json!("team-a"))].into());
+    // Numbers are f64 for arithmetic; integral ones were written back as integers above.
+    assert_eq!(profile.spec.weight, Some(100.0));
+    assert_eq!(rules[0].threshold.map(|t| t * 2.0), Some(6.0));
+    // Names for values that are not identifiers, and for values that differ only in case (the
+    // one spelled most like the name keeps it); `Other` stays the catch-all.
+    assert_eq!(
+        profile.spec.hosts.as_deref().unwrap(),
+        [
+            ProfileSpecHosts::Star,
+            ProfileSpecHosts::Local2,
+            ProfileSpecHosts::Local,
+            ProfileSpecHosts::Other2
+        ]
+    );
+    assert_eq!(
+        profile.status.as_ref().and_then(|s| s.phase.clone()),
+        Some(ProfileStatusPhase::Ready)
+    );
+    // The schema's default is the enum's Default.
+    assert_eq!(ProfileSpecMode::default(), ProfileSpecMode::Strict);
+
+    // A value added to the CRD later decodes as `Other` and is written back unchanged.
+    let mut newer = profile_sample();
+    newer["spec"]["mode"] = json!("Audit");
+    newer["rules"][1]["operator"] = json!("Matches");
+    let profile: Profile = round_trip(newer);
+    assert_eq!(profile.spec.mode, ProfileSpecMode::Other("Audit".into()));
+
+    // `new` writes apiVersion and kind first, as kube's derive does.
+    let written = serde_json::to_string(&Profile::new(
+        "min",
+        ProfileSpec {
+            mode: ProfileSpecMode::Strict,
+            hosts: None,
+            ratios: None,
+            replicas: None,
+            weight: None,
+        },
+    ))
+    .unwrap();
+    assert!(
+        written.starts_with(r#"{"apiVersion":"config.kinformer.dev/v1","kind":"Profile","metadata":{"name":"min"}"#),
+        "{written}"
+    );
+}
+
+#[test]
+#[allow(deprecated)] // v1beta1 is deprecated in the CRD, so its type is too.
+fn the_generated_root_carries_the_crd_as_its_yaml_says() {
+    use kube::core::object::{HasSpec, HasStatus};
+    use kube::{CustomResourceExt, Resource};
+    let crd = Profile::crd();
+    let from_yaml = crds_from_yaml()
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some("profiles.config.kinformer.dev"))
+        .unwrap();
+    assert_eq!(
+        crd, from_yaml,
+        "crd() is the CRD of the YAML, every version and field of it"
+    );
+    let v1 = &crd.spec.versions[0];
+    let scale = v1.subresources.as_ref().and_then(|s| s.scale.as_ref()).unwrap();
+    assert_eq!(scale.spec_replicas_path, ".spec.replicas");
+    assert_eq!(
+        v1.additional_printer_columns.as_ref().unwrap()[0].json_path,
+        ".spec.mode"
+    );
+    assert_eq!(Profile::shortnames(), ["prof"]);
+    assert_eq!(Profile::crd_name(), "profiles.config.kinformer.dev");
+    let resource = Profile::api_resource();
+    assert_eq!(
+        (
+            resource.api_version.as_str(),
+            resource.kind.as_str(),
+            resource.plural.as_str()
+        ),
+        ("config.kinformer.dev/v1", "Profile", "profiles")
+    );
+    assert_eq!(Profile::api_version(&()), "config.kinformer.dev/v1");
+    let mut profile: Profile = serde_json::from_value(profile_sample()).unwrap();
+    profile.spec_mut().replicas = Some(3);
+    assert_eq!(profile.spec().replicas, Some(3));
+    assert!(profile.status().is_some());
+    *profile.status_mut() = None;
+    assert!(profile.status.is_none());
+    // v1beta1 has no status subresource: `status` is a plain field there.
+    let old: profile_v1beta1::Profile = round_trip(json!({
+        "apiVersion": "config.kinformer.dev/v1beta1", "kind": "Profile",
+        "metadata": {"name": "old"},
+        "spec": {"mode": "Strict"},
+        "status": {"phase": "Pending"}
+    }));
+    assert!(old.status.is_some());
+}
+
+/// The acceptance test of issue #24: the server's CRD gains an enum value and a top-level field
+/// after the types were generated; an object using both stays in the informer's cache, the
+/// lister returns it, and a replace built from the cached object keeps both.
+#[tokio::test]
+async fn an_object_newer_than_the_types_is_cached_listed_and_written_back_unchanged() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let crd = crds_from_yaml()
+        .into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some("profiles.config.kinformer.dev"))
+        .unwrap();
+    examples::demo::install_crds(&client, &[crd]).await.unwrap();
+    let profiles: Api<Profile> = Api::namespaced(client.clone(), "default");
+    let known = Profile::new(
+        "known",
+        ProfileSpec {
+            mode: ProfileSpecMode::Permissive,
+            weight: Some(100.0),
+            hosts: None,
+            ratios: None,
+            replicas: None,
+        },
+    );
+    profiles.create(&PostParams::default(), &known).await.unwrap();
+
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let informer = Profile::informer(&factory).unwrap();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let synced = factory.wait_for_cache_sync(&shutdown).await;
+    assert!(synced.values().all(|ok| *ok), "{synced:?}");
+
+    // The CRD gains the mode `Audit` and the top-level field `owner`.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = "profiles.config.kinformer.dev";
+    let mut updated = serde_json::to_value(crds.get(name).await.unwrap()).unwrap();
+    for version in updated["spec"]["versions"].as_array_mut().unwrap() {
+        let Some(schema) = version.pointer_mut("/schema/openAPIV3Schema") else {
+            continue;
+        };
+        if let Some(modes) = schema.pointer_mut("/properties/spec/properties/mode/enum") {
+            modes.as_array_mut().unwrap().push(json!("Audit"));
+            schema["properties"]["owner"] = json!({"type": "string"});
+        }
+    }
+    crds.replace(name, &PostParams::default(), &serde_json::from_value(updated).unwrap())
+        .await
+        .unwrap();
+
+    // A newer writer creates an object with both.
+    let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), "default", &{
+        use kube::CustomResourceExt;
+        Profile::api_resource()
+    });
+    let newer = json!({
+        "apiVersion": "config.kinformer.dev/v1", "kind": "Profile",
+        "metadata": {"name": "newer", "namespace": "default"},
+        "spec": {"mode": "Audit", "weight": 7},
+        "owner": "team-a"
+    });
+    raw.create(&PostParams::default(), &serde_json::from_value(newer).unwrap())
+        .await
+        .unwrap();
+
+    let lister = informer.lister();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let cached = loop {
+        if let Some(cached) = lister.profiles("default").get("newer") {
+            break cached;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the informer never cached the newer object"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(cached.spec.mode, ProfileSpecMode::Other("Audit".into()));
+    assert_eq!(cached.extra.get("owner"), Some(&json!("team-a")));
+    assert_eq!(lister.list(&Selector::default()).len(), 2, "both objects are listed");
+
+    // A replace built from the cached object keeps what the types do not know.
+    let mut write = (*cached).clone();
+    write.metadata.labels = Some([("touched".to_string(), "yes".to_string())].into());
+    write.spec.replicas = Some(1);
+    let replaced = profiles.replace("newer", &PostParams::default(), &write).await.unwrap();
+    assert_eq!(replaced.spec.mode, ProfileSpecMode::Other("Audit".into()));
+    let stored = raw.get("newer").await.unwrap().data;
+    assert_eq!(stored["spec"], json!({"mode": "Audit", "weight": 7, "replicas": 1}));
+    assert_eq!(stored["owner"], "team-a");
+    shutdown.cancel();
+    factory.shutdown().await;
 }

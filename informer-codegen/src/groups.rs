@@ -41,6 +41,7 @@ pub fn generate_group(group: &str, resources: &[ResourceDesc], factory: &Path) -
             let doc = format!(" The shared informer of `{}`.", r.kind);
             quote! {
                 #[doc = #doc]
+                #[inline]
                 pub fn #method(&self) -> ::core::result::Result<#informer, #krate::factory::FactoryError> {
                     #informer::new(self.factory)
                 }

@@ -13,7 +13,8 @@
 //! - [`generate`] turns a description into tokens; [`generate_group_accessors`] emits
 //!   client-go style `factory.apps().v1().deployments()` accessors for `cargo xtask codegen`.
 //! - With the `crd` feature, for users' own repositories: `crd` turns a CRD's YAML into Rust
-//!   types (serde, schemars, kube's `CustomResource`) plus the same informers and listers, and
+//!   types (serde; a root type with kube's `Resource` and `CustomResourceExt`; its docs list
+//!   what the types do not model) plus the same informers and listers, and
 //!   `project` runs a `kinformer-codegen.toml` (built-in accessors and CRDs) from a user's
 //!   `cargo xtask codegen`, with a `--check` mode for CI.
 //!

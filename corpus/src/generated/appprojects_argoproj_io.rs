@@ -2,40 +2,162 @@
 
 //! Types, informers and listers of the custom resource `appprojects.argoproj.io` (`argoproj.io`, kind `AppProject`), generated from `crds/argo-cd/appproject-crd.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"labels\":{\"app.kubernetes.io/name\":\"appprojects.argoproj.io\",\"app.kubernetes.io/part-of\":\"argocd\"},\"name\":\"appprojects.argoproj.io\"},\"spec\":{\"group\":\"argoproj.io\",\"names\":{\"kind\":\"AppProject\",\"listKind\":\"AppProjectList\",\"plural\":\"appprojects\",\"shortNames\":[\"appproj\",\"appprojs\"],\"singular\":\"appproject\"},\"scope\":\"Namespaced\",\"versions\":[{\"name\":\"v1alpha1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"AppProject provides a logical grouping of applications, providing controls for:\\n* where the apps may deploy to (cluster whitelist)\\n* what may be deployed (repository whitelist, resource whitelist/blacklist)\\n* who can access these applications (roles, OIDC group claims bindings)\\n* and what they can do (RBAC policies)\\n* automation access to these roles (JWT tokens)\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"AppProjectSpec is the specification of an AppProject\",\"properties\":{\"clusterResourceBlacklist\":{\"description\":\"ClusterResourceBlacklist contains list of blacklisted cluster level resources\",\"items\":{\"description\":\"ClusterResourceRestrictionItem is a cluster resource that is restricted by the project's whitelist or blacklist\",\"properties\":{\"group\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the restricted resource. Glob patterns using Go's filepath.Match syntax are supported.\\nUnlike the group and kind fields, if no name is specified, all resources of the specified group/kind are matched.\",\"type\":\"string\"}},\"required\":[\"group\",\"kind\"],\"type\":\"object\"},\"type\":\"array\"},\"clusterResourceWhitelist\":{\"description\":\"ClusterResourceWhitelist contains list of whitelisted cluster level resources\",\"items\":{\"description\":\"ClusterResourceRestrictionItem is a cluster resource that is restricted by the project's whitelist or blacklist\",\"properties\":{\"group\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the restricted resource. Glob patterns using Go's filepath.Match syntax are supported.\\nUnlike the group and kind fields, if no name is specified, all resources of the specified group/kind are matched.\",\"type\":\"string\"}},\"required\":[\"group\",\"kind\"],\"type\":\"object\"},\"type\":\"array\"},\"description\":{\"description\":\"Description contains optional project description\",\"maxLength\":255,\"type\":\"string\"},\"destinationServiceAccounts\":{\"description\":\"DestinationServiceAccounts holds information about the service accounts to be impersonated for the application sync operation for each destination.\",\"items\":{\"description\":\"ApplicationDestinationServiceAccount holds information about the service account to be impersonated for the application sync operation.\",\"properties\":{\"defaultServiceAccount\":{\"description\":\"DefaultServiceAccount to be used for impersonation during the sync operation\",\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace specifies the target namespace for the application's resources.\",\"type\":\"string\"},\"server\":{\"description\":\"Server specifies the URL of the target cluster's Kubernetes control plane API.\",\"type\":\"string\"}},\"required\":[\"defaultServiceAccount\",\"server\"],\"type\":\"object\"},\"type\":\"array\"},\"destinations\":{\"description\":\"Destinations contains list of destinations available for deployment\",\"items\":{\"description\":\"ApplicationDestination holds information about the application's destination\",\"properties\":{\"name\":{\"description\":\"Name is an alternate way of specifying the target cluster by its symbolic name. This must be set if Server is not set.\",\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace specifies the target namespace for the application's resources.\\nThe namespace will only be set for namespace-scoped resources that have not set a value for .metadata.namespace\",\"type\":\"string\"},\"server\":{\"description\":\"Server specifies the URL of the target cluster's Kubernetes control plane API. This must be set if Name is not set.\",\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\"},\"namespaceResourceBlacklist\":{\"description\":\"NamespaceResourceBlacklist contains list of blacklisted namespace level resources\",\"items\":{\"description\":\"GroupKind specifies a Group and a Kind, but does not force a version.  This is useful for identifying\\nconcepts during lookup stages without having partially valid types\",\"properties\":{\"group\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"}},\"required\":[\"group\",\"kind\"],\"type\":\"object\"},\"type\":\"array\"},\"namespaceResourceWhitelist\":{\"description\":\"NamespaceResourceWhitelist contains list of whitelisted namespace level resources\",\"items\":{\"description\":\"GroupKind specifies a Group and a Kind, but does not force a version.  This is useful for identifying\\nconcepts during lookup stages without having partially valid types\",\"properties\":{\"group\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"}},\"required\":[\"group\",\"kind\"],\"type\":\"object\"},\"type\":\"array\"},\"orphanedResources\":{\"description\":\"OrphanedResources specifies if controller should monitor orphaned resources of apps in this project\",\"properties\":{\"ignore\":{\"description\":\"Ignore contains a list of resources that are to be excluded from orphaned resources monitoring\",\"items\":{\"description\":\"OrphanedResourceKey is a reference to a resource to be ignored from\",\"properties\":{\"group\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"},\"name\":{\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\"},\"warn\":{\"description\":\"Warn indicates if warning condition should be created for apps which have orphaned resources\",\"type\":\"boolean\"}},\"type\":\"object\"},\"permitOnlyProjectScopedClusters\":{\"description\":\"PermitOnlyProjectScopedClusters determines whether destinations can only reference clusters which are project-scoped\",\"type\":\"boolean\"},\"roles\":{\"description\":\"Roles are user defined RBAC roles associated with this project\",\"items\":{\"description\":\"ProjectRole represents a role that has access to a project\",\"properties\":{\"description\":{\"description\":\"Description is a description of the role\",\"type\":\"string\"},\"groups\":{\"description\":\"Groups are a list of OIDC group claims bound to this role\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"jwtTokens\":{\"description\":\"JWTTokens are a list of generated JWT tokens bound to this role\",\"items\":{\"description\":\"JWTToken holds the issuedAt and expiresAt values of a token\",\"properties\":{\"exp\":{\"format\":\"int64\",\"type\":\"integer\"},\"iat\":{\"format\":\"int64\",\"type\":\"integer\"},\"id\":{\"type\":\"string\"}},\"required\":[\"iat\"],\"type\":\"object\"},\"type\":\"array\"},\"name\":{\"description\":\"Name is a name for this role\",\"type\":\"string\"},\"policies\":{\"description\":\"Policies Stores a list of casbin formatted strings that define access policies for the role in the project\",\"items\":{\"type\":\"string\"},\"type\":\"array\"}},\"required\":[\"name\"],\"type\":\"object\"},\"type\":\"array\"},\"signatureKeys\":{\"description\":\"SignatureKeys contains a list of PGP key IDs that commits in Git must be signed with in order to be allowed for sync\\n\\nDeprecated: Use SourceIntegrity instead. SignatureKeys will be removed with the next major version.\",\"items\":{\"description\":\"SignatureKey is the specification of a key required to verify commit signatures with\\n\\nDeprecated: Use SourceIntegrity instead. SignatureKeys will be removed with the next major version.\",\"properties\":{\"keyID\":{\"description\":\"The ID of the key in hexadecimal notation\",\"type\":\"string\"}},\"required\":[\"keyID\"],\"type\":\"object\"},\"type\":\"array\"},\"sourceIntegrity\":{\"description\":\"SourceIntegrity represents a constraint on manifest sources integrity to be met before they can be used.\\nDo not access directly, use EffectiveSourceIntegrity() for correct backwards compatibility handling.\",\"properties\":{\"git\":{\"description\":\"Git - policies for git source verification\",\"properties\":{\"policies\":{\"items\":{\"properties\":{\"gpg\":{\"description\":\"Verify GPG commit/tag signatures\",\"properties\":{\"keys\":{\"description\":\"List of key IDs to trust. The keys need to be in the repository server keyring.\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"mode\":{\"type\":\"string\"}},\"required\":[\"keys\",\"mode\"],\"type\":\"object\"},\"repos\":{\"description\":\"List of repository criteria restricting repositories the policy will apply to\",\"items\":{\"properties\":{\"url\":{\"description\":\"URL specifier, glob.\",\"type\":\"string\"}},\"required\":[\"url\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"gpg\",\"repos\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"policies\"],\"type\":\"object\"}},\"required\":[\"git\"],\"type\":\"object\"},\"sourceNamespaces\":{\"description\":\"SourceNamespaces defines the namespaces application resources are allowed to be created in\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"sourceRepos\":{\"description\":\"SourceRepos contains list of repository URLs which can be used for deployment\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"syncWindows\":{\"description\":\"SyncWindows controls when syncs can be run for apps in this project\",\"items\":{\"description\":\"SyncWindow contains the kind, time, duration and attributes that are used to assign the syncWindows to apps\",\"properties\":{\"andOperator\":{\"description\":\"UseAndOperator use AND operator for matching applications, namespaces and clusters instead of the default OR operator\",\"type\":\"boolean\"},\"applications\":{\"description\":\"Applications contains a list of applications that the window will apply to\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"clusters\":{\"description\":\"Clusters contains a list of clusters that the window will apply to\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"description\":{\"description\":\"Description of the sync that will be applied to the schedule, can be used to add any information such as a ticket number for example\",\"type\":\"string\"},\"duration\":{\"description\":\"Duration is the amount of time the sync window will be open\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind defines if the window allows or blocks syncs\",\"type\":\"string\"},\"manualSync\":{\"description\":\"ManualSync enables manual syncs when they would otherwise be blocked\",\"type\":\"boolean\"},\"namespaces\":{\"description\":\"Namespaces contains a list of namespaces that the window will apply to\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"schedule\":{\"description\":\"Schedule is the time the window will begin, specified in cron format\",\"type\":\"string\"},\"syncOverrun\":{\"description\":\"SyncOverrun allows ongoing syncs to continue in two scenarios:\\nFor deny windows: allows syncs that started before the deny window became active to continue running\\nFor allow windows: allows syncs that started during the allow window to continue after the window ends\",\"type\":\"boolean\"},\"timeZone\":{\"description\":\"TimeZone of the sync that will be applied to the schedule\",\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\"}},\"type\":\"object\"},\"status\":{\"description\":\"AppProjectStatus contains status information for AppProject CRs\",\"properties\":{\"jwtTokensByRole\":{\"additionalProperties\":{\"description\":\"JWTTokens represents a list of JWT tokens\",\"properties\":{\"items\":{\"items\":{\"description\":\"JWTToken holds the issuedAt and expiresAt values of a token\",\"properties\":{\"exp\":{\"format\":\"int64\",\"type\":\"integer\"},\"iat\":{\"format\":\"int64\",\"type\":\"integer\"},\"id\":{\"type\":\"string\"}},\"required\":[\"iat\"],\"type\":\"object\"},\"type\":\"array\"}},\"type\":\"object\"},\"description\":\"JWTTokensByRole contains a list of JWT tokens issued for a given role\",\"type\":\"object\"}},\"type\":\"object\"}},\"required\":[\"metadata\",\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":true}]}}";
 /// `argoproj.io/v1alpha1` `AppProject`, the storage version.
 pub mod v1alpha1 {
+    /// AppProject provides a logical grouping of applications, providing controls for:
+    /// * where the apps may deploy to (cluster whitelist)
+    /// * what may be deployed (repository whitelist, resource whitelist/blacklist)
+    /// * who can access these applications (roles, OIDC group claims bindings)
+    /// * and what they can do (RBAC policies)
+    /// * automation access to these roles (JWT tokens)
+    ///
+    /// `argoproj.io/v1alpha1` `AppProject`, namespaced.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::default::Default
+    )]
+    pub struct AppProject {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// AppProjectSpec is the specification of an AppProject
+        pub spec: AppProjectSpec,
+        /// AppProjectStatus contains status information for AppProject CRs
+        pub status: ::core::option::Option<Status>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "AppProject")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            #[serde(default)]
+            pub spec: AppProjectSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<Status>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for AppProject {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for AppProject {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for AppProject {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for AppProject {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("AppProject")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("argoproj.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1alpha1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("argoproj.io/v1alpha1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("appprojects")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for AppProject {
+        type Spec = AppProjectSpec;
+        fn spec(&self) -> &AppProjectSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut AppProjectSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for AppProject {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "appprojects.argoproj.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["appproj", "appprojs"]
+        }
+    }
+    impl AppProject {
+        /// A `AppProject` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: AppProjectSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::default::Default::default(),
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// AppProjectSpec is the specification of an AppProject
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
-    #[kube(
-        group = "argoproj.io",
-        version = "v1alpha1",
-        kind = "AppProject",
-        plural = "appprojects",
-        namespaced,
-        status = "AppProjectStatus",
-        shortname = "appproj",
-        shortname = "appprojs",
-        derive = "PartialEq",
-        derive = "Default",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
-    )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct AppProjectSpec {
         /// ClusterResourceBlacklist contains list of blacklisted cluster level resources
         #[serde(
@@ -44,7 +166,7 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub cluster_resource_blacklist: ::core::option::Option<
-            ::std::vec::Vec<AppProjectSpecClusterResourceBlacklist>,
+            ::std::vec::Vec<ClusterResourceBlacklist>,
         >,
         /// ClusterResourceWhitelist contains list of whitelisted cluster level resources
         #[serde(
@@ -53,7 +175,7 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub cluster_resource_whitelist: ::core::option::Option<
-            ::std::vec::Vec<AppProjectSpecClusterResourceWhitelist>,
+            ::std::vec::Vec<ClusterResourceBlacklist>,
         >,
         /// Description contains optional project description
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,13 +187,11 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub destination_service_accounts: ::core::option::Option<
-            ::std::vec::Vec<AppProjectSpecDestinationServiceAccounts>,
+            ::std::vec::Vec<DestinationServiceAccounts>,
         >,
         /// Destinations contains list of destinations available for deployment
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub destinations: ::core::option::Option<
-            ::std::vec::Vec<AppProjectSpecDestinations>,
-        >,
+        pub destinations: ::core::option::Option<::std::vec::Vec<Destinations>>,
         /// NamespaceResourceBlacklist contains list of blacklisted namespace level resources
         #[serde(
             rename = "namespaceResourceBlacklist",
@@ -79,7 +199,7 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub namespace_resource_blacklist: ::core::option::Option<
-            ::std::vec::Vec<AppProjectSpecNamespaceResourceBlacklist>,
+            ::std::vec::Vec<NamespaceResourceBlacklist>,
         >,
         /// NamespaceResourceWhitelist contains list of whitelisted namespace level resources
         #[serde(
@@ -88,7 +208,7 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub namespace_resource_whitelist: ::core::option::Option<
-            ::std::vec::Vec<AppProjectSpecNamespaceResourceWhitelist>,
+            ::std::vec::Vec<NamespaceResourceBlacklist>,
         >,
         /// OrphanedResources specifies if controller should monitor orphaned resources of apps in this project
         #[serde(
@@ -96,7 +216,7 @@ pub mod v1alpha1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub orphaned_resources: ::core::option::Option<AppProjectSpecOrphanedResources>,
+        pub orphaned_resources: ::core::option::Option<OrphanedResources>,
         /// PermitOnlyProjectScopedClusters determines whether destinations can only reference clusters which are project-scoped
         #[serde(
             rename = "permitOnlyProjectScopedClusters",
@@ -106,7 +226,7 @@ pub mod v1alpha1 {
         pub permit_only_project_scoped_clusters: ::core::option::Option<bool>,
         /// Roles are user defined RBAC roles associated with this project
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub roles: ::core::option::Option<::std::vec::Vec<AppProjectSpecRoles>>,
+        pub roles: ::core::option::Option<::std::vec::Vec<Roles>>,
         /// SignatureKeys contains a list of PGP key IDs that commits in Git must be signed with in order to be allowed for sync
         ///
         /// Deprecated: Use SourceIntegrity instead. SignatureKeys will be removed with the next major version.
@@ -115,9 +235,7 @@ pub mod v1alpha1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub signature_keys: ::core::option::Option<
-            ::std::vec::Vec<AppProjectSpecSignatureKeys>,
-        >,
+        pub signature_keys: ::core::option::Option<::std::vec::Vec<SignatureKeys>>,
         /// SourceIntegrity represents a constraint on manifest sources integrity to be met before they can be used.
         /// Do not access directly, use EffectiveSourceIntegrity() for correct backwards compatibility handling.
         #[serde(
@@ -125,7 +243,7 @@ pub mod v1alpha1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub source_integrity: ::core::option::Option<AppProjectSpecSourceIntegrity>,
+        pub source_integrity: ::core::option::Option<SourceIntegrity>,
         /// SourceNamespaces defines the namespaces application resources are allowed to be created in
         #[serde(
             rename = "sourceNamespaces",
@@ -148,9 +266,7 @@ pub mod v1alpha1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub sync_windows: ::core::option::Option<
-            ::std::vec::Vec<AppProjectSpecSyncWindows>,
-        >,
+        pub sync_windows: ::core::option::Option<::std::vec::Vec<SyncWindows>>,
     }
     /// ClusterResourceRestrictionItem is a cluster resource that is restricted by the project's whitelist or blacklist
     #[derive(
@@ -158,31 +274,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecClusterResourceBlacklist {
-        pub group: ::std::string::String,
-        pub kind: ::std::string::String,
-        /// Name is the name of the restricted resource. Glob patterns using Go's filepath.Match syntax are supported.
-        /// Unlike the group and kind fields, if no name is specified, all resources of the specified group/kind are matched.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-    }
-    /// ClusterResourceRestrictionItem is a cluster resource that is restricted by the project's whitelist or blacklist
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecClusterResourceWhitelist {
+    pub struct ClusterResourceBlacklist {
         pub group: ::std::string::String,
         pub kind: ::std::string::String,
         /// Name is the name of the restricted resource. Glob patterns using Go's filepath.Match syntax are supported.
@@ -196,12 +291,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecDestinationServiceAccounts {
+    pub struct DestinationServiceAccounts {
         /// DefaultServiceAccount to be used for impersonation during the sync operation
         #[serde(rename = "defaultServiceAccount")]
         pub default_service_account: ::std::string::String,
@@ -218,12 +311,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecDestinations {
+    pub struct Destinations {
         /// Name is an alternate way of specifying the target cluster by its symbolic name. This must be set if Server is not set.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
@@ -242,28 +333,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecNamespaceResourceBlacklist {
-        pub group: ::std::string::String,
-        pub kind: ::std::string::String,
-    }
-    /// GroupKind specifies a Group and a Kind, but does not force a version.  This is useful for identifying
-    /// concepts during lookup stages without having partially valid types
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecNamespaceResourceWhitelist {
+    pub struct NamespaceResourceBlacklist {
         pub group: ::std::string::String,
         pub kind: ::std::string::String,
     }
@@ -274,17 +347,13 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecOrphanedResources {
+    pub struct OrphanedResources {
         /// Ignore contains a list of resources that are to be excluded from orphaned resources monitoring
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub ignore: ::core::option::Option<
-            ::std::vec::Vec<AppProjectSpecOrphanedResourcesIgnore>,
-        >,
+        pub ignore: ::core::option::Option<::std::vec::Vec<Ignore>>,
         /// Warn indicates if warning condition should be created for apps which have orphaned resources
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub warn: ::core::option::Option<bool>,
@@ -296,12 +365,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecOrphanedResourcesIgnore {
+    pub struct Ignore {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub group: ::core::option::Option<::std::string::String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -315,12 +382,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecRoles {
+    pub struct Roles {
         /// Description is a description of the role
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub description: ::core::option::Option<::std::string::String>,
@@ -329,9 +394,7 @@ pub mod v1alpha1 {
         pub groups: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         /// JWTTokens are a list of generated JWT tokens bound to this role
         #[serde(rename = "jwtTokens", default, skip_serializing_if = "Option::is_none")]
-        pub jwt_tokens: ::core::option::Option<
-            ::std::vec::Vec<AppProjectSpecRolesJwtTokens>,
-        >,
+        pub jwt_tokens: ::core::option::Option<::std::vec::Vec<JwtTokens>>,
         /// Name is a name for this role
         pub name: ::std::string::String,
         /// Policies Stores a list of casbin formatted strings that define access policies for the role in the project
@@ -344,12 +407,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecRolesJwtTokens {
+    pub struct JwtTokens {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub exp: ::core::option::Option<i64>,
         pub iat: i64,
@@ -364,12 +425,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecSignatureKeys {
+    pub struct SignatureKeys {
         /// The ID of the key in hexadecimal notation
         #[serde(rename = "keyID")]
         pub key_id: ::std::string::String,
@@ -381,14 +440,12 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecSourceIntegrity {
+    pub struct SourceIntegrity {
         /// Git - policies for git source verification
-        pub git: AppProjectSpecSourceIntegrityGit,
+        pub git: Git,
     }
     /// Git - policies for git source verification
     #[derive(
@@ -396,29 +453,25 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecSourceIntegrityGit {
-        pub policies: ::std::vec::Vec<AppProjectSpecSourceIntegrityGitPolicies>,
+    pub struct Git {
+        pub policies: ::std::vec::Vec<Policies>,
     }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecSourceIntegrityGitPolicies {
+    pub struct Policies {
         /// Verify GPG commit/tag signatures
-        pub gpg: AppProjectSpecSourceIntegrityGitPoliciesGpg,
+        pub gpg: Gpg,
         /// List of repository criteria restricting repositories the policy will apply to
-        pub repos: ::std::vec::Vec<AppProjectSpecSourceIntegrityGitPoliciesRepos>,
+        pub repos: ::std::vec::Vec<Repos>,
     }
     /// Verify GPG commit/tag signatures
     #[derive(
@@ -426,12 +479,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecSourceIntegrityGitPoliciesGpg {
+    pub struct Gpg {
         /// List of key IDs to trust. The keys need to be in the repository server keyring.
         pub keys: ::std::vec::Vec<::std::string::String>,
         pub mode: ::std::string::String,
@@ -441,12 +492,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecSourceIntegrityGitPoliciesRepos {
+    pub struct Repos {
         /// URL specifier, glob.
         pub url: ::std::string::String,
     }
@@ -457,12 +506,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectSpecSyncWindows {
+    pub struct SyncWindows {
         /// UseAndOperator use AND operator for matching applications, namespaces and clusters instead of the default OR operator
         #[serde(
             rename = "andOperator",
@@ -514,12 +561,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectStatus {
+    pub struct Status {
         /// JWTTokensByRole contains a list of JWT tokens issued for a given role
         #[serde(
             rename = "jwtTokensByRole",
@@ -527,10 +572,7 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub jwt_tokens_by_role: ::core::option::Option<
-            ::std::collections::BTreeMap<
-                ::std::string::String,
-                AppProjectStatusJwtTokensByRole,
-            >,
+            ::std::collections::BTreeMap<::std::string::String, JwtTokensByRole>,
         >,
     }
     /// JWTTokens represents a list of JWT tokens
@@ -540,34 +582,12 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectStatusJwtTokensByRole {
+    pub struct JwtTokensByRole {
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub items: ::core::option::Option<
-            ::std::vec::Vec<AppProjectStatusJwtTokensByRoleItems>,
-        >,
-    }
-    /// JWTToken holds the issuedAt and expiresAt values of a token
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct AppProjectStatusJwtTokensByRoleItems {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub exp: ::core::option::Option<i64>,
-        pub iat: i64,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub id: ::core::option::Option<::std::string::String>,
+        pub items: ::core::option::Option<::std::vec::Vec<JwtTokens>>,
     }
     /// The shared informer of `argoproj.io/v1alpha1` `AppProject`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -576,6 +596,7 @@ pub mod v1alpha1 {
     }
     impl AppProjectInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -584,16 +605,19 @@ pub mod v1alpha1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<AppProject> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> AppProjectLister {
             AppProjectLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<AppProject>,
@@ -604,6 +628,7 @@ pub mod v1alpha1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -615,6 +640,7 @@ pub mod v1alpha1 {
     }
     impl AppProjectLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -624,6 +650,7 @@ pub mod v1alpha1 {
     }
     impl AppProjectLister {
         /// The `AppProject` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn appprojects(&self, namespace: &str) -> AppProjectNamespaceLister {
             AppProjectNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -636,6 +663,7 @@ pub mod v1alpha1 {
     }
     impl AppProjectNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -643,6 +671,7 @@ pub mod v1alpha1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -652,6 +681,7 @@ pub mod v1alpha1 {
     }
     impl AppProject {
         /// The shared `AppProject` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -661,6 +691,7 @@ pub mod v1alpha1 {
             AppProjectInformer::new(factory)
         }
         /// The shared metadata-only `AppProject` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

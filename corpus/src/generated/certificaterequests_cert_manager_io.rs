@@ -2,40 +2,175 @@
 
 //! Types, informers and listers of the custom resource `certificaterequests.cert-manager.io` (`cert-manager.io`, kind `CertificateRequest`), generated from `crds/cert-manager/cert-manager.io_certificaterequests.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.21.0\"},\"name\":\"certificaterequests.cert-manager.io\"},\"spec\":{\"group\":\"cert-manager.io\",\"names\":{\"categories\":[\"cert-manager\"],\"kind\":\"CertificateRequest\",\"listKind\":\"CertificateRequestList\",\"plural\":\"certificaterequests\",\"shortNames\":[\"cr\",\"crs\"],\"singular\":\"certificaterequest\"},\"scope\":\"Namespaced\",\"versions\":[{\"additionalPrinterColumns\":[{\"jsonPath\":\".status.conditions[?(@.type == \\\"Approved\\\")].status\",\"name\":\"Approved\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type == \\\"Denied\\\")].status\",\"name\":\"Denied\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type == \\\"Ready\\\")].status\",\"name\":\"Ready\",\"type\":\"string\"},{\"jsonPath\":\".spec.issuerRef.name\",\"name\":\"Issuer\",\"type\":\"string\"},{\"jsonPath\":\".spec.username\",\"name\":\"Requester\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type == \\\"Ready\\\")].message\",\"name\":\"Status\",\"priority\":1,\"type\":\"string\"},{\"description\":\"CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\",\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"}],\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"A CertificateRequest is used to request a signed certificate from one of the\\nconfigured issuers.\\n\\nAll fields within the CertificateRequest's `spec` are immutable after creation.\\nA CertificateRequest will either succeed or fail, as denoted by its `Ready` status\\ncondition and its `status.failureTime` field.\\n\\nA CertificateRequest is a one-shot resource, meaning it represents a single\\npoint in time request for a certificate and cannot be re-used.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"Specification of the desired state of the CertificateRequest resource.\\nhttps://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status\",\"properties\":{\"duration\":{\"description\":\"Requested 'duration' (i.e. lifetime) of the Certificate. Note that the\\nissuer may choose to ignore the requested duration, just like any other\\nrequested attribute.\",\"type\":\"string\"},\"extra\":{\"additionalProperties\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"description\":\"Extra contains extra attributes of the user that created the CertificateRequest.\\nPopulated by the cert-manager webhook on creation and immutable.\",\"type\":\"object\"},\"groups\":{\"description\":\"Groups contains group membership of the user that created the CertificateRequest.\\nPopulated by the cert-manager webhook on creation and immutable.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"isCA\":{\"description\":\"Requested basic constraints isCA value. Note that the issuer may choose\\nto ignore the requested isCA value, just like any other requested attribute.\\n\\nNOTE: If the CSR in the `Request` field has a BasicConstraints extension,\\nit must have the same isCA value as specified here.\\n\\nIf true, this will automatically add the `cert sign` usage to the list\\nof requested `usages`.\",\"type\":\"boolean\"},\"issuerRef\":{\"description\":\"Reference to the issuer responsible for issuing the certificate.\\nIf the issuer is namespace-scoped, it must be in the same namespace\\nas the Certificate. If the issuer is cluster-scoped, it can be used\\nfrom any namespace.\\n\\nThe `name` field of the reference must always be specified.\",\"properties\":{\"group\":{\"description\":\"Group of the issuer being referred to.\\nDefaults to 'cert-manager.io'.\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind of the issuer being referred to.\\nDefaults to 'Issuer'.\",\"type\":\"string\"},\"name\":{\"description\":\"Name of the issuer being referred to.\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"request\":{\"description\":\"The PEM-encoded X.509 certificate signing request to be submitted to the\\nissuer for signing.\\n\\nIf the CSR has a BasicConstraints extension, its isCA attribute must\\nmatch the `isCA` value of this CertificateRequest.\\nIf the CSR has a KeyUsage extension, its key usages must match the\\nkey usages in the `usages` field of this CertificateRequest.\\nIf the CSR has a ExtKeyUsage extension, its extended key usages\\nmust match the extended key usages in the `usages` field of this\\nCertificateRequest.\",\"format\":\"byte\",\"type\":\"string\"},\"uid\":{\"description\":\"UID contains the uid of the user that created the CertificateRequest.\\nPopulated by the cert-manager webhook on creation and immutable.\",\"type\":\"string\"},\"usages\":{\"description\":\"Requested key usages and extended key usages.\\n\\nNOTE: If the CSR in the `Request` field has uses the KeyUsage or\\nExtKeyUsage extension, these extensions must have the same values\\nas specified here without any additional values.\\n\\nIf unset, defaults to `digital signature` and `key encipherment`.\",\"items\":{\"description\":\"KeyUsage specifies valid usage contexts for keys.\\nSee:\\nhttps://tools.ietf.org/html/rfc5280#section-4.2.1.3\\nhttps://tools.ietf.org/html/rfc5280#section-4.2.1.12\\n\\nValid KeyUsage values are as follows:\\n\\\"signing\\\",\\n\\\"digital signature\\\",\\n\\\"content commitment\\\",\\n\\\"key encipherment\\\",\\n\\\"key agreement\\\",\\n\\\"data encipherment\\\",\\n\\\"cert sign\\\",\\n\\\"crl sign\\\",\\n\\\"encipher only\\\",\\n\\\"decipher only\\\",\\n\\\"any\\\",\\n\\\"server auth\\\",\\n\\\"client auth\\\",\\n\\\"code signing\\\",\\n\\\"email protection\\\",\\n\\\"s/mime\\\",\\n\\\"ipsec end system\\\",\\n\\\"ipsec tunnel\\\",\\n\\\"ipsec user\\\",\\n\\\"timestamping\\\",\\n\\\"ocsp signing\\\",\\n\\\"microsoft sgc\\\",\\n\\\"netscape sgc\\\"\",\"enum\":[\"signing\",\"digital signature\",\"content commitment\",\"key encipherment\",\"key agreement\",\"data encipherment\",\"cert sign\",\"crl sign\",\"encipher only\",\"decipher only\",\"any\",\"server auth\",\"client auth\",\"code signing\",\"email protection\",\"s/mime\",\"ipsec end system\",\"ipsec tunnel\",\"ipsec user\",\"timestamping\",\"ocsp signing\",\"microsoft sgc\",\"netscape sgc\"],\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"username\":{\"description\":\"Username contains the name of the user that created the CertificateRequest.\\nPopulated by the cert-manager webhook on creation and immutable.\",\"type\":\"string\"}},\"required\":[\"issuerRef\",\"request\"],\"type\":\"object\"},\"status\":{\"description\":\"Status of the CertificateRequest.\\nThis is set and managed automatically.\\nRead-only.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status\",\"properties\":{\"ca\":{\"description\":\"The PEM encoded X.509 certificate of the signer, also known as the CA\\n(Certificate Authority).\\nThis is set on a best-effort basis by different issuers.\\nIf not set, the CA is assumed to be unknown/not available.\",\"format\":\"byte\",\"type\":\"string\"},\"certificate\":{\"description\":\"The PEM encoded X.509 certificate resulting from the certificate\\nsigning request.\\nIf not set, the CertificateRequest has either not been completed or has\\nfailed. More information on failure can be found by checking the\\n`conditions` field.\",\"format\":\"byte\",\"type\":\"string\"},\"conditions\":{\"description\":\"List of status conditions to indicate the status of a CertificateRequest.\\nKnown condition types are `Ready`, `InvalidRequest`, `Approved` and `Denied`.\",\"items\":{\"description\":\"CertificateRequestCondition contains condition information for a CertificateRequest.\",\"properties\":{\"lastTransitionTime\":{\"description\":\"LastTransitionTime is the timestamp corresponding to the last status\\nchange of this condition.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"Message is a human readable description of the details of the last\\ntransition, complementing reason.\",\"type\":\"string\"},\"reason\":{\"description\":\"Reason is a brief machine readable explanation for the condition's last\\ntransition.\",\"type\":\"string\"},\"status\":{\"description\":\"Status of the condition, one of (`True`, `False`, `Unknown`).\",\"enum\":[\"True\",\"False\",\"Unknown\"],\"type\":\"string\"},\"type\":{\"description\":\"Type of the condition, known values are (`Ready`, `InvalidRequest`,\\n`Approved`, `Denied`).\",\"type\":\"string\"}},\"required\":[\"status\",\"type\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"type\"],\"x-kubernetes-list-type\":\"map\"},\"failureTime\":{\"description\":\"FailureTime stores the time that this CertificateRequest failed. This is\\nused to influence garbage collection and back-off.\",\"format\":\"date-time\",\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"selectableFields\":[{\"jsonPath\":\".spec.issuerRef.group\"},{\"jsonPath\":\".spec.issuerRef.kind\"},{\"jsonPath\":\".spec.issuerRef.name\"}],\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `cert-manager.io/v1` `CertificateRequest`, the storage version.
 pub mod v1 {
+    /// A CertificateRequest is used to request a signed certificate from one of the
+    /// configured issuers.
+    ///
+    /// All fields within the CertificateRequest's `spec` are immutable after creation.
+    /// A CertificateRequest will either succeed or fail, as denoted by its `Ready` status
+    /// condition and its `status.failureTime` field.
+    ///
+    /// A CertificateRequest is a one-shot resource, meaning it represents a single
+    /// point in time request for a certificate and cannot be re-used.
+    ///
+    /// `cert-manager.io/v1` `CertificateRequest`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct CertificateRequest {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// Specification of the desired state of the CertificateRequest resource.
+        /// https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
+        pub spec: CertificateRequestSpec,
+        /// Status of the CertificateRequest.
+        /// This is set and managed automatically.
+        /// Read-only.
+        /// More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
+        pub status: ::core::option::Option<CertificateRequestStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "CertificateRequest")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: CertificateRequestSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<CertificateRequestStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for CertificateRequest {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for CertificateRequest {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for CertificateRequest {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for CertificateRequest {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("CertificateRequest")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("cert-manager.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("cert-manager.io/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("certificaterequests")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for CertificateRequest {
+        type Spec = CertificateRequestSpec;
+        fn spec(&self) -> &CertificateRequestSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut CertificateRequestSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for CertificateRequest {
+        type Status = CertificateRequestStatus;
+        fn status(&self) -> ::core::option::Option<&CertificateRequestStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(
+            &mut self,
+        ) -> &mut ::core::option::Option<CertificateRequestStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for CertificateRequest {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "certificaterequests.cert-manager.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["cr", "crs"]
+        }
+    }
+    impl CertificateRequest {
+        /// A `CertificateRequest` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: CertificateRequestSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// Specification of the desired state of the CertificateRequest resource.
     /// https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "cert-manager.io",
-        version = "v1",
-        kind = "CertificateRequest",
-        plural = "certificaterequests",
-        namespaced,
-        status = "CertificateRequestStatus",
-        shortname = "cr",
-        shortname = "crs",
-        category = "cert-manager",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct CertificateRequestSpec {
         /// Requested 'duration' (i.e. lifetime) of the Certificate. Note that the
         /// issuer may choose to ignore the requested duration, just like any other
@@ -72,7 +207,7 @@ pub mod v1 {
         ///
         /// The `name` field of the reference must always be specified.
         #[serde(rename = "issuerRef")]
-        pub issuer_ref: CertificateRequestSpecIssuerRef,
+        pub issuer_ref: IssuerRef,
         /// The PEM-encoded X.509 certificate signing request to be submitted to the
         /// issuer for signing.
         ///
@@ -115,12 +250,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateRequestSpecIssuerRef {
+    pub struct IssuerRef {
         /// Group of the issuer being referred to.
         /// Defaults to 'cert-manager.io'.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,62 +298,86 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum CertificateRequestSpecUsages {
+        /// `signing`
         #[serde(rename = "signing")]
         Signing,
+        /// `digital signature`
         #[serde(rename = "digital signature")]
         DigitalSignature,
+        /// `content commitment`
         #[serde(rename = "content commitment")]
         ContentCommitment,
+        /// `key encipherment`
         #[serde(rename = "key encipherment")]
         KeyEncipherment,
+        /// `key agreement`
         #[serde(rename = "key agreement")]
         KeyAgreement,
+        /// `data encipherment`
         #[serde(rename = "data encipherment")]
         DataEncipherment,
+        /// `cert sign`
         #[serde(rename = "cert sign")]
         CertSign,
+        /// `crl sign`
         #[serde(rename = "crl sign")]
         CrlSign,
+        /// `encipher only`
         #[serde(rename = "encipher only")]
         EncipherOnly,
+        /// `decipher only`
         #[serde(rename = "decipher only")]
         DecipherOnly,
+        /// `any`
         #[serde(rename = "any")]
         Any,
+        /// `server auth`
         #[serde(rename = "server auth")]
         ServerAuth,
+        /// `client auth`
         #[serde(rename = "client auth")]
         ClientAuth,
+        /// `code signing`
         #[serde(rename = "code signing")]
         CodeSigning,
+        /// `email protection`
         #[serde(rename = "email protection")]
         EmailProtection,
+        /// `s/mime`
         #[serde(rename = "s/mime")]
         SMime,
+        /// `ipsec end system`
         #[serde(rename = "ipsec end system")]
         IpsecEndSystem,
+        /// `ipsec tunnel`
         #[serde(rename = "ipsec tunnel")]
         IpsecTunnel,
+        /// `ipsec user`
         #[serde(rename = "ipsec user")]
         IpsecUser,
+        /// `timestamping`
         #[serde(rename = "timestamping")]
         Timestamping,
+        /// `ocsp signing`
         #[serde(rename = "ocsp signing")]
         OcspSigning,
+        /// `microsoft sgc`
         #[serde(rename = "microsoft sgc")]
         MicrosoftSgc,
+        /// `netscape sgc`
         #[serde(rename = "netscape sgc")]
         NetscapeSgc,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Status of the CertificateRequest.
     /// This is set and managed automatically.
@@ -232,11 +389,9 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct CertificateRequestStatus {
         /// The PEM encoded X.509 certificate of the signer, also known as the CA
         /// (Certificate Authority).
@@ -254,9 +409,7 @@ pub mod v1 {
         /// List of status conditions to indicate the status of a CertificateRequest.
         /// Known condition types are `Ready`, `InvalidRequest`, `Approved` and `Denied`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<
-            ::std::vec::Vec<CertificateRequestStatusConditions>,
-        >,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         /// FailureTime stores the time that this CertificateRequest failed. This is
         /// used to influence garbage collection and back-off.
         #[serde(
@@ -272,12 +425,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateRequestStatusConditions {
+    pub struct Conditions {
         /// LastTransitionTime is the timestamp corresponding to the last status
         /// change of this condition.
         #[serde(
@@ -295,7 +446,7 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub reason: ::core::option::Option<::std::string::String>,
         /// Status of the condition, one of (`True`, `False`, `Unknown`).
-        pub status: CertificateRequestStatusConditionsStatus,
+        pub status: ConditionsStatus,
         /// Type of the condition, known values are (`Ready`, `InvalidRequest`,
         /// `Approved`, `Denied`).
         pub r#type: ::std::string::String,
@@ -305,22 +456,26 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateRequestStatusConditionsStatus {
+    pub enum ConditionsStatus {
+        /// `True`
         #[serde(rename = "True")]
         True,
+        /// `False`
         #[serde(rename = "False")]
         False,
+        /// `Unknown`
         #[serde(rename = "Unknown")]
         Unknown,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// The shared informer of `cert-manager.io/v1` `CertificateRequest`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -329,6 +484,7 @@ pub mod v1 {
     }
     impl CertificateRequestInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -337,18 +493,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<CertificateRequest> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> CertificateRequestLister {
             CertificateRequestLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<CertificateRequest>,
@@ -359,6 +518,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -370,6 +530,7 @@ pub mod v1 {
     }
     impl CertificateRequestLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -379,6 +540,7 @@ pub mod v1 {
     }
     impl CertificateRequestLister {
         /// The `CertificateRequest` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn certificaterequests(
             &self,
             namespace: &str,
@@ -394,6 +556,7 @@ pub mod v1 {
     }
     impl CertificateRequestNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -401,6 +564,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -410,6 +574,7 @@ pub mod v1 {
     }
     impl CertificateRequest {
         /// The shared `CertificateRequest` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -419,6 +584,7 @@ pub mod v1 {
             CertificateRequestInformer::new(factory)
         }
         /// The shared metadata-only `CertificateRequest` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

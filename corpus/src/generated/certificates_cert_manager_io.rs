@@ -2,40 +2,168 @@
 
 //! Types, informers and listers of the custom resource `certificates.cert-manager.io` (`cert-manager.io`, kind `Certificate`), generated from `crds/cert-manager/cert-manager.io_certificates.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.21.0\"},\"name\":\"certificates.cert-manager.io\"},\"spec\":{\"group\":\"cert-manager.io\",\"names\":{\"categories\":[\"cert-manager\"],\"kind\":\"Certificate\",\"listKind\":\"CertificateList\",\"plural\":\"certificates\",\"shortNames\":[\"cert\",\"certs\"],\"singular\":\"certificate\"},\"scope\":\"Namespaced\",\"versions\":[{\"additionalPrinterColumns\":[{\"jsonPath\":\".status.conditions[?(@.type == \\\"Ready\\\")].status\",\"name\":\"Ready\",\"type\":\"string\"},{\"jsonPath\":\".spec.secretName\",\"name\":\"Secret\",\"type\":\"string\"},{\"jsonPath\":\".spec.issuerRef.name\",\"name\":\"Issuer\",\"priority\":1,\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type == \\\"Ready\\\")].message\",\"name\":\"Status\",\"priority\":1,\"type\":\"string\"},{\"jsonPath\":\".status.notAfter\",\"name\":\"Expiration\",\"priority\":1,\"type\":\"string\"},{\"description\":\"CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\",\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"}],\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"A Certificate resource should be created to ensure an up to date and signed\\nX.509 certificate is stored in the Kubernetes Secret resource named in `spec.secretName`.\\n\\nThe stored certificate will be renewed before it expires (as configured by `spec.renewBefore`).\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"Specification of the desired state of the Certificate resource.\\nhttps://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status\",\"properties\":{\"additionalOutputFormats\":{\"description\":\"Defines extra output formats of the private key and signed certificate chain\\nto be written to this Certificate's target Secret.\",\"items\":{\"description\":\"CertificateAdditionalOutputFormat defines an additional output format of a\\nCertificate resource. These contain supplementary data formats of the signed\\ncertificate chain and paired private key.\",\"properties\":{\"type\":{\"description\":\"Type is the name of the format type that should be written to the\\nCertificate's target Secret.\",\"enum\":[\"DER\",\"CombinedPEM\"],\"type\":\"string\"}},\"required\":[\"type\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"commonName\":{\"description\":\"Requested common name X509 certificate subject attribute.\\nMore info: https://datatracker.ietf.org/doc/html/rfc5280#section-4.1.2.6\\nNOTE: TLS clients will ignore this value when any subject alternative name is\\nset (see https://tools.ietf.org/html/rfc6125#section-6.4.4).\\n\\nShould have a length of 64 characters or fewer to avoid generating invalid CSRs.\\nCannot be set if the `literalSubject` field is set.\",\"type\":\"string\"},\"dnsNames\":{\"description\":\"Requested DNS subject alternative names.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"duration\":{\"description\":\"Requested 'duration' (i.e. lifetime) of the Certificate. Note that the\\nissuer may choose to ignore the requested duration, just like any other\\nrequested attribute.\\n\\nIf unset, this defaults to 90 days.\\nMinimum accepted duration is 1 hour.\\nValue must be in units accepted by Go time.ParseDuration https://golang.org/pkg/time/#ParseDuration.\",\"type\":\"string\"},\"emailAddresses\":{\"description\":\"Requested email subject alternative names.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"encodeUsagesInRequest\":{\"description\":\"Whether the KeyUsage and ExtKeyUsage extensions should be set in the encoded CSR.\\n\\nThis option defaults to true, and should only be disabled if the target\\nissuer does not support CSRs with these X509 KeyUsage/ ExtKeyUsage extensions.\",\"type\":\"boolean\"},\"ipAddresses\":{\"description\":\"Requested IP address subject alternative names.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"isCA\":{\"description\":\"Requested basic constraints isCA value.\\nThe isCA value is used to set the `isCA` field on the created CertificateRequest\\nresources. Note that the issuer may choose to ignore the requested isCA value, just\\nlike any other requested attribute.\\n\\nIf true, this will automatically add the `cert sign` usage to the list\\nof requested `usages`.\",\"type\":\"boolean\"},\"issuerRef\":{\"description\":\"Reference to the issuer responsible for issuing the certificate.\\nIf the issuer is namespace-scoped, it must be in the same namespace\\nas the Certificate. If the issuer is cluster-scoped, it can be used\\nfrom any namespace.\\n\\nThe `name` field of the reference must always be specified.\",\"properties\":{\"group\":{\"description\":\"Group of the issuer being referred to.\\nDefaults to 'cert-manager.io'.\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind of the issuer being referred to.\\nDefaults to 'Issuer'.\",\"type\":\"string\"},\"name\":{\"description\":\"Name of the issuer being referred to.\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"keystores\":{\"description\":\"Additional keystore output formats to be stored in the Certificate's Secret.\",\"properties\":{\"jks\":{\"description\":\"JKS configures options for storing a JKS keystore in the\\n`spec.secretName` Secret resource.\",\"properties\":{\"alias\":{\"description\":\"Alias specifies the alias of the key in the keystore, required by the JKS format.\\nIf not provided, the default alias `certificate` will be used.\",\"type\":\"string\"},\"create\":{\"description\":\"Create enables JKS keystore creation for the Certificate.\\nIf true, a file named `keystore.jks` will be created in the target\\nSecret resource, encrypted using the password stored in\\n`passwordSecretRef` or `password`.\\nThe keystore file will be updated immediately.\\nIf the issuer provided a CA certificate, a file named `truststore.jks`\\nwill also be created in the target Secret resource, encrypted using the\\npassword stored in `passwordSecretRef`\\ncontaining the issuing Certificate Authority\",\"type\":\"boolean\"},\"password\":{\"description\":\"Password provides a literal password used to encrypt the JKS keystore.\\nMutually exclusive with passwordSecretRef.\\nOne of password or passwordSecretRef must provide a password with a non-zero length.\",\"type\":\"string\"},\"passwordSecretRef\":{\"description\":\"PasswordSecretRef is a reference to a non-empty key in a Secret resource\\ncontaining the password used to encrypt the JKS keystore.\\nMutually exclusive with password.\\nOne of password or passwordSecretRef must provide a password with a non-zero length.\",\"properties\":{\"key\":{\"description\":\"The key of the entry in the Secret resource's `data` field to be used.\\nSome instances of this field may be defaulted, in others it may be\\nrequired.\",\"type\":\"string\"},\"name\":{\"description\":\"Name of the resource being referred to.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"}},\"required\":[\"create\"],\"type\":\"object\"},\"pkcs12\":{\"description\":\"PKCS12 configures options for storing a PKCS12 keystore in the\\n`spec.secretName` Secret resource.\",\"properties\":{\"create\":{\"description\":\"Create enables PKCS12 keystore creation for the Certificate.\\nIf true, a file named `keystore.p12` will be created in the target\\nSecret resource, encrypted using the password stored in\\n`passwordSecretRef` or in `password`.\\nThe keystore file will be updated immediately.\\nIf the issuer provided a CA certificate, a file named `truststore.p12` will\\nalso be created in the target Secret resource, encrypted using the\\npassword stored in `passwordSecretRef` containing the issuing Certificate\\nAuthority\",\"type\":\"boolean\"},\"password\":{\"description\":\"Password provides a literal password used to encrypt the PKCS#12 keystore.\\nMutually exclusive with passwordSecretRef.\\nOne of password or passwordSecretRef must provide a password with a non-zero length.\",\"type\":\"string\"},\"passwordSecretRef\":{\"description\":\"PasswordSecretRef is a reference to a non-empty key in a Secret resource\\ncontaining the password used to encrypt the PKCS#12 keystore.\\nMutually exclusive with password.\\nOne of password or passwordSecretRef must provide a password with a non-zero length.\",\"properties\":{\"key\":{\"description\":\"The key of the entry in the Secret resource's `data` field to be used.\\nSome instances of this field may be defaulted, in others it may be\\nrequired.\",\"type\":\"string\"},\"name\":{\"description\":\"Name of the resource being referred to.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"profile\":{\"description\":\"Profile specifies the key and certificate encryption algorithms and the HMAC algorithm\\nused to create the PKCS12 keystore. Default value is `LegacyRC2` for backward compatibility.\\n\\nIf provided, allowed values are:\\n`LegacyRC2`: Deprecated. Not supported by default in OpenSSL 3 or Java 20.\\n`LegacyDES`: Less secure algorithm. Use this option for maximal compatibility.\\n`Modern2023`: Secure algorithm. Use this option in case you have to always use secure algorithms\\n(e.g., because of company policy). Please note that the security of the algorithm is not that important\\nin reality, because the unencrypted certificate and private key are also stored in the Secret.\\n`Modern2026`: Encodes PKCS#12 files using algorithms that are considered modern as of 2026.\\nPrivate keys and certificates are encrypted using PBES2 with PBKDF2-HMAC-SHA-256 and AES-256-CBC.\\nThe MAC algorithm is PBMAC1 with PBKDF2-HMAC-SHA-256 and HMAC-SHA256.\\nFiles produced with this profile can be read by OpenSSL 3.4.0 and higher, Java 26 and higher,\\nor with Java using compatible versions of Bouncy Castle. Meets FIPS 140-3 requirements.\",\"enum\":[\"LegacyRC2\",\"LegacyDES\",\"Modern2023\",\"Modern2026\"],\"type\":\"string\"}},\"required\":[\"create\"],\"type\":\"object\"}},\"type\":\"object\"},\"literalSubject\":{\"description\":\"Requested X.509 certificate subject, represented using the LDAP \\\"String\\nRepresentation of a Distinguished Name\\\" [1].\\nImportant: the LDAP string format also specifies the order of the attributes\\nin the subject, this is important when issuing certs for LDAP authentication.\\nExample: `CN=foo,DC=corp,DC=example,DC=com`\\nMore info [1]: https://datatracker.ietf.org/doc/html/rfc4514\\nMore info: https://github.com/cert-manager/cert-manager/issues/3203\\nMore info: https://github.com/cert-manager/cert-manager/issues/4424\\n\\nCannot be set if the `subject` or `commonName` field is set.\",\"type\":\"string\"},\"nameConstraints\":{\"description\":\"x.509 certificate NameConstraint extension which MUST NOT be used in a non-CA certificate.\\nMore Info: https://datatracker.ietf.org/doc/html/rfc5280#section-4.2.1.10\\n\\nThis is an Alpha Feature and is only enabled with the\\n`--feature-gates=NameConstraints=true` option set on both\\nthe controller and webhook components.\",\"properties\":{\"critical\":{\"description\":\"if true then the name constraints are marked critical.\",\"type\":\"boolean\"},\"excluded\":{\"description\":\"Excluded contains the constraints which must be disallowed. Any name matching a\\nrestriction in the excluded field is invalid regardless\\nof information appearing in the permitted\",\"properties\":{\"dnsDomains\":{\"description\":\"DNSDomains is a list of DNS domains that are permitted or excluded.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"emailAddresses\":{\"description\":\"EmailAddresses is a list of Email Addresses that are permitted or excluded.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"ipRanges\":{\"description\":\"IPRanges is a list of IP Ranges that are permitted or excluded.\\nThis should be a valid CIDR notation.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"uriDomains\":{\"description\":\"URIDomains is a list of URI domains that are permitted or excluded.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"type\":\"object\"},\"permitted\":{\"description\":\"Permitted contains the constraints in which the names must be located.\",\"properties\":{\"dnsDomains\":{\"description\":\"DNSDomains is a list of DNS domains that are permitted or excluded.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"emailAddresses\":{\"description\":\"EmailAddresses is a list of Email Addresses that are permitted or excluded.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"ipRanges\":{\"description\":\"IPRanges is a list of IP Ranges that are permitted or excluded.\\nThis should be a valid CIDR notation.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"uriDomains\":{\"description\":\"URIDomains is a list of URI domains that are permitted or excluded.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"type\":\"object\"}},\"type\":\"object\"},\"otherNames\":{\"description\":\"`otherNames` is an escape hatch for SAN that allows any type. We currently restrict the support to string like otherNames, cf RFC 5280 p 37\\nAny UTF8 String valued otherName can be passed with by setting the keys oid: x.x.x.x and UTF8Value: somevalue for `otherName`.\\nMost commonly this would be UPN set with oid: 1.3.6.1.4.1.311.20.2.3\\nYou should ensure that any OID passed is valid for the UTF8String type as we do not explicitly validate this.\",\"items\":{\"properties\":{\"oid\":{\"description\":\"OID is the object identifier for the otherName SAN.\\nThe object identifier must be expressed as a dotted string, for\\nexample, \\\"1.2.840.113556.1.4.221\\\".\",\"type\":\"string\"},\"utf8Value\":{\"description\":\"utf8Value is the string value of the otherName SAN.\\nThe utf8Value accepts any valid UTF8 string to set as value for the otherName SAN.\",\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"privateKey\":{\"description\":\"Private key options. These include the key algorithm and size, the used\\nencoding and the rotation policy.\",\"properties\":{\"algorithm\":{\"description\":\"Algorithm is the private key algorithm of the corresponding private key\\nfor this certificate.\\n\\nIf provided, allowed values are either `RSA`, `ECDSA` or `Ed25519`.\\nIf `algorithm` is specified and `size` is not provided,\\nkey size of 2048 will be used for `RSA` key algorithm and\\nkey size of 256 will be used for `ECDSA` key algorithm.\\nkey size is ignored when using the `Ed25519` key algorithm.\",\"enum\":[\"RSA\",\"ECDSA\",\"Ed25519\"],\"type\":\"string\"},\"encoding\":{\"description\":\"The private key cryptography standards (PKCS) encoding for this\\ncertificate's private key to be encoded in.\\n\\nIf provided, allowed values are `PKCS1` and `PKCS8` standing for PKCS#1\\nand PKCS#8, respectively.\\nDefaults to `PKCS1` if not specified.\",\"enum\":[\"PKCS1\",\"PKCS8\"],\"type\":\"string\"},\"rotationPolicy\":{\"description\":\"RotationPolicy controls how private keys should be regenerated when a\\nre-issuance is being processed.\\n\\nIf set to `Never`, a private key will only be generated if one does not\\nalready exist in the target `spec.secretName`. If one does exist but it\\ndoes not have the correct algorithm or size, a warning will be raised\\nto await user intervention.\\nIf set to `Always`, a private key matching the specified requirements\\nwill be generated whenever a re-issuance occurs.\\nDefault is `Always`.\\nThe default was changed from `Never` to `Always` in cert-manager >=v1.18.0.\",\"enum\":[\"Never\",\"Always\"],\"type\":\"string\"},\"size\":{\"description\":\"Size is the key bit size of the corresponding private key for this certificate.\\n\\nIf `algorithm` is set to `RSA`, valid values are `2048`, `4096` or `8192`,\\nand will default to `2048` if not specified.\\nIf `algorithm` is set to `ECDSA`, valid values are `256`, `384` or `521`,\\nand will default to `256` if not specified.\\nIf `algorithm` is set to `Ed25519`, Size is ignored.\\nNo other values are allowed.\",\"type\":\"integer\"}},\"type\":\"object\"},\"renewBefore\":{\"description\":\"How long before the currently issued certificate's expiry cert-manager should\\nrenew the certificate. For example, if a certificate is valid for 60 minutes,\\nand `renewBefore=10m`, cert-manager will begin to attempt to renew the certificate\\n50 minutes after it was issued (i.e. when there are 10 minutes remaining until\\nthe certificate is no longer valid).\\n\\nNOTE: The actual lifetime of the issued certificate is used to determine the\\nrenewal time. If an issuer returns a certificate with a different lifetime than\\nthe one requested, cert-manager will use the lifetime of the issued certificate.\\n\\nIf unset, this defaults to 1/3 of the issued certificate's lifetime.\\nMinimum accepted value is 5 minutes.\\nValue must be in units accepted by Go time.ParseDuration https://golang.org/pkg/time/#ParseDuration.\\nCannot be set if the `renewBeforePercentage` field is set.\",\"type\":\"string\"},\"renewBeforePercentage\":{\"description\":\"`renewBeforePercentage` is like `renewBefore`, except it is a relative percentage\\nrather than an absolute duration. For example, if a certificate is valid for 60\\nminutes, and  `renewBeforePercentage=25`, cert-manager will begin to attempt to\\nrenew the certificate 45 minutes after it was issued (i.e. when there are 15\\nminutes (25%) remaining until the certificate is no longer valid).\\n\\nNOTE: The actual lifetime of the issued certificate is used to determine the\\nrenewal time. If an issuer returns a certificate with a different lifetime than\\nthe one requested, cert-manager will use the lifetime of the issued certificate.\\n\\nValue must be an integer in the range (0,100). The minimum effective\\n`renewBefore` derived from the `renewBeforePercentage` and `duration` fields is 5\\nminutes.\\nCannot be set if the `renewBefore` field is set.\",\"format\":\"int32\",\"type\":\"integer\"},\"renewal\":{\"description\":\"`renewal` allows configuration of how your certificate is renewed. If the policy mentioned is\\n`RenewBefore` then the controller respects `renewBefore` and `renewBeforePercentage`.\",\"properties\":{\"policy\":{\"description\":\"`policy` must be one of `Disabled`, `RenewBefore`.\",\"enum\":[\"RenewBefore\",\"Disabled\"],\"type\":\"string\"},\"windows\":{\"description\":\"`windows` mentions the behavior of when the renewal must happen.\",\"items\":{\"description\":\"CertificateRenewalWindows is the definition for renewal windows\",\"properties\":{\"cron\":{\"description\":\"`cron` is a cron compliant string to allow when the renewal should be allowed. Format is as shown below:\\n* * * * *\\n| | | | |\\n| | | | day of the week (0–6) (Sunday to Saturday;\\n| | | month (1–12)             7 is also Sunday on some systems)\\n| | day of the month (1–31)\\n| hour (0–23)\\nminute (0–59)\",\"minLength\":1,\"type\":\"string\"},\"timezone\":{\"description\":\"`timezone` is IANA compliant timezone. For example America/Denver.\\nIf this field is not set, timezone is treated as UTC.\",\"minLength\":1,\"type\":\"string\"},\"windowDuration\":{\"description\":\"`windowDuration` is how long the cron definition is active for.\\nValue must be in units accepted by Go time.ParseDuration https://golang.org/pkg/time/#ParseDuration.\",\"pattern\":\"^([0-9]+(\\\\.[0-9]+)?(s|m|h))+$\",\"type\":\"string\"}},\"required\":[\"cron\",\"windowDuration\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"type\":\"object\"},\"revisionHistoryLimit\":{\"description\":\"The maximum number of CertificateRequest revisions that are maintained in\\nthe Certificate's history. Each revision represents a single `CertificateRequest`\\ncreated by this Certificate, either when it was created, renewed, or Spec\\nwas changed. Revisions will be removed by oldest first if the number of\\nrevisions exceeds this number.\\n\\nIf set, revisionHistoryLimit must be a value of `1` or greater.\\nDefault value is `1`.\",\"format\":\"int32\",\"type\":\"integer\"},\"secretName\":{\"description\":\"Name of the Secret resource that will be automatically created and\\nmanaged by this Certificate resource. It will be populated with a\\nprivate key and certificate, signed by the denoted issuer. The Secret\\nresource lives in the same namespace as the Certificate resource.\",\"type\":\"string\"},\"secretTemplate\":{\"description\":\"Defines annotations and labels to be copied to the Certificate's Secret.\\nLabels and annotations on the Secret will be changed as they appear on the\\nSecretTemplate when added or removed. SecretTemplate annotations are added\\nin conjunction with, and cannot overwrite, the base set of annotations\\ncert-manager sets on the Certificate's Secret.\",\"properties\":{\"annotations\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Annotations is a key value map to be copied to the target Kubernetes Secret.\",\"type\":\"object\"},\"labels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Labels is a key value map to be copied to the target Kubernetes Secret.\",\"type\":\"object\"}},\"type\":\"object\"},\"signatureAlgorithm\":{\"description\":\"Signature algorithm to use.\\nAllowed values for RSA keys: SHA256WithRSA, SHA384WithRSA, SHA512WithRSA.\\nAllowed values for ECDSA keys: ECDSAWithSHA256, ECDSAWithSHA384, ECDSAWithSHA512.\\nAllowed values for Ed25519 keys: PureEd25519.\",\"enum\":[\"SHA256WithRSA\",\"SHA384WithRSA\",\"SHA512WithRSA\",\"ECDSAWithSHA256\",\"ECDSAWithSHA384\",\"ECDSAWithSHA512\",\"PureEd25519\"],\"type\":\"string\"},\"subject\":{\"description\":\"Requested set of X509 certificate subject attributes.\\nMore info: https://datatracker.ietf.org/doc/html/rfc5280#section-4.1.2.6\\n\\nThe common name attribute is specified separately in the `commonName` field.\\nCannot be set if the `literalSubject` field is set.\",\"properties\":{\"countries\":{\"description\":\"Countries to be used on the Certificate.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"localities\":{\"description\":\"Cities to be used on the Certificate.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"organizationalUnits\":{\"description\":\"Organizational Units to be used on the Certificate.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"organizations\":{\"description\":\"Organizations to be used on the Certificate.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"postalCodes\":{\"description\":\"Postal codes to be used on the Certificate.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"provinces\":{\"description\":\"State/Provinces to be used on the Certificate.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"serialNumber\":{\"description\":\"Serial number to be used on the Certificate.\",\"type\":\"string\"},\"streetAddresses\":{\"description\":\"Street addresses to be used on the Certificate.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"type\":\"object\"},\"uris\":{\"description\":\"Requested URI subject alternative names.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"usages\":{\"description\":\"Requested key usages and extended key usages.\\nThese usages are used to set the `usages` field on the created CertificateRequest\\nresources. If `encodeUsagesInRequest` is unset or set to `true`, the usages\\nwill additionally be encoded in the `request` field which contains the CSR blob.\\n\\nIf unset, defaults to `digital signature` and `key encipherment`.\",\"items\":{\"description\":\"KeyUsage specifies valid usage contexts for keys.\\nSee:\\nhttps://tools.ietf.org/html/rfc5280#section-4.2.1.3\\nhttps://tools.ietf.org/html/rfc5280#section-4.2.1.12\\n\\nValid KeyUsage values are as follows:\\n\\\"signing\\\",\\n\\\"digital signature\\\",\\n\\\"content commitment\\\",\\n\\\"key encipherment\\\",\\n\\\"key agreement\\\",\\n\\\"data encipherment\\\",\\n\\\"cert sign\\\",\\n\\\"crl sign\\\",\\n\\\"encipher only\\\",\\n\\\"decipher only\\\",\\n\\\"any\\\",\\n\\\"server auth\\\",\\n\\\"client auth\\\",\\n\\\"code signing\\\",\\n\\\"email protection\\\",\\n\\\"s/mime\\\",\\n\\\"ipsec end system\\\",\\n\\\"ipsec tunnel\\\",\\n\\\"ipsec user\\\",\\n\\\"timestamping\\\",\\n\\\"ocsp signing\\\",\\n\\\"microsoft sgc\\\",\\n\\\"netscape sgc\\\"\",\"enum\":[\"signing\",\"digital signature\",\"content commitment\",\"key encipherment\",\"key agreement\",\"data encipherment\",\"cert sign\",\"crl sign\",\"encipher only\",\"decipher only\",\"any\",\"server auth\",\"client auth\",\"code signing\",\"email protection\",\"s/mime\",\"ipsec end system\",\"ipsec tunnel\",\"ipsec user\",\"timestamping\",\"ocsp signing\",\"microsoft sgc\",\"netscape sgc\"],\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"issuerRef\",\"secretName\"],\"type\":\"object\"},\"status\":{\"description\":\"Status of the Certificate.\\nThis is set and managed automatically.\\nRead-only.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status\",\"properties\":{\"acme\":{\"description\":\"ACME stores information that is fetched from the ACME CA server.\",\"properties\":{\"ari\":{\"description\":\"ARI stores the ACME Renewal Information that is fetched from the ACME server\\nin accordance with RFC 9773. This is only populated if the ARI feature gate is enabled.\",\"properties\":{\"explanationURL\":{\"description\":\"ExplanationURL is a human-readable URL that may explain why the suggested window\\nhas its current value.\",\"type\":\"string\"},\"lastChecked\":{\"description\":\"LastChecked is the time at which the ACME server was last checked for renewal information.\",\"format\":\"date-time\",\"type\":\"string\"},\"lastError\":{\"description\":\"LastError is the last error encountered when checking the ACME server for renewal information, if any.\",\"type\":\"string\"},\"nextCheck\":{\"description\":\"NextCheck is the time at which the ACME server will next be checked for renewal information.\",\"format\":\"date-time\",\"type\":\"string\"},\"suggestedWindow\":{\"description\":\"SuggestedWindow is the suggested renewal window as returned by the ACME server in accordance with RFC 9773.\",\"properties\":{\"end\":{\"description\":\"End is the end of the suggested renewal window.\",\"format\":\"date-time\",\"type\":\"string\"},\"start\":{\"description\":\"Start is the start of the suggested renewal window.\",\"format\":\"date-time\",\"type\":\"string\"}},\"required\":[\"end\",\"start\"],\"type\":\"object\"}},\"type\":\"object\"}},\"type\":\"object\"},\"conditions\":{\"description\":\"List of status conditions to indicate the status of certificates.\\nKnown condition types are `Ready` and `Issuing`.\",\"items\":{\"description\":\"CertificateCondition contains condition information for a Certificate.\",\"properties\":{\"lastTransitionTime\":{\"description\":\"LastTransitionTime is the timestamp corresponding to the last status\\nchange of this condition.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"Message is a human readable description of the details of the last\\ntransition, complementing reason.\",\"type\":\"string\"},\"observedGeneration\":{\"description\":\"If set, this represents the .metadata.generation that the condition was\\nset based upon.\\nFor instance, if .metadata.generation is currently 12, but the\\n.status.condition[x].observedGeneration is 9, the condition is out of date\\nwith respect to the current state of the Certificate.\",\"format\":\"int64\",\"type\":\"integer\"},\"reason\":{\"description\":\"Reason is a brief machine readable explanation for the condition's last\\ntransition.\",\"type\":\"string\"},\"status\":{\"description\":\"Status of the condition, one of (`True`, `False`, `Unknown`).\",\"enum\":[\"True\",\"False\",\"Unknown\"],\"type\":\"string\"},\"type\":{\"description\":\"Type of the condition, known values are (`Ready`, `Issuing`).\",\"type\":\"string\"}},\"required\":[\"status\",\"type\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"type\"],\"x-kubernetes-list-type\":\"map\"},\"failedIssuanceAttempts\":{\"description\":\"The number of continuous failed issuance attempts up till now. This\\nfield gets removed (if set) on a successful issuance and gets set to\\n1 if unset and an issuance has failed. If an issuance has failed, the\\ndelay till the next issuance will be calculated using formula\\ntime.Hour * 2 ^ (failedIssuanceAttempts - 1).\",\"type\":\"integer\"},\"lastFailureTime\":{\"description\":\"LastFailureTime is set only if the latest issuance for this\\nCertificate failed and contains the time of the failure. If an\\nissuance has failed, the delay till the next issuance will be\\ncalculated using formula time.Hour * 2 ^ (failedIssuanceAttempts -\\n1). If the latest issuance has succeeded this field will be unset.\",\"format\":\"date-time\",\"type\":\"string\"},\"nextPrivateKeySecretName\":{\"description\":\"The name of the Secret resource containing the private key to be used\\nfor the next certificate iteration.\\nThe keymanager controller will automatically set this field if the\\n`Issuing` condition is set to `True`.\\nIt will automatically unset this field when the Issuing condition is\\nnot set or False.\",\"type\":\"string\"},\"notAfter\":{\"description\":\"The expiration time of the certificate stored in the secret named\\nby this resource in `spec.secretName`.\",\"format\":\"date-time\",\"type\":\"string\"},\"notBefore\":{\"description\":\"The time after which the certificate stored in the secret named\\nby this resource in `spec.secretName` is valid.\",\"format\":\"date-time\",\"type\":\"string\"},\"renewalTime\":{\"description\":\"RenewalTime is the time at which the certificate will be next\\nrenewed.\\nIf not set, no upcoming renewal is scheduled.\",\"format\":\"date-time\",\"type\":\"string\"},\"revision\":{\"description\":\"The current 'revision' of the certificate as issued.\\n\\nWhen a CertificateRequest resource is created, it will have the\\n`cert-manager.io/certificate-revision` set to one greater than the\\ncurrent value of this field.\\n\\nUpon issuance, this field will be set to the value of the annotation\\non the CertificateRequest resource used to issue the certificate.\\n\\nPersisting the value on the CertificateRequest resource allows the\\ncertificates controller to know whether a request is part of an old\\nissuance or if it is part of the ongoing revision's issuance by\\nchecking if the revision value in the annotation is greater than this\\nfield.\",\"type\":\"integer\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"selectableFields\":[{\"jsonPath\":\".spec.issuerRef.group\"},{\"jsonPath\":\".spec.issuerRef.kind\"},{\"jsonPath\":\".spec.issuerRef.name\"}],\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `cert-manager.io/v1` `Certificate`, the storage version.
 pub mod v1 {
+    /// A Certificate resource should be created to ensure an up to date and signed
+    /// X.509 certificate is stored in the Kubernetes Secret resource named in `spec.secretName`.
+    ///
+    /// The stored certificate will be renewed before it expires (as configured by `spec.renewBefore`).
+    ///
+    /// `cert-manager.io/v1` `Certificate`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct Certificate {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// Specification of the desired state of the Certificate resource.
+        /// https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
+        pub spec: CertificateSpec,
+        /// Status of the Certificate.
+        /// This is set and managed automatically.
+        /// Read-only.
+        /// More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
+        pub status: ::core::option::Option<CertificateStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "Certificate")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: CertificateSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<CertificateStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for Certificate {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for Certificate {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for Certificate {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for Certificate {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("Certificate")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("cert-manager.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("cert-manager.io/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("certificates")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for Certificate {
+        type Spec = CertificateSpec;
+        fn spec(&self) -> &CertificateSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut CertificateSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for Certificate {
+        type Status = CertificateStatus;
+        fn status(&self) -> ::core::option::Option<&CertificateStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<CertificateStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for Certificate {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "certificates.cert-manager.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["cert", "certs"]
+        }
+    }
+    impl Certificate {
+        /// A `Certificate` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: CertificateSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// Specification of the desired state of the Certificate resource.
     /// https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "cert-manager.io",
-        version = "v1",
-        kind = "Certificate",
-        plural = "certificates",
-        namespaced,
-        status = "CertificateStatus",
-        shortname = "cert",
-        shortname = "certs",
-        category = "cert-manager",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct CertificateSpec {
         /// Defines extra output formats of the private key and signed certificate chain
         /// to be written to this Certificate's target Secret.
@@ -45,7 +173,7 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub additional_output_formats: ::core::option::Option<
-            ::std::vec::Vec<CertificateSpecAdditionalOutputFormats>,
+            ::std::vec::Vec<AdditionalOutputFormats>,
         >,
         /// Requested common name X509 certificate subject attribute.
         /// More info: https://datatracker.ietf.org/doc/html/rfc5280#section-4.1.2.6
@@ -110,10 +238,10 @@ pub mod v1 {
         ///
         /// The `name` field of the reference must always be specified.
         #[serde(rename = "issuerRef")]
-        pub issuer_ref: CertificateSpecIssuerRef,
+        pub issuer_ref: IssuerRef,
         /// Additional keystore output formats to be stored in the Certificate's Secret.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub keystores: ::core::option::Option<CertificateSpecKeystores>,
+        pub keystores: ::core::option::Option<Keystores>,
         /// Requested X.509 certificate subject, represented using the LDAP "String
         /// Representation of a Distinguished Name" [1].
         /// Important: the LDAP string format also specifies the order of the attributes
@@ -141,19 +269,17 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub name_constraints: ::core::option::Option<CertificateSpecNameConstraints>,
+        pub name_constraints: ::core::option::Option<NameConstraints>,
         /// `otherNames` is an escape hatch for SAN that allows any type. We currently restrict the support to string like otherNames, cf RFC 5280 p 37
         /// Any UTF8 String valued otherName can be passed with by setting the keys oid: x.x.x.x and UTF8Value: somevalue for `otherName`.
         /// Most commonly this would be UPN set with oid: 1.3.6.1.4.1.311.20.2.3
         /// You should ensure that any OID passed is valid for the UTF8String type as we do not explicitly validate this.
         #[serde(rename = "otherNames", default, skip_serializing_if = "Option::is_none")]
-        pub other_names: ::core::option::Option<
-            ::std::vec::Vec<CertificateSpecOtherNames>,
-        >,
+        pub other_names: ::core::option::Option<::std::vec::Vec<OtherNames>>,
         /// Private key options. These include the key algorithm and size, the used
         /// encoding and the rotation policy.
         #[serde(rename = "privateKey", default, skip_serializing_if = "Option::is_none")]
-        pub private_key: ::core::option::Option<CertificateSpecPrivateKey>,
+        pub private_key: ::core::option::Option<PrivateKey>,
         /// How long before the currently issued certificate's expiry cert-manager should
         /// renew the certificate. For example, if a certificate is valid for 60 minutes,
         /// and `renewBefore=10m`, cert-manager will begin to attempt to renew the certificate
@@ -197,7 +323,7 @@ pub mod v1 {
         /// `renewal` allows configuration of how your certificate is renewed. If the policy mentioned is
         /// `RenewBefore` then the controller respects `renewBefore` and `renewBeforePercentage`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub renewal: ::core::option::Option<CertificateSpecRenewal>,
+        pub renewal: ::core::option::Option<Renewal>,
         /// The maximum number of CertificateRequest revisions that are maintained in
         /// the Certificate's history. Each revision represents a single `CertificateRequest`
         /// created by this Certificate, either when it was created, renewed, or Spec
@@ -228,7 +354,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub secret_template: ::core::option::Option<CertificateSpecSecretTemplate>,
+        pub secret_template: ::core::option::Option<SecretTemplate>,
         /// Signature algorithm to use.
         /// Allowed values for RSA keys: SHA256WithRSA, SHA384WithRSA, SHA512WithRSA.
         /// Allowed values for ECDSA keys: ECDSAWithSHA256, ECDSAWithSHA384, ECDSAWithSHA512.
@@ -247,7 +373,7 @@ pub mod v1 {
         /// The common name attribute is specified separately in the `commonName` field.
         /// Cannot be set if the `literalSubject` field is set.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub subject: ::core::option::Option<CertificateSpecSubject>,
+        pub subject: ::core::option::Option<Subject>,
         /// Requested URI subject alternative names.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub uris: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
@@ -268,15 +394,13 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecAdditionalOutputFormats {
+    pub struct AdditionalOutputFormats {
         /// Type is the name of the format type that should be written to the
         /// Certificate's target Secret.
-        pub r#type: CertificateSpecAdditionalOutputFormatsType,
+        pub r#type: AdditionalOutputFormatsType,
     }
     /// Type is the name of the format type that should be written to the
     /// Certificate's target Secret.
@@ -284,20 +408,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateSpecAdditionalOutputFormatsType {
+    pub enum AdditionalOutputFormatsType {
+        /// `DER`
         #[serde(rename = "DER")]
         Der,
+        /// `CombinedPEM`
         #[serde(rename = "CombinedPEM")]
         CombinedPem,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Reference to the issuer responsible for issuing the certificate.
     /// If the issuer is namespace-scoped, it must be in the same namespace
@@ -310,12 +437,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecIssuerRef {
+    pub struct IssuerRef {
         /// Group of the issuer being referred to.
         /// Defaults to 'cert-manager.io'.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -334,20 +459,18 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecKeystores {
+    pub struct Keystores {
         /// JKS configures options for storing a JKS keystore in the
         /// `spec.secretName` Secret resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub jks: ::core::option::Option<CertificateSpecKeystoresJks>,
+        pub jks: ::core::option::Option<Jks>,
         /// PKCS12 configures options for storing a PKCS12 keystore in the
         /// `spec.secretName` Secret resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub pkcs12: ::core::option::Option<CertificateSpecKeystoresPkcs12>,
+        pub pkcs12: ::core::option::Option<Pkcs12>,
     }
     /// JKS configures options for storing a JKS keystore in the
     /// `spec.secretName` Secret resource.
@@ -356,12 +479,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecKeystoresJks {
+    pub struct Jks {
         /// Alias specifies the alias of the key in the keystore, required by the JKS format.
         /// If not provided, the default alias `certificate` will be used.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -390,25 +511,17 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub password_secret_ref: ::core::option::Option<
-            CertificateSpecKeystoresJksPasswordSecretRef,
-        >,
+        pub password_secret_ref: ::core::option::Option<PasswordSecretRef>,
     }
-    /// PasswordSecretRef is a reference to a non-empty key in a Secret resource
-    /// containing the password used to encrypt the JKS keystore.
-    /// Mutually exclusive with password.
-    /// One of password or passwordSecretRef must provide a password with a non-zero length.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecKeystoresJksPasswordSecretRef {
+    pub struct PasswordSecretRef {
         /// The key of the entry in the Secret resource's `data` field to be used.
         /// Some instances of this field may be defaulted, in others it may be
         /// required.
@@ -425,12 +538,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecKeystoresPkcs12 {
+    pub struct Pkcs12 {
         /// Create enables PKCS12 keystore creation for the Certificate.
         /// If true, a file named `keystore.p12` will be created in the target
         /// Secret resource, encrypted using the password stored in
@@ -455,9 +566,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub password_secret_ref: ::core::option::Option<
-            CertificateSpecKeystoresPkcs12PasswordSecretRef,
-        >,
+        pub password_secret_ref: ::core::option::Option<PasswordSecretRef>,
         /// Profile specifies the key and certificate encryption algorithms and the HMAC algorithm
         /// used to create the PKCS12 keystore. Default value is `LegacyRC2` for backward compatibility.
         ///
@@ -473,31 +582,7 @@ pub mod v1 {
         /// Files produced with this profile can be read by OpenSSL 3.4.0 and higher, Java 26 and higher,
         /// or with Java using compatible versions of Bouncy Castle. Meets FIPS 140-3 requirements.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub profile: ::core::option::Option<CertificateSpecKeystoresPkcs12Profile>,
-    }
-    /// PasswordSecretRef is a reference to a non-empty key in a Secret resource
-    /// containing the password used to encrypt the PKCS#12 keystore.
-    /// Mutually exclusive with password.
-    /// One of password or passwordSecretRef must provide a password with a non-zero length.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecKeystoresPkcs12PasswordSecretRef {
-        /// The key of the entry in the Secret resource's `data` field to be used.
-        /// Some instances of this field may be defaulted, in others it may be
-        /// required.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub key: ::core::option::Option<::std::string::String>,
-        /// Name of the resource being referred to.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        pub name: ::std::string::String,
+        pub profile: ::core::option::Option<Pkcs12Profile>,
     }
     /// Profile specifies the key and certificate encryption algorithms and the HMAC algorithm
     /// used to create the PKCS12 keystore. Default value is `LegacyRC2` for backward compatibility.
@@ -517,24 +602,29 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateSpecKeystoresPkcs12Profile {
+    pub enum Pkcs12Profile {
+        /// `LegacyRC2`
         #[serde(rename = "LegacyRC2")]
         LegacyRc2,
+        /// `LegacyDES`
         #[serde(rename = "LegacyDES")]
         LegacyDes,
+        /// `Modern2023`
         #[serde(rename = "Modern2023")]
         Modern2023,
+        /// `Modern2026`
         #[serde(rename = "Modern2026")]
         Modern2026,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// x.509 certificate NameConstraint extension which MUST NOT be used in a non-CA certificate.
     /// More Info: https://datatracker.ietf.org/doc/html/rfc5280#section-4.2.1.10
@@ -548,12 +638,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecNameConstraints {
+    pub struct NameConstraints {
         /// if true then the name constraints are marked critical.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub critical: ::core::option::Option<bool>,
@@ -561,59 +649,21 @@ pub mod v1 {
         /// restriction in the excluded field is invalid regardless
         /// of information appearing in the permitted
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub excluded: ::core::option::Option<CertificateSpecNameConstraintsExcluded>,
+        pub excluded: ::core::option::Option<Excluded>,
         /// Permitted contains the constraints in which the names must be located.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub permitted: ::core::option::Option<CertificateSpecNameConstraintsPermitted>,
+        pub permitted: ::core::option::Option<Excluded>,
     }
-    /// Excluded contains the constraints which must be disallowed. Any name matching a
-    /// restriction in the excluded field is invalid regardless
-    /// of information appearing in the permitted
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecNameConstraintsExcluded {
-        /// DNSDomains is a list of DNS domains that are permitted or excluded.
-        #[serde(rename = "dnsDomains", default, skip_serializing_if = "Option::is_none")]
-        pub dns_domains: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
-        /// EmailAddresses is a list of Email Addresses that are permitted or excluded.
-        #[serde(
-            rename = "emailAddresses",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub email_addresses: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
-        >,
-        /// IPRanges is a list of IP Ranges that are permitted or excluded.
-        /// This should be a valid CIDR notation.
-        #[serde(rename = "ipRanges", default, skip_serializing_if = "Option::is_none")]
-        pub ip_ranges: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
-        /// URIDomains is a list of URI domains that are permitted or excluded.
-        #[serde(rename = "uriDomains", default, skip_serializing_if = "Option::is_none")]
-        pub uri_domains: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
-    }
-    /// Permitted contains the constraints in which the names must be located.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecNameConstraintsPermitted {
+    pub struct Excluded {
         /// DNSDomains is a list of DNS domains that are permitted or excluded.
         #[serde(rename = "dnsDomains", default, skip_serializing_if = "Option::is_none")]
         pub dns_domains: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
@@ -640,12 +690,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecOtherNames {
+    pub struct OtherNames {
         /// OID is the object identifier for the otherName SAN.
         /// The object identifier must be expressed as a dotted string, for
         /// example, "1.2.840.113556.1.4.221".
@@ -664,12 +712,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecPrivateKey {
+    pub struct PrivateKey {
         /// Algorithm is the private key algorithm of the corresponding private key
         /// for this certificate.
         ///
@@ -679,7 +725,7 @@ pub mod v1 {
         /// key size of 256 will be used for `ECDSA` key algorithm.
         /// key size is ignored when using the `Ed25519` key algorithm.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub algorithm: ::core::option::Option<CertificateSpecPrivateKeyAlgorithm>,
+        pub algorithm: ::core::option::Option<PrivateKeyAlgorithm>,
         /// The private key cryptography standards (PKCS) encoding for this
         /// certificate's private key to be encoded in.
         ///
@@ -687,7 +733,7 @@ pub mod v1 {
         /// and PKCS#8, respectively.
         /// Defaults to `PKCS1` if not specified.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub encoding: ::core::option::Option<CertificateSpecPrivateKeyEncoding>,
+        pub encoding: ::core::option::Option<PrivateKeyEncoding>,
         /// RotationPolicy controls how private keys should be regenerated when a
         /// re-issuance is being processed.
         ///
@@ -704,9 +750,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub rotation_policy: ::core::option::Option<
-            CertificateSpecPrivateKeyRotationPolicy,
-        >,
+        pub rotation_policy: ::core::option::Option<PrivateKeyRotationPolicy>,
         /// Size is the key bit size of the corresponding private key for this certificate.
         ///
         /// If `algorithm` is set to `RSA`, valid values are `2048`, `4096` or `8192`,
@@ -730,22 +774,26 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateSpecPrivateKeyAlgorithm {
+    pub enum PrivateKeyAlgorithm {
+        /// `RSA`
         #[serde(rename = "RSA")]
         Rsa,
+        /// `ECDSA`
         #[serde(rename = "ECDSA")]
         Ecdsa,
+        /// `Ed25519`
         #[serde(rename = "Ed25519")]
         Ed25519,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// The private key cryptography standards (PKCS) encoding for this
     /// certificate's private key to be encoded in.
@@ -757,20 +805,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateSpecPrivateKeyEncoding {
+    pub enum PrivateKeyEncoding {
+        /// `PKCS1`
         #[serde(rename = "PKCS1")]
         Pkcs1,
+        /// `PKCS8`
         #[serde(rename = "PKCS8")]
         Pkcs8,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// RotationPolicy controls how private keys should be regenerated when a
     /// re-issuance is being processed.
@@ -787,20 +838,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateSpecPrivateKeyRotationPolicy {
+    pub enum PrivateKeyRotationPolicy {
+        /// `Never`
         #[serde(rename = "Never")]
         Never,
+        /// `Always`
         #[serde(rename = "Always")]
         Always,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// `renewal` allows configuration of how your certificate is renewed. If the policy mentioned is
     /// `RenewBefore` then the controller respects `renewBefore` and `renewBeforePercentage`.
@@ -810,40 +864,39 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecRenewal {
+    pub struct Renewal {
         /// `policy` must be one of `Disabled`, `RenewBefore`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub policy: ::core::option::Option<CertificateSpecRenewalPolicy>,
+        pub policy: ::core::option::Option<RenewalPolicy>,
         /// `windows` mentions the behavior of when the renewal must happen.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub windows: ::core::option::Option<
-            ::std::vec::Vec<CertificateSpecRenewalWindows>,
-        >,
+        pub windows: ::core::option::Option<::std::vec::Vec<Windows>>,
     }
     /// `policy` must be one of `Disabled`, `RenewBefore`.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateSpecRenewalPolicy {
+    pub enum RenewalPolicy {
+        /// `RenewBefore`
         #[serde(rename = "RenewBefore")]
         RenewBefore,
+        /// `Disabled`
         #[serde(rename = "Disabled")]
         Disabled,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// CertificateRenewalWindows is the definition for renewal windows
     #[derive(
@@ -851,12 +904,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecRenewalWindows {
+    pub struct Windows {
         /// `cron` is a cron compliant string to allow when the renewal should be allowed. Format is as shown below:
         /// * * * * *
         /// | | | | |
@@ -886,12 +937,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecSecretTemplate {
+    pub struct SecretTemplate {
         /// Annotations is a key value map to be copied to the target Kubernetes Secret.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub annotations: ::core::option::Option<
@@ -911,30 +960,38 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum CertificateSpecSignatureAlgorithm {
+        /// `SHA256WithRSA`
         #[serde(rename = "SHA256WithRSA")]
         Sha256WithRsa,
+        /// `SHA384WithRSA`
         #[serde(rename = "SHA384WithRSA")]
         Sha384WithRsa,
+        /// `SHA512WithRSA`
         #[serde(rename = "SHA512WithRSA")]
         Sha512WithRsa,
+        /// `ECDSAWithSHA256`
         #[serde(rename = "ECDSAWithSHA256")]
         EcdsaWithSha256,
+        /// `ECDSAWithSHA384`
         #[serde(rename = "ECDSAWithSHA384")]
         EcdsaWithSha384,
+        /// `ECDSAWithSHA512`
         #[serde(rename = "ECDSAWithSHA512")]
         EcdsaWithSha512,
+        /// `PureEd25519`
         #[serde(rename = "PureEd25519")]
         PureEd25519,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Requested set of X509 certificate subject attributes.
     /// More info: https://datatracker.ietf.org/doc/html/rfc5280#section-4.1.2.6
@@ -947,12 +1004,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecSubject {
+    pub struct Subject {
         /// Countries to be used on the Certificate.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub countries: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
@@ -1033,62 +1088,86 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum CertificateSpecUsages {
+        /// `signing`
         #[serde(rename = "signing")]
         Signing,
+        /// `digital signature`
         #[serde(rename = "digital signature")]
         DigitalSignature,
+        /// `content commitment`
         #[serde(rename = "content commitment")]
         ContentCommitment,
+        /// `key encipherment`
         #[serde(rename = "key encipherment")]
         KeyEncipherment,
+        /// `key agreement`
         #[serde(rename = "key agreement")]
         KeyAgreement,
+        /// `data encipherment`
         #[serde(rename = "data encipherment")]
         DataEncipherment,
+        /// `cert sign`
         #[serde(rename = "cert sign")]
         CertSign,
+        /// `crl sign`
         #[serde(rename = "crl sign")]
         CrlSign,
+        /// `encipher only`
         #[serde(rename = "encipher only")]
         EncipherOnly,
+        /// `decipher only`
         #[serde(rename = "decipher only")]
         DecipherOnly,
+        /// `any`
         #[serde(rename = "any")]
         Any,
+        /// `server auth`
         #[serde(rename = "server auth")]
         ServerAuth,
+        /// `client auth`
         #[serde(rename = "client auth")]
         ClientAuth,
+        /// `code signing`
         #[serde(rename = "code signing")]
         CodeSigning,
+        /// `email protection`
         #[serde(rename = "email protection")]
         EmailProtection,
+        /// `s/mime`
         #[serde(rename = "s/mime")]
         SMime,
+        /// `ipsec end system`
         #[serde(rename = "ipsec end system")]
         IpsecEndSystem,
+        /// `ipsec tunnel`
         #[serde(rename = "ipsec tunnel")]
         IpsecTunnel,
+        /// `ipsec user`
         #[serde(rename = "ipsec user")]
         IpsecUser,
+        /// `timestamping`
         #[serde(rename = "timestamping")]
         Timestamping,
+        /// `ocsp signing`
         #[serde(rename = "ocsp signing")]
         OcspSigning,
+        /// `microsoft sgc`
         #[serde(rename = "microsoft sgc")]
         MicrosoftSgc,
+        /// `netscape sgc`
         #[serde(rename = "netscape sgc")]
         NetscapeSgc,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Status of the Certificate.
     /// This is set and managed automatically.
@@ -1100,21 +1179,17 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct CertificateStatus {
         /// ACME stores information that is fetched from the ACME CA server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub acme: ::core::option::Option<CertificateStatusAcme>,
+        pub acme: ::core::option::Option<Acme>,
         /// List of status conditions to indicate the status of certificates.
         /// Known condition types are `Ready` and `Issuing`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<
-            ::std::vec::Vec<CertificateStatusConditions>,
-        >,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         /// The number of continuous failed issuance attempts up till now. This
         /// field gets removed (if set) on a successful issuance and gets set to
         /// 1 if unset and an issuance has failed. If an issuance has failed, the
@@ -1190,16 +1265,14 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateStatusAcme {
+    pub struct Acme {
         /// ARI stores the ACME Renewal Information that is fetched from the ACME server
         /// in accordance with RFC 9773. This is only populated if the ARI feature gate is enabled.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub ari: ::core::option::Option<CertificateStatusAcmeAri>,
+        pub ari: ::core::option::Option<Ari>,
     }
     /// ARI stores the ACME Renewal Information that is fetched from the ACME server
     /// in accordance with RFC 9773. This is only populated if the ARI feature gate is enabled.
@@ -1209,12 +1282,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateStatusAcmeAri {
+    pub struct Ari {
         /// ExplanationURL is a human-readable URL that may explain why the suggested window
         /// has its current value.
         #[serde(
@@ -1242,9 +1313,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub suggested_window: ::core::option::Option<
-            CertificateStatusAcmeAriSuggestedWindow,
-        >,
+        pub suggested_window: ::core::option::Option<SuggestedWindow>,
     }
     /// SuggestedWindow is the suggested renewal window as returned by the ACME server in accordance with RFC 9773.
     #[derive(
@@ -1252,12 +1321,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateStatusAcmeAriSuggestedWindow {
+    pub struct SuggestedWindow {
         /// End is the end of the suggested renewal window.
         pub end: ::std::string::String,
         /// Start is the start of the suggested renewal window.
@@ -1269,12 +1336,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateStatusConditions {
+    pub struct Conditions {
         /// LastTransitionTime is the timestamp corresponding to the last status
         /// change of this condition.
         #[serde(
@@ -1303,7 +1368,7 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub reason: ::core::option::Option<::std::string::String>,
         /// Status of the condition, one of (`True`, `False`, `Unknown`).
-        pub status: CertificateStatusConditionsStatus,
+        pub status: ConditionsStatus,
         /// Type of the condition, known values are (`Ready`, `Issuing`).
         pub r#type: ::std::string::String,
     }
@@ -1312,22 +1377,26 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateStatusConditionsStatus {
+    pub enum ConditionsStatus {
+        /// `True`
         #[serde(rename = "True")]
         True,
+        /// `False`
         #[serde(rename = "False")]
         False,
+        /// `Unknown`
         #[serde(rename = "Unknown")]
         Unknown,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// The shared informer of `cert-manager.io/v1` `Certificate`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -1336,6 +1405,7 @@ pub mod v1 {
     }
     impl CertificateInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -1344,16 +1414,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Certificate> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> CertificateLister {
             CertificateLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<Certificate>,
@@ -1364,6 +1437,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -1375,6 +1449,7 @@ pub mod v1 {
     }
     impl CertificateLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -1384,6 +1459,7 @@ pub mod v1 {
     }
     impl CertificateLister {
         /// The `Certificate` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn certificates(&self, namespace: &str) -> CertificateNamespaceLister {
             CertificateNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -1396,6 +1472,7 @@ pub mod v1 {
     }
     impl CertificateNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -1403,6 +1480,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -1412,6 +1490,7 @@ pub mod v1 {
     }
     impl Certificate {
         /// The shared `Certificate` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -1421,6 +1500,7 @@ pub mod v1 {
             CertificateInformer::new(factory)
         }
         /// The shared metadata-only `Certificate` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

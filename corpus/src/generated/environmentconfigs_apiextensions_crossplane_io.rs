@@ -2,6 +2,8 @@
 
 //! Types, informers and listers of the custom resource `environmentconfigs.apiextensions.crossplane.io` (`apiextensions.crossplane.io`, kind `EnvironmentConfig`), generated from `crds/crossplane/apiextensions.crossplane.io_environmentconfigs.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.20.1\"},\"name\":\"environmentconfigs.apiextensions.crossplane.io\"},\"spec\":{\"group\":\"apiextensions.crossplane.io\",\"names\":{\"categories\":[\"crossplane\"],\"kind\":\"EnvironmentConfig\",\"listKind\":\"EnvironmentConfigList\",\"plural\":\"environmentconfigs\",\"shortNames\":[\"envcfg\"],\"singular\":\"environmentconfig\"},\"scope\":\"Cluster\",\"versions\":[{\"additionalPrinterColumns\":[{\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"AGE\",\"type\":\"date\"}],\"name\":\"v1beta1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"An EnvironmentConfig contains user-defined unstructured values for\\nuse in a Composition.\\n\\nRead the Crossplane documentation for\\n[more information about EnvironmentConfigs](https://docs.crossplane.io/latest/composition/environment-configs/).\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"data\":{\"additionalProperties\":{\"x-kubernetes-preserve-unknown-fields\":true},\"description\":\"The data of this EnvironmentConfig.\\nThis may contain any kind of structure that can be serialized into JSON.\",\"type\":\"object\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"}},\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{}}]}}";
 /// `apiextensions.crossplane.io/v1beta1` `EnvironmentConfig`, the storage version.
 pub mod v1beta1 {
     /// An EnvironmentConfig contains user-defined unstructured values for
@@ -9,46 +11,138 @@ pub mod v1beta1 {
     ///
     /// Read the Crossplane documentation for
     /// [more information about EnvironmentConfigs](https://docs.crossplane.io/latest/composition/environment-configs/).
+    ///
+    /// `apiextensions.crossplane.io/v1beta1` `EnvironmentConfig`, cluster-scoped.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
     #[derive(
-        ::kinformer::kube::CustomResource,
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
-    #[kube(
-        group = "apiextensions.crossplane.io",
-        version = "v1beta1",
-        kind = "EnvironmentConfig",
-        plural = "environmentconfigs",
-        no_spec,
-        shortname = "envcfg",
-        category = "crossplane",
-        derive = "PartialEq",
-        derive = "Default",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct EnvironmentConfigFields {
+    pub struct EnvironmentConfig {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
         /// The data of this EnvironmentConfig.
         /// This may contain any kind of structure that can be serialized into JSON.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         pub data: ::core::option::Option<
             ::std::collections::BTreeMap<
                 ::std::string::String,
                 ::kinformer::serde_json::Value,
             >,
         >,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "EnvironmentConfig")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub data: ::core::option::Option<
+                ::std::collections::BTreeMap<
+                    ::std::string::String,
+                    ::kinformer::serde_json::Value,
+                >,
+            >,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for EnvironmentConfig {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for EnvironmentConfig {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for EnvironmentConfig {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for EnvironmentConfig {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::ClusterResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("EnvironmentConfig")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("apiextensions.crossplane.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1beta1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("apiextensions.crossplane.io/v1beta1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("environmentconfigs")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for EnvironmentConfig {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "environmentconfigs.apiextensions.crossplane.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["envcfg"]
+        }
+    }
+    impl EnvironmentConfig {
+        /// A `EnvironmentConfig` named `name`: no namespace, no status, no other field.
+        pub fn new(name: &str) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                data: ::core::default::Default::default(),
+                extra: ::core::default::Default::default(),
+            }
+        }
     }
     /// The shared informer of `apiextensions.crossplane.io/v1beta1` `EnvironmentConfig`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -57,6 +151,7 @@ pub mod v1beta1 {
     }
     impl EnvironmentConfigInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -65,18 +160,21 @@ pub mod v1beta1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<EnvironmentConfig> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> EnvironmentConfigLister {
             EnvironmentConfigLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<EnvironmentConfig>,
@@ -87,6 +185,7 @@ pub mod v1beta1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -98,6 +197,7 @@ pub mod v1beta1 {
     }
     impl EnvironmentConfigLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -107,6 +207,7 @@ pub mod v1beta1 {
     }
     impl EnvironmentConfigLister {
         /// The object named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -116,6 +217,7 @@ pub mod v1beta1 {
     }
     impl EnvironmentConfig {
         /// The shared `EnvironmentConfig` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -125,6 +227,7 @@ pub mod v1beta1 {
             EnvironmentConfigInformer::new(factory)
         }
         /// The shared metadata-only `EnvironmentConfig` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

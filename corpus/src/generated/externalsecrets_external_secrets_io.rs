@@ -2,50 +2,176 @@
 
 //! Types, informers and listers of the custom resource `externalsecrets.external-secrets.io` (`external-secrets.io`, kind `ExternalSecret`), generated from `crds/external-secrets/external-secrets.io_externalsecrets.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.19.0\"},\"labels\":{\"external-secrets.io/component\":\"controller\"},\"name\":\"externalsecrets.external-secrets.io\"},\"spec\":{\"group\":\"external-secrets.io\",\"names\":{\"categories\":[\"external-secrets\"],\"kind\":\"ExternalSecret\",\"listKind\":\"ExternalSecretList\",\"plural\":\"externalsecrets\",\"shortNames\":[\"es\"],\"singular\":\"externalsecret\"},\"scope\":\"Namespaced\",\"versions\":[{\"additionalPrinterColumns\":[{\"jsonPath\":\".spec.secretStoreRef.kind\",\"name\":\"StoreType\",\"type\":\"string\"},{\"jsonPath\":\".spec.secretStoreRef.name\",\"name\":\"Store\",\"type\":\"string\"},{\"jsonPath\":\".spec.refreshInterval\",\"name\":\"Refresh Interval\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Ready\\\")].reason\",\"name\":\"Status\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Ready\\\")].status\",\"name\":\"Ready\",\"type\":\"string\"},{\"jsonPath\":\".status.refreshTime\",\"name\":\"Last Sync\",\"type\":\"date\"}],\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"ExternalSecret is the Schema for the external-secrets API.\\nIt defines how to fetch data from external APIs and make it available as Kubernetes Secrets.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"ExternalSecretSpec defines the desired state of ExternalSecret.\",\"properties\":{\"data\":{\"description\":\"Data defines the connection between the Kubernetes Secret keys and the Provider data\",\"items\":{\"description\":\"ExternalSecretData defines the connection between the Kubernetes Secret key (spec.data.<key>) and the Provider data.\",\"properties\":{\"remoteRef\":{\"description\":\"RemoteRef points to the remote secret and defines\\nwhich secret (version/property/..) to fetch.\",\"properties\":{\"conversionStrategy\":{\"description\":\"Used to define a conversion Strategy. Defaults to Default when omitted.\",\"enum\":[\"Default\",\"Unicode\"],\"type\":\"string\"},\"decodingStrategy\":{\"description\":\"Used to define a decoding Strategy. Defaults to None when omitted.\",\"enum\":[\"Auto\",\"Base64\",\"Base64URL\",\"None\"],\"type\":\"string\"},\"key\":{\"description\":\"Key is the key used in the Provider, mandatory\",\"type\":\"string\"},\"metadataPolicy\":{\"description\":\"Policy for fetching tags/labels from provider secrets, possible options are Fetch, None. Defaults to None\",\"enum\":[\"None\",\"Fetch\"],\"type\":\"string\"},\"nullBytePolicy\":{\"description\":\"Controls how ESO handles fetched secret data containing NUL bytes for this source.\",\"enum\":[\"Ignore\",\"Fail\"],\"type\":\"string\"},\"property\":{\"description\":\"Used to select a specific property of the Provider value (if a map), if supported\",\"type\":\"string\"},\"version\":{\"description\":\"Used to select a specific version of the Provider value, if supported\",\"type\":\"string\"}},\"required\":[\"key\"],\"type\":\"object\"},\"secretKey\":{\"description\":\"The key in the Kubernetes Secret to store the value.\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[-._a-zA-Z0-9]+$\",\"type\":\"string\"},\"sourceRef\":{\"description\":\"SourceRef allows you to override the source\\nfrom which the value will be pulled.\",\"maxProperties\":1,\"minProperties\":1,\"properties\":{\"generatorRef\":{\"description\":\"GeneratorRef points to a generator custom resource.\\n\\nDeprecated: The generatorRef is not implemented in .data[].\\nthis will be removed with v1.\",\"properties\":{\"apiVersion\":{\"default\":\"generators.external-secrets.io/v1alpha1\",\"description\":\"Specify the apiVersion of the generator resource\",\"type\":\"string\"},\"kind\":{\"description\":\"Specify the Kind of the generator resource\",\"enum\":[\"ACRAccessToken\",\"BeyondtrustWorkloadCredentialsDynamicSecret\",\"ClusterGenerator\",\"CloudsmithAccessToken\",\"ECRAuthorizationToken\",\"Fake\",\"GCRAccessToken\",\"GithubAccessToken\",\"GitlabDeployToken\",\"QuayAccessToken\",\"Password\",\"SSHKey\",\"STSSessionToken\",\"UUID\",\"VaultDynamicSecret\",\"Webhook\",\"Grafana\",\"MFA\"],\"type\":\"string\"},\"name\":{\"description\":\"Specify the name of the generator resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"storeRef\":{\"description\":\"SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.\",\"properties\":{\"kind\":{\"description\":\"Kind of the SecretStore resource (SecretStore or ClusterSecretStore)\\nDefaults to `SecretStore`\",\"enum\":[\"SecretStore\",\"ClusterSecretStore\"],\"type\":\"string\"},\"name\":{\"description\":\"Name of the SecretStore resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"required\":[\"remoteRef\",\"secretKey\"],\"type\":\"object\"},\"type\":\"array\"},\"dataFrom\":{\"description\":\"DataFrom is used to fetch all properties from a specific Provider data\\nIf multiple entries are specified, the Secret keys are merged in the specified order\",\"items\":{\"description\":\"ExternalSecretDataFromRemoteRef defines the connection between the Kubernetes Secret keys and the Provider data\\nwhen using DataFrom to fetch multiple values from a Provider.\",\"properties\":{\"extract\":{\"description\":\"Used to extract multiple key/value pairs from one secret\\nNote: Extract does not support sourceRef.Generator or sourceRef.GeneratorRef.\",\"properties\":{\"conversionStrategy\":{\"description\":\"Used to define a conversion Strategy. Defaults to Default when omitted.\",\"enum\":[\"Default\",\"Unicode\"],\"type\":\"string\"},\"decodingStrategy\":{\"description\":\"Used to define a decoding Strategy. Defaults to None when omitted.\",\"enum\":[\"Auto\",\"Base64\",\"Base64URL\",\"None\"],\"type\":\"string\"},\"key\":{\"description\":\"Key is the key used in the Provider, mandatory\",\"type\":\"string\"},\"metadataPolicy\":{\"description\":\"Policy for fetching tags/labels from provider secrets, possible options are Fetch, None. Defaults to None\",\"enum\":[\"None\",\"Fetch\"],\"type\":\"string\"},\"nullBytePolicy\":{\"description\":\"Controls how ESO handles fetched secret data containing NUL bytes for this source.\",\"enum\":[\"Ignore\",\"Fail\"],\"type\":\"string\"},\"property\":{\"description\":\"Used to select a specific property of the Provider value (if a map), if supported\",\"type\":\"string\"},\"version\":{\"description\":\"Used to select a specific version of the Provider value, if supported\",\"type\":\"string\"}},\"required\":[\"key\"],\"type\":\"object\"},\"find\":{\"description\":\"Used to find secrets based on tags or regular expressions\\nNote: Find does not support sourceRef.Generator or sourceRef.GeneratorRef.\",\"properties\":{\"conversionStrategy\":{\"description\":\"Used to define a conversion Strategy. Defaults to Default when omitted.\",\"enum\":[\"Default\",\"Unicode\"],\"type\":\"string\"},\"decodingStrategy\":{\"description\":\"Used to define a decoding Strategy. Defaults to None when omitted.\",\"enum\":[\"Auto\",\"Base64\",\"Base64URL\",\"None\"],\"type\":\"string\"},\"name\":{\"description\":\"Finds secrets based on the name.\",\"properties\":{\"regexp\":{\"description\":\"Finds secrets base\",\"type\":\"string\"}},\"type\":\"object\"},\"nullBytePolicy\":{\"description\":\"Controls how ESO handles fetched secret data containing NUL bytes for this find source.\",\"enum\":[\"Ignore\",\"Fail\"],\"type\":\"string\"},\"path\":{\"description\":\"A root path to start the find operations.\",\"type\":\"string\"},\"tags\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Find secrets based on tags.\",\"type\":\"object\"}},\"type\":\"object\"},\"rewrite\":{\"description\":\"Used to rewrite secret Keys after getting them from the secret Provider\\nMultiple Rewrite operations can be provided. They are applied in a layered order (first to last)\",\"items\":{\"description\":\"ExternalSecretRewrite defines how to rewrite secret data values before they are written to the Secret.\",\"maxProperties\":1,\"minProperties\":1,\"properties\":{\"merge\":{\"description\":\"Used to merge key/values in one single Secret\\nThe resulting key will contain all values from the specified secrets\",\"properties\":{\"conflictPolicy\":{\"default\":\"Error\",\"description\":\"Used to define the policy to use in conflict resolution.\",\"enum\":[\"Ignore\",\"Error\"],\"type\":\"string\"},\"into\":{\"default\":\"\",\"description\":\"Used to define the target key of the merge operation.\\nRequired if strategy is JSON. Ignored otherwise.\",\"type\":\"string\"},\"priority\":{\"description\":\"Used to define key priority in conflict resolution.\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"priorityPolicy\":{\"default\":\"Strict\",\"description\":\"Used to define the policy when a key in the priority list does not exist in the input.\",\"enum\":[\"IgnoreNotFound\",\"Strict\"],\"type\":\"string\"},\"strategy\":{\"default\":\"Extract\",\"description\":\"Used to define the strategy to use in the merge operation.\",\"enum\":[\"Extract\",\"JSON\"],\"type\":\"string\"}},\"type\":\"object\"},\"regexp\":{\"description\":\"Used to rewrite with regular expressions.\\nThe resulting key will be the output of a regexp.ReplaceAll operation.\",\"properties\":{\"source\":{\"description\":\"Used to define the regular expression of a re.Compiler.\",\"type\":\"string\"},\"target\":{\"description\":\"Used to define the target pattern of a ReplaceAll operation.\",\"type\":\"string\"}},\"required\":[\"source\",\"target\"],\"type\":\"object\"},\"transform\":{\"description\":\"Used to apply string transformation on the secrets.\\nThe resulting key will be the output of the template applied by the operation.\",\"properties\":{\"template\":{\"description\":\"Used to define the template to apply on the secret name.\\n`.value ` will specify the secret name in the template.\",\"type\":\"string\"}},\"required\":[\"template\"],\"type\":\"object\"}},\"type\":\"object\"},\"type\":\"array\"},\"sourceRef\":{\"description\":\"SourceRef points to a store or generator\\nwhich contains secret values ready to use.\\nUse this in combination with Extract or Find pull values out of\\na specific SecretStore.\\nWhen sourceRef points to a generator Extract or Find is not supported.\\nThe generator returns a static map of values\",\"maxProperties\":1,\"minProperties\":1,\"properties\":{\"generatorRef\":{\"description\":\"GeneratorRef points to a generator custom resource.\",\"properties\":{\"apiVersion\":{\"default\":\"generators.external-secrets.io/v1alpha1\",\"description\":\"Specify the apiVersion of the generator resource\",\"type\":\"string\"},\"kind\":{\"description\":\"Specify the Kind of the generator resource\",\"enum\":[\"ACRAccessToken\",\"BeyondtrustWorkloadCredentialsDynamicSecret\",\"ClusterGenerator\",\"CloudsmithAccessToken\",\"ECRAuthorizationToken\",\"Fake\",\"GCRAccessToken\",\"GithubAccessToken\",\"GitlabDeployToken\",\"QuayAccessToken\",\"Password\",\"SSHKey\",\"STSSessionToken\",\"UUID\",\"VaultDynamicSecret\",\"Webhook\",\"Grafana\",\"MFA\"],\"type\":\"string\"},\"name\":{\"description\":\"Specify the name of the generator resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"storeRef\":{\"description\":\"SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.\",\"properties\":{\"kind\":{\"description\":\"Kind of the SecretStore resource (SecretStore or ClusterSecretStore)\\nDefaults to `SecretStore`\",\"enum\":[\"SecretStore\",\"ClusterSecretStore\"],\"type\":\"string\"},\"name\":{\"description\":\"Name of the SecretStore resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"type\":\"object\"},\"type\":\"array\"},\"refreshInterval\":{\"default\":\"1h0m0s\",\"description\":\"RefreshInterval is the amount of time before the values are read again from the SecretStore provider,\\nspecified as Golang Duration strings.\\nValid time units are \\\"ns\\\", \\\"us\\\" (or \\\"µs\\\"), \\\"ms\\\", \\\"s\\\", \\\"m\\\", \\\"h\\\"\\nExample values: \\\"1h0m0s\\\", \\\"2h30m0s\\\", \\\"10m0s\\\"\\nMay be set to \\\"0s\\\" to fetch and create it once. Defaults to 1h0m0s.\",\"type\":\"string\"},\"refreshPolicy\":{\"description\":\"RefreshPolicy determines how the ExternalSecret should be refreshed:\\n- CreatedOnce: Creates the Secret only if it does not exist and does not update it thereafter\\n- Periodic: Synchronizes the Secret from the external source at regular intervals specified by refreshInterval.\\n  No periodic updates occur if refreshInterval is 0.\\n- OnChange: Only synchronizes the Secret when the ExternalSecret's metadata or specification changes\",\"enum\":[\"CreatedOnce\",\"Periodic\",\"OnChange\"],\"type\":\"string\"},\"secretStoreRef\":{\"description\":\"SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.\",\"properties\":{\"kind\":{\"description\":\"Kind of the SecretStore resource (SecretStore or ClusterSecretStore)\\nDefaults to `SecretStore`\",\"enum\":[\"SecretStore\",\"ClusterSecretStore\"],\"type\":\"string\"},\"name\":{\"description\":\"Name of the SecretStore resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"type\":\"object\"},\"syncWindows\":{\"description\":\"SyncWindows optionally restricts when periodic refreshes may occur.\\nEvaluated in UTC, only for Periodic refresh policy (or when refreshPolicy is unset).\",\"properties\":{\"kind\":{\"description\":\"Kind applies to every window in the list.\\n\\\"allow\\\" -- syncs are permitted only while at least one window is active;\\n           all other times are blocked.\\n\\\"deny\\\"  -- syncs are blocked while any window is active;\\n           all other times are permitted.\",\"enum\":[\"allow\",\"deny\"],\"type\":\"string\"},\"windows\":{\"description\":\"Windows is the list of schedule+duration pairs.\",\"items\":{\"description\":\"ExternalSecretSyncWindowEntry defines a single cron-schedule + duration pair\\nwithin a SyncWindows block.\",\"properties\":{\"duration\":{\"description\":\"Duration specifies how long the window stays open after each Schedule\\nfiring. Example: \\\"8h\\\".\",\"type\":\"string\"},\"schedule\":{\"description\":\"Schedule is a standard 5-field cron expression evaluated in UTC, or a\\nnamed shorthand such as @daily or @every 1h. It marks the start time of\\neach window occurrence.\\nExample: \\\"0 22 * * 1-5\\\" opens a window every weekday at 22:00 UTC.\",\"minLength\":1,\"pattern\":\"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|@every [^\\\\s]+.*|[^\\\\s]+( [^\\\\s]+){4})$\",\"type\":\"string\"}},\"required\":[\"duration\",\"schedule\"],\"type\":\"object\"},\"minItems\":1,\"type\":\"array\"}},\"required\":[\"kind\",\"windows\"],\"type\":\"object\"},\"target\":{\"default\":{\"creationPolicy\":\"Owner\",\"deletionPolicy\":\"Retain\"},\"description\":\"ExternalSecretTarget defines the Kubernetes Secret to be created,\\nthere can be only one target per ExternalSecret.\",\"properties\":{\"creationPolicy\":{\"default\":\"Owner\",\"description\":\"CreationPolicy defines rules on how to create the resulting Secret.\\nDefaults to \\\"Owner\\\"\",\"enum\":[\"Owner\",\"Orphan\",\"Merge\",\"None\",\"CreateOrMerge\"],\"type\":\"string\"},\"deletionPolicy\":{\"default\":\"Retain\",\"description\":\"DeletionPolicy defines rules on how to delete the resulting Secret.\\nDefaults to \\\"Retain\\\"\",\"enum\":[\"Delete\",\"Merge\",\"Retain\"],\"type\":\"string\"},\"immutable\":{\"description\":\"Immutable defines if the final secret will be immutable\",\"type\":\"boolean\"},\"manifest\":{\"description\":\"Manifest defines a custom Kubernetes resource to create instead of a Secret.\\nWhen specified, ExternalSecret will create the resource type defined here\\n(e.g., ConfigMap, Custom Resource) instead of a Secret.\\nWarning: Using Generic target. Make sure access policies and encryption are properly configured.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion of the target resource (e.g., \\\"v1\\\" for ConfigMap, \\\"argoproj.io/v1alpha1\\\" for ArgoCD Application)\",\"minLength\":1,\"type\":\"string\"},\"kind\":{\"description\":\"Kind of the target resource (e.g., \\\"ConfigMap\\\", \\\"Application\\\")\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"apiVersion\",\"kind\"],\"type\":\"object\"},\"name\":{\"description\":\"The name of the Secret resource to be managed.\\nDefaults to the .metadata.name of the ExternalSecret resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"template\":{\"description\":\"Template defines a blueprint for the created Secret resource.\",\"properties\":{\"data\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"},\"engineVersion\":{\"default\":\"v2\",\"description\":\"EngineVersion specifies the template engine version\\nthat should be used to compile/execute the\\ntemplate specified in .data and .templateFrom[].\",\"enum\":[\"v2\"],\"type\":\"string\"},\"mergePolicy\":{\"default\":\"Replace\",\"description\":\"TemplateMergePolicy defines how the rendered template should be merged with the existing Secret data.\",\"enum\":[\"Replace\",\"Merge\"],\"type\":\"string\"},\"metadata\":{\"description\":\"ExternalSecretTemplateMetadata defines metadata fields for the Secret blueprint.\",\"properties\":{\"annotations\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"},\"finalizers\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"labels\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"}},\"type\":\"object\"},\"templateFrom\":{\"items\":{\"description\":\"TemplateFrom specifies a source for templates.\\nEach item in the list can either reference a ConfigMap or a Secret resource.\",\"properties\":{\"configMap\":{\"description\":\"TemplateRef specifies a reference to either a ConfigMap or a Secret resource.\",\"properties\":{\"items\":{\"description\":\"A list of keys in the ConfigMap/Secret to use as templates for Secret data\",\"items\":{\"description\":\"TemplateRefItem specifies a key in the ConfigMap/Secret to use as a template for Secret data.\",\"properties\":{\"key\":{\"description\":\"A key in the ConfigMap/Secret\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[-._a-zA-Z0-9]+$\",\"type\":\"string\"},\"templateAs\":{\"default\":\"Values\",\"description\":\"TemplateScope specifies how the template keys should be interpreted.\",\"enum\":[\"Values\",\"KeysAndValues\"],\"type\":\"string\"}},\"required\":[\"key\"],\"type\":\"object\"},\"type\":\"array\"},\"name\":{\"description\":\"The name of the ConfigMap/Secret resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"required\":[\"items\",\"name\"],\"type\":\"object\"},\"literal\":{\"type\":\"string\"},\"secret\":{\"description\":\"TemplateRef specifies a reference to either a ConfigMap or a Secret resource.\",\"properties\":{\"items\":{\"description\":\"A list of keys in the ConfigMap/Secret to use as templates for Secret data\",\"items\":{\"description\":\"TemplateRefItem specifies a key in the ConfigMap/Secret to use as a template for Secret data.\",\"properties\":{\"key\":{\"description\":\"A key in the ConfigMap/Secret\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[-._a-zA-Z0-9]+$\",\"type\":\"string\"},\"templateAs\":{\"default\":\"Values\",\"description\":\"TemplateScope specifies how the template keys should be interpreted.\",\"enum\":[\"Values\",\"KeysAndValues\"],\"type\":\"string\"}},\"required\":[\"key\"],\"type\":\"object\"},\"type\":\"array\"},\"name\":{\"description\":\"The name of the ConfigMap/Secret resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"required\":[\"items\",\"name\"],\"type\":\"object\"},\"target\":{\"default\":\"Data\",\"description\":\"Target specifies where to place the template result.\\nFor Secret resources the accepted values are empty, \\\"Data\\\", \\\"Annotations\\\" and \\\"Labels\\\";\\nany other value is rejected because it would allow writes to privileged Secret fields.\\nFor custom resources (when spec.target.manifest is set), this supports\\nnested paths like \\\"spec.database.config\\\" or \\\"data\\\".\",\"type\":\"string\"},\"valuesDecodingStrategy\":{\"description\":\"Used to define a decoding Strategy for the rendered template values.\\nDefaults to None when omitted.\",\"enum\":[\"Auto\",\"Base64\",\"Base64URL\",\"None\"],\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\"},\"type\":{\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"type\":\"object\"},\"status\":{\"description\":\"ExternalSecretStatus defines the observed state of ExternalSecret.\",\"properties\":{\"binding\":{\"description\":\"Binding represents a servicebinding.io Provisioned Service reference to the secret\",\"properties\":{\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"conditions\":{\"items\":{\"description\":\"ExternalSecretStatusCondition defines a status condition of an ExternalSecret resource.\",\"properties\":{\"lastTransitionTime\":{\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"type\":\"string\"},\"reason\":{\"type\":\"string\"},\"status\":{\"type\":\"string\"},\"type\":{\"description\":\"ExternalSecretConditionType defines a value type for ExternalSecret conditions.\",\"enum\":[\"Ready\",\"Deleted\"],\"type\":\"string\"}},\"required\":[\"status\",\"type\"],\"type\":\"object\"},\"type\":\"array\"},\"refreshTime\":{\"description\":\"refreshTime is the time and date the external secret was fetched and\\nthe target secret updated\",\"format\":\"date-time\",\"nullable\":true,\"type\":\"string\"},\"syncedResourceVersion\":{\"description\":\"SyncedResourceVersion keeps track of the last synced version\",\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"selectableFields\":[{\"jsonPath\":\".spec.secretStoreRef.name\"},{\"jsonPath\":\".spec.secretStoreRef.kind\"},{\"jsonPath\":\".spec.target.name\"},{\"jsonPath\":\".spec.refreshInterval\"}],\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}},{\"additionalPrinterColumns\":[{\"jsonPath\":\".spec.secretStoreRef.kind\",\"name\":\"StoreType\",\"type\":\"string\"},{\"jsonPath\":\".spec.secretStoreRef.name\",\"name\":\"Store\",\"type\":\"string\"},{\"jsonPath\":\".spec.refreshInterval\",\"name\":\"Refresh Interval\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Ready\\\")].reason\",\"name\":\"Status\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Ready\\\")].status\",\"name\":\"Ready\",\"type\":\"string\"},{\"jsonPath\":\".status.refreshTime\",\"name\":\"Last Sync\",\"type\":\"date\"}],\"deprecated\":true,\"name\":\"v1beta1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"ExternalSecret is the schema for the external-secrets API.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"ExternalSecretSpec defines the desired state of ExternalSecret.\",\"properties\":{\"data\":{\"description\":\"Data defines the connection between the Kubernetes Secret keys and the Provider data\",\"items\":{\"description\":\"ExternalSecretData defines the connection between the Kubernetes Secret key (spec.data.<key>) and the Provider data.\",\"properties\":{\"remoteRef\":{\"description\":\"RemoteRef points to the remote secret and defines\\nwhich secret (version/property/..) to fetch.\",\"properties\":{\"conversionStrategy\":{\"default\":\"Default\",\"description\":\"Used to define a conversion Strategy\",\"enum\":[\"Default\",\"Unicode\"],\"type\":\"string\"},\"decodingStrategy\":{\"default\":\"None\",\"description\":\"Used to define a decoding Strategy\",\"enum\":[\"Auto\",\"Base64\",\"Base64URL\",\"None\"],\"type\":\"string\"},\"key\":{\"description\":\"Key is the key used in the Provider, mandatory\",\"type\":\"string\"},\"metadataPolicy\":{\"default\":\"None\",\"description\":\"Policy for fetching tags/labels from provider secrets, possible options are Fetch, None. Defaults to None\",\"enum\":[\"None\",\"Fetch\"],\"type\":\"string\"},\"property\":{\"description\":\"Used to select a specific property of the Provider value (if a map), if supported\",\"type\":\"string\"},\"version\":{\"description\":\"Used to select a specific version of the Provider value, if supported\",\"type\":\"string\"}},\"required\":[\"key\"],\"type\":\"object\"},\"secretKey\":{\"description\":\"The key in the Kubernetes Secret to store the value.\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[-._a-zA-Z0-9]+$\",\"type\":\"string\"},\"sourceRef\":{\"description\":\"SourceRef allows you to override the source\\nfrom which the value will be pulled.\",\"maxProperties\":1,\"minProperties\":1,\"properties\":{\"generatorRef\":{\"description\":\"GeneratorRef points to a generator custom resource.\\n\\nDeprecated: The generatorRef is not implemented in .data[].\\nthis will be removed with v1.\",\"properties\":{\"apiVersion\":{\"default\":\"generators.external-secrets.io/v1alpha1\",\"description\":\"Specify the apiVersion of the generator resource\",\"type\":\"string\"},\"kind\":{\"description\":\"Specify the Kind of the generator resource\",\"enum\":[\"ACRAccessToken\",\"ClusterGenerator\",\"ECRAuthorizationToken\",\"Fake\",\"GCRAccessToken\",\"GithubAccessToken\",\"QuayAccessToken\",\"Password\",\"SSHKey\",\"STSSessionToken\",\"UUID\",\"VaultDynamicSecret\",\"Webhook\",\"Grafana\"],\"type\":\"string\"},\"name\":{\"description\":\"Specify the name of the generator resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"storeRef\":{\"description\":\"SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.\",\"properties\":{\"kind\":{\"description\":\"Kind of the SecretStore resource (SecretStore or ClusterSecretStore)\\nDefaults to `SecretStore`\",\"enum\":[\"SecretStore\",\"ClusterSecretStore\"],\"type\":\"string\"},\"name\":{\"description\":\"Name of the SecretStore resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"required\":[\"remoteRef\",\"secretKey\"],\"type\":\"object\"},\"type\":\"array\"},\"dataFrom\":{\"description\":\"DataFrom is used to fetch all properties from a specific Provider data\\nIf multiple entries are specified, the Secret keys are merged in the specified order\",\"items\":{\"description\":\"ExternalSecretDataFromRemoteRef defines a reference to multiple secrets in the provider to be fetched using options.\",\"properties\":{\"extract\":{\"description\":\"Used to extract multiple key/value pairs from one secret\\nNote: Extract does not support sourceRef.Generator or sourceRef.GeneratorRef.\",\"properties\":{\"conversionStrategy\":{\"default\":\"Default\",\"description\":\"Used to define a conversion Strategy\",\"enum\":[\"Default\",\"Unicode\"],\"type\":\"string\"},\"decodingStrategy\":{\"default\":\"None\",\"description\":\"Used to define a decoding Strategy\",\"enum\":[\"Auto\",\"Base64\",\"Base64URL\",\"None\"],\"type\":\"string\"},\"key\":{\"description\":\"Key is the key used in the Provider, mandatory\",\"type\":\"string\"},\"metadataPolicy\":{\"default\":\"None\",\"description\":\"Policy for fetching tags/labels from provider secrets, possible options are Fetch, None. Defaults to None\",\"enum\":[\"None\",\"Fetch\"],\"type\":\"string\"},\"property\":{\"description\":\"Used to select a specific property of the Provider value (if a map), if supported\",\"type\":\"string\"},\"version\":{\"description\":\"Used to select a specific version of the Provider value, if supported\",\"type\":\"string\"}},\"required\":[\"key\"],\"type\":\"object\"},\"find\":{\"description\":\"Used to find secrets based on tags or regular expressions\\nNote: Find does not support sourceRef.Generator or sourceRef.GeneratorRef.\",\"properties\":{\"conversionStrategy\":{\"default\":\"Default\",\"description\":\"Used to define a conversion Strategy\",\"enum\":[\"Default\",\"Unicode\"],\"type\":\"string\"},\"decodingStrategy\":{\"default\":\"None\",\"description\":\"Used to define a decoding Strategy\",\"enum\":[\"Auto\",\"Base64\",\"Base64URL\",\"None\"],\"type\":\"string\"},\"name\":{\"description\":\"Finds secrets based on the name.\",\"properties\":{\"regexp\":{\"description\":\"Finds secrets base\",\"type\":\"string\"}},\"type\":\"object\"},\"path\":{\"description\":\"A root path to start the find operations.\",\"type\":\"string\"},\"tags\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Find secrets based on tags.\",\"type\":\"object\"}},\"type\":\"object\"},\"rewrite\":{\"description\":\"Used to rewrite secret Keys after getting them from the secret Provider\\nMultiple Rewrite operations can be provided. They are applied in a layered order (first to last)\",\"items\":{\"description\":\"ExternalSecretRewrite defines rules on how to rewrite secret keys.\",\"maxProperties\":1,\"minProperties\":1,\"properties\":{\"regexp\":{\"description\":\"Used to rewrite with regular expressions.\\nThe resulting key will be the output of a regexp.ReplaceAll operation.\",\"properties\":{\"source\":{\"description\":\"Used to define the regular expression of a re.Compiler.\",\"type\":\"string\"},\"target\":{\"description\":\"Used to define the target pattern of a ReplaceAll operation.\",\"type\":\"string\"}},\"required\":[\"source\",\"target\"],\"type\":\"object\"},\"transform\":{\"description\":\"Used to apply string transformation on the secrets.\\nThe resulting key will be the output of the template applied by the operation.\",\"properties\":{\"template\":{\"description\":\"Used to define the template to apply on the secret name.\\n`.value ` will specify the secret name in the template.\",\"type\":\"string\"}},\"required\":[\"template\"],\"type\":\"object\"}},\"type\":\"object\"},\"type\":\"array\"},\"sourceRef\":{\"description\":\"SourceRef points to a store or generator\\nwhich contains secret values ready to use.\\nUse this in combination with Extract or Find pull values out of\\na specific SecretStore.\\nWhen sourceRef points to a generator Extract or Find is not supported.\\nThe generator returns a static map of values\",\"maxProperties\":1,\"minProperties\":1,\"properties\":{\"generatorRef\":{\"description\":\"GeneratorRef points to a generator custom resource.\",\"properties\":{\"apiVersion\":{\"default\":\"generators.external-secrets.io/v1alpha1\",\"description\":\"Specify the apiVersion of the generator resource\",\"type\":\"string\"},\"kind\":{\"description\":\"Specify the Kind of the generator resource\",\"enum\":[\"ACRAccessToken\",\"ClusterGenerator\",\"ECRAuthorizationToken\",\"Fake\",\"GCRAccessToken\",\"GithubAccessToken\",\"QuayAccessToken\",\"Password\",\"SSHKey\",\"STSSessionToken\",\"UUID\",\"VaultDynamicSecret\",\"Webhook\",\"Grafana\"],\"type\":\"string\"},\"name\":{\"description\":\"Specify the name of the generator resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"storeRef\":{\"description\":\"SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.\",\"properties\":{\"kind\":{\"description\":\"Kind of the SecretStore resource (SecretStore or ClusterSecretStore)\\nDefaults to `SecretStore`\",\"enum\":[\"SecretStore\",\"ClusterSecretStore\"],\"type\":\"string\"},\"name\":{\"description\":\"Name of the SecretStore resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"type\":\"object\"},\"type\":\"array\"},\"refreshInterval\":{\"default\":\"1h0m0s\",\"description\":\"RefreshInterval is the amount of time before the values are read again from the SecretStore provider,\\nspecified as Golang Duration strings.\\nValid time units are \\\"ns\\\", \\\"us\\\" (or \\\"µs\\\"), \\\"ms\\\", \\\"s\\\", \\\"m\\\", \\\"h\\\"\\nExample values: \\\"1h0m0s\\\", \\\"2h30m0s\\\", \\\"10m0s\\\"\\nMay be set to \\\"0s\\\" to fetch and create it once. Defaults to 1h0m0s.\",\"type\":\"string\"},\"refreshPolicy\":{\"description\":\"RefreshPolicy determines how the ExternalSecret should be refreshed:\\n- CreatedOnce: Creates the Secret only if it does not exist and does not update it thereafter\\n- Periodic: Synchronizes the Secret from the external source at regular intervals specified by refreshInterval.\\n  No periodic updates occur if refreshInterval is 0.\\n- OnChange: Only synchronizes the Secret when the ExternalSecret's metadata or specification changes\",\"enum\":[\"CreatedOnce\",\"Periodic\",\"OnChange\"],\"type\":\"string\"},\"secretStoreRef\":{\"description\":\"SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.\",\"properties\":{\"kind\":{\"description\":\"Kind of the SecretStore resource (SecretStore or ClusterSecretStore)\\nDefaults to `SecretStore`\",\"enum\":[\"SecretStore\",\"ClusterSecretStore\"],\"type\":\"string\"},\"name\":{\"description\":\"Name of the SecretStore resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"type\":\"object\"},\"target\":{\"default\":{\"creationPolicy\":\"Owner\",\"deletionPolicy\":\"Retain\"},\"description\":\"ExternalSecretTarget defines the Kubernetes Secret to be created\\nThere can be only one target per ExternalSecret.\",\"properties\":{\"creationPolicy\":{\"default\":\"Owner\",\"description\":\"CreationPolicy defines rules on how to create the resulting Secret.\\nDefaults to \\\"Owner\\\"\",\"enum\":[\"Owner\",\"Orphan\",\"Merge\",\"None\"],\"type\":\"string\"},\"deletionPolicy\":{\"default\":\"Retain\",\"description\":\"DeletionPolicy defines rules on how to delete the resulting Secret.\\nDefaults to \\\"Retain\\\"\",\"enum\":[\"Delete\",\"Merge\",\"Retain\"],\"type\":\"string\"},\"immutable\":{\"description\":\"Immutable defines if the final secret will be immutable\",\"type\":\"boolean\"},\"name\":{\"description\":\"The name of the Secret resource to be managed.\\nDefaults to the .metadata.name of the ExternalSecret resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"template\":{\"description\":\"Template defines a blueprint for the created Secret resource.\",\"properties\":{\"data\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"},\"engineVersion\":{\"default\":\"v2\",\"description\":\"EngineVersion specifies the template engine version\\nthat should be used to compile/execute the\\ntemplate specified in .data and .templateFrom[].\",\"enum\":[\"v2\"],\"type\":\"string\"},\"mergePolicy\":{\"default\":\"Replace\",\"description\":\"TemplateMergePolicy defines how template values should be merged when generating a secret.\",\"enum\":[\"Replace\",\"Merge\"],\"type\":\"string\"},\"metadata\":{\"description\":\"ExternalSecretTemplateMetadata defines metadata fields for the Secret blueprint.\",\"properties\":{\"annotations\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"},\"labels\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"}},\"type\":\"object\"},\"templateFrom\":{\"items\":{\"description\":\"TemplateFrom defines a source for template data.\",\"properties\":{\"configMap\":{\"description\":\"TemplateRef defines a reference to a template source in a ConfigMap or Secret.\",\"properties\":{\"items\":{\"description\":\"A list of keys in the ConfigMap/Secret to use as templates for Secret data\",\"items\":{\"description\":\"TemplateRefItem defines which key in the referenced ConfigMap or Secret to use as a template.\",\"properties\":{\"key\":{\"description\":\"A key in the ConfigMap/Secret\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[-._a-zA-Z0-9]+$\",\"type\":\"string\"},\"templateAs\":{\"default\":\"Values\",\"description\":\"TemplateScope defines the scope of the template when processing template data.\",\"enum\":[\"Values\",\"KeysAndValues\"],\"type\":\"string\"}},\"required\":[\"key\"],\"type\":\"object\"},\"type\":\"array\"},\"name\":{\"description\":\"The name of the ConfigMap/Secret resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"required\":[\"items\",\"name\"],\"type\":\"object\"},\"literal\":{\"type\":\"string\"},\"secret\":{\"description\":\"TemplateRef defines a reference to a template source in a ConfigMap or Secret.\",\"properties\":{\"items\":{\"description\":\"A list of keys in the ConfigMap/Secret to use as templates for Secret data\",\"items\":{\"description\":\"TemplateRefItem defines which key in the referenced ConfigMap or Secret to use as a template.\",\"properties\":{\"key\":{\"description\":\"A key in the ConfigMap/Secret\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[-._a-zA-Z0-9]+$\",\"type\":\"string\"},\"templateAs\":{\"default\":\"Values\",\"description\":\"TemplateScope defines the scope of the template when processing template data.\",\"enum\":[\"Values\",\"KeysAndValues\"],\"type\":\"string\"}},\"required\":[\"key\"],\"type\":\"object\"},\"type\":\"array\"},\"name\":{\"description\":\"The name of the ConfigMap/Secret resource\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"}},\"required\":[\"items\",\"name\"],\"type\":\"object\"},\"target\":{\"default\":\"Data\",\"description\":\"TemplateTarget defines the target field where the template result will be stored.\",\"enum\":[\"Data\",\"Annotations\",\"Labels\"],\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\"},\"type\":{\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"type\":\"object\"},\"status\":{\"description\":\"ExternalSecretStatus defines the observed state of ExternalSecret.\",\"properties\":{\"binding\":{\"description\":\"Binding represents a servicebinding.io Provisioned Service reference to the secret\",\"properties\":{\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"conditions\":{\"items\":{\"description\":\"ExternalSecretStatusCondition contains condition information for an ExternalSecret.\",\"properties\":{\"lastTransitionTime\":{\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"type\":\"string\"},\"reason\":{\"type\":\"string\"},\"status\":{\"type\":\"string\"},\"type\":{\"description\":\"ExternalSecretConditionType defines the condition type for an ExternalSecret.\",\"type\":\"string\"}},\"required\":[\"status\",\"type\"],\"type\":\"object\"},\"type\":\"array\"},\"refreshTime\":{\"description\":\"refreshTime is the time and date the external secret was fetched and\\nthe target secret updated\",\"format\":\"date-time\",\"nullable\":true,\"type\":\"string\"},\"syncedResourceVersion\":{\"description\":\"SyncedResourceVersion keeps track of the last synced version\",\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"served\":false,\"storage\":false,\"subresources\":{\"status\":{}}}]}}";
 /// `external-secrets.io/v1` `ExternalSecret`, the storage version.
 pub mod v1 {
+    /// ExternalSecret is the Schema for the external-secrets API.
+    /// It defines how to fetch data from external APIs and make it available as Kubernetes Secrets.
+    ///
+    /// `external-secrets.io/v1` `ExternalSecret`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::default::Default
+    )]
+    pub struct ExternalSecret {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// ExternalSecretSpec defines the desired state of ExternalSecret.
+        pub spec: ExternalSecretSpec,
+        /// ExternalSecretStatus defines the observed state of ExternalSecret.
+        pub status: ::core::option::Option<ExternalSecretStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "ExternalSecret")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            #[serde(default)]
+            pub spec: ExternalSecretSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<ExternalSecretStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for ExternalSecret {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for ExternalSecret {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for ExternalSecret {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for ExternalSecret {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("ExternalSecret")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("external-secrets.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("external-secrets.io/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("externalsecrets")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for ExternalSecret {
+        type Spec = ExternalSecretSpec;
+        fn spec(&self) -> &ExternalSecretSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut ExternalSecretSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for ExternalSecret {
+        type Status = ExternalSecretStatus;
+        fn status(&self) -> ::core::option::Option<&ExternalSecretStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<ExternalSecretStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for ExternalSecret {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "externalsecrets.external-secrets.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["es"]
+        }
+    }
+    impl ExternalSecret {
+        /// A `ExternalSecret` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: ExternalSecretSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// ExternalSecretSpec defines the desired state of ExternalSecret.
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
-    #[kube(
-        group = "external-secrets.io",
-        version = "v1",
-        kind = "ExternalSecret",
-        plural = "externalsecrets",
-        namespaced,
-        status = "ExternalSecretStatus",
-        shortname = "es",
-        category = "external-secrets",
-        derive = "PartialEq",
-        derive = "Default",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
-    )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ExternalSecretSpec {
         /// Data defines the connection between the Kubernetes Secret keys and the Provider data
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub data: ::core::option::Option<::std::vec::Vec<ExternalSecretSpecData>>,
+        pub data: ::core::option::Option<::std::vec::Vec<Data>>,
         /// DataFrom is used to fetch all properties from a specific Provider data
         /// If multiple entries are specified, the Secret keys are merged in the specified order
         #[serde(rename = "dataFrom", default, skip_serializing_if = "Option::is_none")]
-        pub data_from: ::core::option::Option<
-            ::std::vec::Vec<ExternalSecretSpecDataFrom>,
-        >,
+        pub data_from: ::core::option::Option<::std::vec::Vec<DataFrom>>,
         /// RefreshInterval is the amount of time before the values are read again from the SecretStore provider,
         /// specified as Golang Duration strings.
         /// Valid time units are "ns", "us" (or "µs"), "ms", "s", "m", "h"
@@ -76,7 +202,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub secret_store_ref: ::core::option::Option<ExternalSecretSpecSecretStoreRef>,
+        pub secret_store_ref: ::core::option::Option<StoreRef>,
         /// SyncWindows optionally restricts when periodic refreshes may occur.
         /// Evaluated in UTC, only for Periodic refresh policy (or when refreshPolicy is unset).
         #[serde(
@@ -84,13 +210,13 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub sync_windows: ::core::option::Option<ExternalSecretSpecSyncWindows>,
+        pub sync_windows: ::core::option::Option<SyncWindows>,
         /// ExternalSecretTarget defines the Kubernetes Secret to be created,
         /// there can be only one target per ExternalSecret.
         ///
         /// Defaults to `{"creationPolicy":"Owner","deletionPolicy":"Retain"}` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub target: ::core::option::Option<ExternalSecretSpecTarget>,
+        pub target: ::core::option::Option<Target>,
     }
     /// ExternalSecretData defines the connection between the Kubernetes Secret key (spec.data.<key>) and the Provider data.
     #[derive(
@@ -98,55 +224,45 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecData {
+    pub struct Data {
         /// RemoteRef points to the remote secret and defines
         /// which secret (version/property/..) to fetch.
         #[serde(rename = "remoteRef")]
-        pub remote_ref: ExternalSecretSpecDataRemoteRef,
+        pub remote_ref: RemoteRef,
         /// The key in the Kubernetes Secret to store the value.
         #[serde(rename = "secretKey")]
         pub secret_key: ::std::string::String,
         /// SourceRef allows you to override the source
         /// from which the value will be pulled.
         #[serde(rename = "sourceRef", default, skip_serializing_if = "Option::is_none")]
-        pub source_ref: ::core::option::Option<ExternalSecretSpecDataSourceRef>,
+        pub source_ref: ::core::option::Option<DataSourceRef>,
     }
-    /// RemoteRef points to the remote secret and defines
-    /// which secret (version/property/..) to fetch.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataRemoteRef {
+    pub struct RemoteRef {
         /// Used to define a conversion Strategy. Defaults to Default when omitted.
         #[serde(
             rename = "conversionStrategy",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub conversion_strategy: ::core::option::Option<
-            ExternalSecretSpecDataRemoteRefConversionStrategy,
-        >,
+        pub conversion_strategy: ::core::option::Option<RemoteRefConversionStrategy>,
         /// Used to define a decoding Strategy. Defaults to None when omitted.
         #[serde(
             rename = "decodingStrategy",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub decoding_strategy: ::core::option::Option<
-            ExternalSecretSpecDataRemoteRefDecodingStrategy,
-        >,
+        pub decoding_strategy: ::core::option::Option<RemoteRefDecodingStrategy>,
         /// Key is the key used in the Provider, mandatory
         pub key: ::std::string::String,
         /// Policy for fetching tags/labels from provider secrets, possible options are Fetch, None. Defaults to None
@@ -155,18 +271,14 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub metadata_policy: ::core::option::Option<
-            ExternalSecretSpecDataRemoteRefMetadataPolicy,
-        >,
+        pub metadata_policy: ::core::option::Option<RemoteRefMetadataPolicy>,
         /// Controls how ESO handles fetched secret data containing NUL bytes for this source.
         #[serde(
             rename = "nullBytePolicy",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub null_byte_policy: ::core::option::Option<
-            ExternalSecretSpecDataRemoteRefNullBytePolicy,
-        >,
+        pub null_byte_policy: ::core::option::Option<RemoteRefNullBytePolicy>,
         /// Used to select a specific property of the Provider value (if a map), if supported
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub property: ::core::option::Option<::std::string::String>,
@@ -179,84 +291,96 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataRemoteRefConversionStrategy {
+    pub enum RemoteRefConversionStrategy {
+        /// `Default`
         #[serde(rename = "Default")]
         Default,
+        /// `Unicode`
         #[serde(rename = "Unicode")]
         Unicode,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
-    /// Used to define a decoding Strategy. Defaults to None when omitted.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataRemoteRefDecodingStrategy {
+    pub enum RemoteRefDecodingStrategy {
+        /// `Auto`
         #[serde(rename = "Auto")]
         Auto,
+        /// `Base64`
         #[serde(rename = "Base64")]
         Base64,
+        /// `Base64URL`
         #[serde(rename = "Base64URL")]
         Base64Url,
+        /// `None`
         #[serde(rename = "None")]
         None,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Policy for fetching tags/labels from provider secrets, possible options are Fetch, None. Defaults to None
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataRemoteRefMetadataPolicy {
+    pub enum RemoteRefMetadataPolicy {
+        /// `None`
         #[serde(rename = "None")]
         None,
+        /// `Fetch`
         #[serde(rename = "Fetch")]
         Fetch,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
-    /// Controls how ESO handles fetched secret data containing NUL bytes for this source.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataRemoteRefNullBytePolicy {
+    pub enum RemoteRefNullBytePolicy {
+        /// `Ignore`
         #[serde(rename = "Ignore")]
         Ignore,
+        /// `Fail`
         #[serde(rename = "Fail")]
         Fail,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// SourceRef allows you to override the source
     /// from which the value will be pulled.
@@ -266,12 +390,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataSourceRef {
+    pub struct DataSourceRef {
         /// GeneratorRef points to a generator custom resource.
         ///
         /// Deprecated: The generatorRef is not implemented in .data[].
@@ -281,35 +403,27 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub generator_ref: ::core::option::Option<
-            ExternalSecretSpecDataSourceRefGeneratorRef,
-        >,
+        pub generator_ref: ::core::option::Option<GeneratorRef>,
         /// SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.
         #[serde(rename = "storeRef", default, skip_serializing_if = "Option::is_none")]
-        pub store_ref: ::core::option::Option<ExternalSecretSpecDataSourceRefStoreRef>,
+        pub store_ref: ::core::option::Option<StoreRef>,
     }
-    /// GeneratorRef points to a generator custom resource.
-    ///
-    /// Deprecated: The generatorRef is not implemented in .data[].
-    /// this will be removed with v1.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataSourceRefGeneratorRef {
+    pub struct GeneratorRef {
         /// Specify the apiVersion of the generator resource
         ///
         /// Defaults to `"generators.external-secrets.io/v1alpha1"` on the server.
         #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
         pub api_version: ::core::option::Option<::std::string::String>,
         /// Specify the Kind of the generator resource
-        pub kind: ExternalSecretSpecDataSourceRefGeneratorRefKind,
+        pub kind: GeneratorRefKind,
         /// Specify the name of the generator resource
         pub name: ::std::string::String,
     }
@@ -318,52 +432,71 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataSourceRefGeneratorRefKind {
+    pub enum GeneratorRefKind {
+        /// `ACRAccessToken`
         #[serde(rename = "ACRAccessToken")]
         AcrAccessToken,
+        /// `BeyondtrustWorkloadCredentialsDynamicSecret`
         #[serde(rename = "BeyondtrustWorkloadCredentialsDynamicSecret")]
         BeyondtrustWorkloadCredentialsDynamicSecret,
+        /// `ClusterGenerator`
         #[serde(rename = "ClusterGenerator")]
         ClusterGenerator,
+        /// `CloudsmithAccessToken`
         #[serde(rename = "CloudsmithAccessToken")]
         CloudsmithAccessToken,
+        /// `ECRAuthorizationToken`
         #[serde(rename = "ECRAuthorizationToken")]
         EcrAuthorizationToken,
+        /// `Fake`
         #[serde(rename = "Fake")]
         Fake,
+        /// `GCRAccessToken`
         #[serde(rename = "GCRAccessToken")]
         GcrAccessToken,
+        /// `GithubAccessToken`
         #[serde(rename = "GithubAccessToken")]
         GithubAccessToken,
+        /// `GitlabDeployToken`
         #[serde(rename = "GitlabDeployToken")]
         GitlabDeployToken,
+        /// `QuayAccessToken`
         #[serde(rename = "QuayAccessToken")]
         QuayAccessToken,
+        /// `Password`
         #[serde(rename = "Password")]
         Password,
+        /// `SSHKey`
         #[serde(rename = "SSHKey")]
         SshKey,
+        /// `STSSessionToken`
         #[serde(rename = "STSSessionToken")]
         StsSessionToken,
+        /// `UUID`
         #[serde(rename = "UUID")]
         Uuid,
+        /// `VaultDynamicSecret`
         #[serde(rename = "VaultDynamicSecret")]
         VaultDynamicSecret,
+        /// `Webhook`
         #[serde(rename = "Webhook")]
         Webhook,
+        /// `Grafana`
         #[serde(rename = "Grafana")]
         Grafana,
+        /// `MFA`
         #[serde(rename = "MFA")]
         Mfa,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.
     #[derive(
@@ -372,16 +505,14 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataSourceRefStoreRef {
+    pub struct StoreRef {
         /// Kind of the SecretStore resource (SecretStore or ClusterSecretStore)
         /// Defaults to `SecretStore`
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kind: ::core::option::Option<ExternalSecretSpecDataSourceRefStoreRefKind>,
+        pub kind: ::core::option::Option<SecretStoreRefKind>,
         /// Name of the SecretStore resource
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
@@ -392,20 +523,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataSourceRefStoreRefKind {
+    pub enum SecretStoreRefKind {
+        /// `SecretStore`
         #[serde(rename = "SecretStore")]
         SecretStore,
+        /// `ClusterSecretStore`
         #[serde(rename = "ClusterSecretStore")]
         ClusterSecretStore,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// ExternalSecretDataFromRemoteRef defines the connection between the Kubernetes Secret keys and the Provider data
     /// when using DataFrom to fetch multiple values from a Provider.
@@ -415,26 +549,22 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFrom {
+    pub struct DataFrom {
         /// Used to extract multiple key/value pairs from one secret
         /// Note: Extract does not support sourceRef.Generator or sourceRef.GeneratorRef.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub extract: ::core::option::Option<ExternalSecretSpecDataFromExtract>,
+        pub extract: ::core::option::Option<RemoteRef>,
         /// Used to find secrets based on tags or regular expressions
         /// Note: Find does not support sourceRef.Generator or sourceRef.GeneratorRef.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub find: ::core::option::Option<ExternalSecretSpecDataFromFind>,
+        pub find: ::core::option::Option<Find>,
         /// Used to rewrite secret Keys after getting them from the secret Provider
         /// Multiple Rewrite operations can be provided. They are applied in a layered order (first to last)
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub rewrite: ::core::option::Option<
-            ::std::vec::Vec<ExternalSecretSpecDataFromRewrite>,
-        >,
+        pub rewrite: ::core::option::Option<::std::vec::Vec<Rewrite>>,
         /// SourceRef points to a store or generator
         /// which contains secret values ready to use.
         /// Use this in combination with Extract or Find pull values out of
@@ -442,149 +572,7 @@ pub mod v1 {
         /// When sourceRef points to a generator Extract or Find is not supported.
         /// The generator returns a static map of values
         #[serde(rename = "sourceRef", default, skip_serializing_if = "Option::is_none")]
-        pub source_ref: ::core::option::Option<ExternalSecretSpecDataFromSourceRef>,
-    }
-    /// Used to extract multiple key/value pairs from one secret
-    /// Note: Extract does not support sourceRef.Generator or sourceRef.GeneratorRef.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFromExtract {
-        /// Used to define a conversion Strategy. Defaults to Default when omitted.
-        #[serde(
-            rename = "conversionStrategy",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub conversion_strategy: ::core::option::Option<
-            ExternalSecretSpecDataFromExtractConversionStrategy,
-        >,
-        /// Used to define a decoding Strategy. Defaults to None when omitted.
-        #[serde(
-            rename = "decodingStrategy",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub decoding_strategy: ::core::option::Option<
-            ExternalSecretSpecDataFromExtractDecodingStrategy,
-        >,
-        /// Key is the key used in the Provider, mandatory
-        pub key: ::std::string::String,
-        /// Policy for fetching tags/labels from provider secrets, possible options are Fetch, None. Defaults to None
-        #[serde(
-            rename = "metadataPolicy",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub metadata_policy: ::core::option::Option<
-            ExternalSecretSpecDataFromExtractMetadataPolicy,
-        >,
-        /// Controls how ESO handles fetched secret data containing NUL bytes for this source.
-        #[serde(
-            rename = "nullBytePolicy",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub null_byte_policy: ::core::option::Option<
-            ExternalSecretSpecDataFromExtractNullBytePolicy,
-        >,
-        /// Used to select a specific property of the Provider value (if a map), if supported
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub property: ::core::option::Option<::std::string::String>,
-        /// Used to select a specific version of the Provider value, if supported
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub version: ::core::option::Option<::std::string::String>,
-    }
-    /// Used to define a conversion Strategy. Defaults to Default when omitted.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromExtractConversionStrategy {
-        #[serde(rename = "Default")]
-        Default,
-        #[serde(rename = "Unicode")]
-        Unicode,
-    }
-    /// Used to define a decoding Strategy. Defaults to None when omitted.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromExtractDecodingStrategy {
-        #[serde(rename = "Auto")]
-        Auto,
-        #[serde(rename = "Base64")]
-        Base64,
-        #[serde(rename = "Base64URL")]
-        Base64Url,
-        #[serde(rename = "None")]
-        None,
-    }
-    /// Policy for fetching tags/labels from provider secrets, possible options are Fetch, None. Defaults to None
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromExtractMetadataPolicy {
-        #[serde(rename = "None")]
-        None,
-        #[serde(rename = "Fetch")]
-        Fetch,
-    }
-    /// Controls how ESO handles fetched secret data containing NUL bytes for this source.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromExtractNullBytePolicy {
-        #[serde(rename = "Ignore")]
-        Ignore,
-        #[serde(rename = "Fail")]
-        Fail,
+        pub source_ref: ::core::option::Option<DataFromSourceRef>,
     }
     /// Used to find secrets based on tags or regular expressions
     /// Note: Find does not support sourceRef.Generator or sourceRef.GeneratorRef.
@@ -594,42 +582,34 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFromFind {
+    pub struct Find {
         /// Used to define a conversion Strategy. Defaults to Default when omitted.
         #[serde(
             rename = "conversionStrategy",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub conversion_strategy: ::core::option::Option<
-            ExternalSecretSpecDataFromFindConversionStrategy,
-        >,
+        pub conversion_strategy: ::core::option::Option<RemoteRefConversionStrategy>,
         /// Used to define a decoding Strategy. Defaults to None when omitted.
         #[serde(
             rename = "decodingStrategy",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub decoding_strategy: ::core::option::Option<
-            ExternalSecretSpecDataFromFindDecodingStrategy,
-        >,
+        pub decoding_strategy: ::core::option::Option<RemoteRefDecodingStrategy>,
         /// Finds secrets based on the name.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<ExternalSecretSpecDataFromFindName>,
+        pub name: ::core::option::Option<Name>,
         /// Controls how ESO handles fetched secret data containing NUL bytes for this find source.
         #[serde(
             rename = "nullBytePolicy",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub null_byte_policy: ::core::option::Option<
-            ExternalSecretSpecDataFromFindNullBytePolicy,
-        >,
+        pub null_byte_policy: ::core::option::Option<RemoteRefNullBytePolicy>,
         /// A root path to start the find operations.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub path: ::core::option::Option<::std::string::String>,
@@ -639,50 +619,6 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
-    /// Used to define a conversion Strategy. Defaults to Default when omitted.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromFindConversionStrategy {
-        #[serde(rename = "Default")]
-        Default,
-        #[serde(rename = "Unicode")]
-        Unicode,
-    }
-    /// Used to define a decoding Strategy. Defaults to None when omitted.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromFindDecodingStrategy {
-        #[serde(rename = "Auto")]
-        Auto,
-        #[serde(rename = "Base64")]
-        Base64,
-        #[serde(rename = "Base64URL")]
-        Base64Url,
-        #[serde(rename = "None")]
-        None,
-    }
     /// Finds secrets based on the name.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -690,35 +626,13 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFromFindName {
+    pub struct Name {
         /// Finds secrets base
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub regexp: ::core::option::Option<::std::string::String>,
-    }
-    /// Controls how ESO handles fetched secret data containing NUL bytes for this find source.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromFindNullBytePolicy {
-        #[serde(rename = "Ignore")]
-        Ignore,
-        #[serde(rename = "Fail")]
-        Fail,
     }
     /// ExternalSecretRewrite defines how to rewrite secret data values before they are written to the Secret.
     #[derive(
@@ -727,26 +641,22 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFromRewrite {
+    pub struct Rewrite {
         /// Used to merge key/values in one single Secret
         /// The resulting key will contain all values from the specified secrets
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub merge: ::core::option::Option<ExternalSecretSpecDataFromRewriteMerge>,
+        pub merge: ::core::option::Option<Merge>,
         /// Used to rewrite with regular expressions.
         /// The resulting key will be the output of a regexp.ReplaceAll operation.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub regexp: ::core::option::Option<ExternalSecretSpecDataFromRewriteRegexp>,
+        pub regexp: ::core::option::Option<Regexp>,
         /// Used to apply string transformation on the secrets.
         /// The resulting key will be the output of the template applied by the operation.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub transform: ::core::option::Option<
-            ExternalSecretSpecDataFromRewriteTransform,
-        >,
+        pub transform: ::core::option::Option<Transform>,
     }
     /// Used to merge key/values in one single Secret
     /// The resulting key will contain all values from the specified secrets
@@ -756,12 +666,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFromRewriteMerge {
+    pub struct Merge {
         /// Used to define the policy to use in conflict resolution.
         ///
         /// Defaults to `"Error"` on the server.
@@ -770,9 +678,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub conflict_policy: ::core::option::Option<
-            ExternalSecretSpecDataFromRewriteMergeConflictPolicy,
-        >,
+        pub conflict_policy: ::core::option::Option<MergeConflictPolicy>,
         /// Used to define the target key of the merge operation.
         /// Required if strategy is JSON. Ignored otherwise.
         ///
@@ -790,76 +696,87 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub priority_policy: ::core::option::Option<
-            ExternalSecretSpecDataFromRewriteMergePriorityPolicy,
-        >,
+        pub priority_policy: ::core::option::Option<MergePriorityPolicy>,
         /// Used to define the strategy to use in the merge operation.
         ///
         /// Defaults to `"Extract"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub strategy: ::core::option::Option<
-            ExternalSecretSpecDataFromRewriteMergeStrategy,
-        >,
+        pub strategy: ::core::option::Option<MergeStrategy>,
     }
     /// Used to define the policy to use in conflict resolution.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromRewriteMergeConflictPolicy {
+    pub enum MergeConflictPolicy {
+        /// `Ignore`
         #[serde(rename = "Ignore")]
         Ignore,
+        /// `Error`
         #[serde(rename = "Error")]
+        #[default]
         Error,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Used to define the policy when a key in the priority list does not exist in the input.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromRewriteMergePriorityPolicy {
+    pub enum MergePriorityPolicy {
+        /// `IgnoreNotFound`
         #[serde(rename = "IgnoreNotFound")]
         IgnoreNotFound,
+        /// `Strict`
         #[serde(rename = "Strict")]
+        #[default]
         Strict,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Used to define the strategy to use in the merge operation.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromRewriteMergeStrategy {
+    pub enum MergeStrategy {
+        /// `Extract`
         #[serde(rename = "Extract")]
+        #[default]
         Extract,
+        /// `JSON`
         #[serde(rename = "JSON")]
         Json,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Used to rewrite with regular expressions.
     /// The resulting key will be the output of a regexp.ReplaceAll operation.
@@ -868,12 +785,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFromRewriteRegexp {
+    pub struct Regexp {
         /// Used to define the regular expression of a re.Compiler.
         pub source: ::std::string::String,
         /// Used to define the target pattern of a ReplaceAll operation.
@@ -886,12 +801,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFromRewriteTransform {
+    pub struct Transform {
         /// Used to define the template to apply on the secret name.
         /// `.value ` will specify the secret name in the template.
         pub template: ::std::string::String,
@@ -908,144 +821,20 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFromSourceRef {
+    pub struct DataFromSourceRef {
         /// GeneratorRef points to a generator custom resource.
         #[serde(
             rename = "generatorRef",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub generator_ref: ::core::option::Option<
-            ExternalSecretSpecDataFromSourceRefGeneratorRef,
-        >,
+        pub generator_ref: ::core::option::Option<GeneratorRef>,
         /// SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.
         #[serde(rename = "storeRef", default, skip_serializing_if = "Option::is_none")]
-        pub store_ref: ::core::option::Option<
-            ExternalSecretSpecDataFromSourceRefStoreRef,
-        >,
-    }
-    /// GeneratorRef points to a generator custom resource.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFromSourceRefGeneratorRef {
-        /// Specify the apiVersion of the generator resource
-        ///
-        /// Defaults to `"generators.external-secrets.io/v1alpha1"` on the server.
-        #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
-        pub api_version: ::core::option::Option<::std::string::String>,
-        /// Specify the Kind of the generator resource
-        pub kind: ExternalSecretSpecDataFromSourceRefGeneratorRefKind,
-        /// Specify the name of the generator resource
-        pub name: ::std::string::String,
-    }
-    /// Specify the Kind of the generator resource
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromSourceRefGeneratorRefKind {
-        #[serde(rename = "ACRAccessToken")]
-        AcrAccessToken,
-        #[serde(rename = "BeyondtrustWorkloadCredentialsDynamicSecret")]
-        BeyondtrustWorkloadCredentialsDynamicSecret,
-        #[serde(rename = "ClusterGenerator")]
-        ClusterGenerator,
-        #[serde(rename = "CloudsmithAccessToken")]
-        CloudsmithAccessToken,
-        #[serde(rename = "ECRAuthorizationToken")]
-        EcrAuthorizationToken,
-        #[serde(rename = "Fake")]
-        Fake,
-        #[serde(rename = "GCRAccessToken")]
-        GcrAccessToken,
-        #[serde(rename = "GithubAccessToken")]
-        GithubAccessToken,
-        #[serde(rename = "GitlabDeployToken")]
-        GitlabDeployToken,
-        #[serde(rename = "QuayAccessToken")]
-        QuayAccessToken,
-        #[serde(rename = "Password")]
-        Password,
-        #[serde(rename = "SSHKey")]
-        SshKey,
-        #[serde(rename = "STSSessionToken")]
-        StsSessionToken,
-        #[serde(rename = "UUID")]
-        Uuid,
-        #[serde(rename = "VaultDynamicSecret")]
-        VaultDynamicSecret,
-        #[serde(rename = "Webhook")]
-        Webhook,
-        #[serde(rename = "Grafana")]
-        Grafana,
-        #[serde(rename = "MFA")]
-        Mfa,
-    }
-    /// SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecDataFromSourceRefStoreRef {
-        /// Kind of the SecretStore resource (SecretStore or ClusterSecretStore)
-        /// Defaults to `SecretStore`
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kind: ::core::option::Option<
-            ExternalSecretSpecDataFromSourceRefStoreRefKind,
-        >,
-        /// Name of the SecretStore resource
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-    }
-    /// Kind of the SecretStore resource (SecretStore or ClusterSecretStore)
-    /// Defaults to `SecretStore`
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecDataFromSourceRefStoreRefKind {
-        #[serde(rename = "SecretStore")]
-        SecretStore,
-        #[serde(rename = "ClusterSecretStore")]
-        ClusterSecretStore,
+        pub store_ref: ::core::option::Option<StoreRef>,
     }
     /// RefreshPolicy determines how the ExternalSecret should be refreshed:
     /// - CreatedOnce: Creates the Secret only if it does not exist and does not update it thereafter
@@ -1056,64 +845,26 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum ExternalSecretSpecRefreshPolicy {
+        /// `CreatedOnce`
         #[serde(rename = "CreatedOnce")]
         CreatedOnce,
+        /// `Periodic`
         #[serde(rename = "Periodic")]
         Periodic,
+        /// `OnChange`
         #[serde(rename = "OnChange")]
         OnChange,
-    }
-    /// SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecSecretStoreRef {
-        /// Kind of the SecretStore resource (SecretStore or ClusterSecretStore)
-        /// Defaults to `SecretStore`
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kind: ::core::option::Option<ExternalSecretSpecSecretStoreRefKind>,
-        /// Name of the SecretStore resource
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-    }
-    /// Kind of the SecretStore resource (SecretStore or ClusterSecretStore)
-    /// Defaults to `SecretStore`
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecSecretStoreRefKind {
-        #[serde(rename = "SecretStore")]
-        SecretStore,
-        #[serde(rename = "ClusterSecretStore")]
-        ClusterSecretStore,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// SyncWindows optionally restricts when periodic refreshes may occur.
     /// Evaluated in UTC, only for Periodic refresh policy (or when refreshPolicy is unset).
@@ -1122,20 +873,18 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecSyncWindows {
+    pub struct SyncWindows {
         /// Kind applies to every window in the list.
         /// "allow" -- syncs are permitted only while at least one window is active;
         /// all other times are blocked.
         /// "deny"  -- syncs are blocked while any window is active;
         /// all other times are permitted.
-        pub kind: ExternalSecretSpecSyncWindowsKind,
+        pub kind: SyncWindowsKind,
         /// Windows is the list of schedule+duration pairs.
-        pub windows: ::std::vec::Vec<ExternalSecretSpecSyncWindowsWindows>,
+        pub windows: ::std::vec::Vec<Windows>,
     }
     /// Kind applies to every window in the list.
     /// "allow" -- syncs are permitted only while at least one window is active;
@@ -1146,20 +895,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecSyncWindowsKind {
+    pub enum SyncWindowsKind {
+        /// `allow`
         #[serde(rename = "allow")]
         Allow,
+        /// `deny`
         #[serde(rename = "deny")]
         Deny,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// ExternalSecretSyncWindowEntry defines a single cron-schedule + duration pair
     /// within a SyncWindows block.
@@ -1168,12 +920,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecSyncWindowsWindows {
+    pub struct Windows {
         /// Duration specifies how long the window stays open after each Schedule
         /// firing. Example: "8h".
         pub duration: ::std::string::String,
@@ -1191,12 +941,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecTarget {
+    pub struct Target {
         /// CreationPolicy defines rules on how to create the resulting Secret.
         /// Defaults to "Owner"
         ///
@@ -1206,9 +954,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub creation_policy: ::core::option::Option<
-            ExternalSecretSpecTargetCreationPolicy,
-        >,
+        pub creation_policy: ::core::option::Option<TargetCreationPolicy>,
         /// DeletionPolicy defines rules on how to delete the resulting Secret.
         /// Defaults to "Retain"
         ///
@@ -1218,9 +964,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub deletion_policy: ::core::option::Option<
-            ExternalSecretSpecTargetDeletionPolicy,
-        >,
+        pub deletion_policy: ::core::option::Option<TargetDeletionPolicy>,
         /// Immutable defines if the final secret will be immutable
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub immutable: ::core::option::Option<bool>,
@@ -1229,14 +973,14 @@ pub mod v1 {
         /// (e.g., ConfigMap, Custom Resource) instead of a Secret.
         /// Warning: Using Generic target. Make sure access policies and encryption are properly configured.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub manifest: ::core::option::Option<ExternalSecretSpecTargetManifest>,
+        pub manifest: ::core::option::Option<Manifest>,
         /// The name of the Secret resource to be managed.
         /// Defaults to the .metadata.name of the ExternalSecret resource
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
         /// Template defines a blueprint for the created Secret resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub template: ::core::option::Option<ExternalSecretSpecTargetTemplate>,
+        pub template: ::core::option::Option<Template>,
     }
     /// CreationPolicy defines rules on how to create the resulting Secret.
     /// Defaults to "Owner"
@@ -1244,26 +988,34 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecTargetCreationPolicy {
+    pub enum TargetCreationPolicy {
+        /// `Owner`
         #[serde(rename = "Owner")]
+        #[default]
         Owner,
+        /// `Orphan`
         #[serde(rename = "Orphan")]
         Orphan,
+        /// `Merge`
         #[serde(rename = "Merge")]
         Merge,
+        /// `None`
         #[serde(rename = "None")]
         None,
+        /// `CreateOrMerge`
         #[serde(rename = "CreateOrMerge")]
         CreateOrMerge,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// DeletionPolicy defines rules on how to delete the resulting Secret.
     /// Defaults to "Retain"
@@ -1271,22 +1023,28 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecTargetDeletionPolicy {
+    pub enum TargetDeletionPolicy {
+        /// `Delete`
         #[serde(rename = "Delete")]
         Delete,
+        /// `Merge`
         #[serde(rename = "Merge")]
         Merge,
+        /// `Retain`
         #[serde(rename = "Retain")]
+        #[default]
         Retain,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Manifest defines a custom Kubernetes resource to create instead of a Secret.
     /// When specified, ExternalSecret will create the resource type defined here
@@ -1297,12 +1055,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecTargetManifest {
+    pub struct Manifest {
         /// APIVersion of the target resource (e.g., "v1" for ConfigMap, "argoproj.io/v1alpha1" for ArgoCD Application)
         #[serde(rename = "apiVersion")]
         pub api_version: ::std::string::String,
@@ -1316,12 +1072,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecTargetTemplate {
+    pub struct Template {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub data: ::core::option::Option<
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
@@ -1336,9 +1090,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub engine_version: ::core::option::Option<
-            ExternalSecretSpecTargetTemplateEngineVersion,
-        >,
+        pub engine_version: ::core::option::Option<TemplateEngineVersion>,
         /// TemplateMergePolicy defines how the rendered template should be merged with the existing Secret data.
         ///
         /// Defaults to `"Replace"` on the server.
@@ -1347,20 +1099,16 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub merge_policy: ::core::option::Option<
-            ExternalSecretSpecTargetTemplateMergePolicy,
-        >,
+        pub merge_policy: ::core::option::Option<TemplateMergePolicy>,
         /// ExternalSecretTemplateMetadata defines metadata fields for the Secret blueprint.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub metadata: ::core::option::Option<ExternalSecretSpecTargetTemplateMetadata>,
+        pub metadata: ::core::option::Option<Metadata>,
         #[serde(
             rename = "templateFrom",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub template_from: ::core::option::Option<
-            ::std::vec::Vec<ExternalSecretSpecTargetTemplateTemplateFrom>,
-        >,
+        pub template_from: ::core::option::Option<::std::vec::Vec<TemplateFrom>>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<::std::string::String>,
     }
@@ -1371,38 +1119,47 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecTargetTemplateEngineVersion {
+    pub enum TemplateEngineVersion {
+        /// `v2`
         #[serde(rename = "v2")]
+        #[default]
         V2,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// TemplateMergePolicy defines how the rendered template should be merged with the existing Secret data.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecTargetTemplateMergePolicy {
+    pub enum TemplateMergePolicy {
+        /// `Replace`
         #[serde(rename = "Replace")]
+        #[default]
         Replace,
+        /// `Merge`
         #[serde(rename = "Merge")]
         Merge,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// ExternalSecretTemplateMetadata defines metadata fields for the Secret blueprint.
     #[derive(
@@ -1411,12 +1168,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecTargetTemplateMetadata {
+    pub struct Metadata {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub annotations: ::core::option::Option<
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
@@ -1436,24 +1191,18 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecTargetTemplateTemplateFrom {
+    pub struct TemplateFrom {
         /// TemplateRef specifies a reference to either a ConfigMap or a Secret resource.
         #[serde(rename = "configMap", default, skip_serializing_if = "Option::is_none")]
-        pub config_map: ::core::option::Option<
-            ExternalSecretSpecTargetTemplateTemplateFromConfigMap,
-        >,
+        pub config_map: ::core::option::Option<ConfigMap>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub literal: ::core::option::Option<::std::string::String>,
         /// TemplateRef specifies a reference to either a ConfigMap or a Secret resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub secret: ::core::option::Option<
-            ExternalSecretSpecTargetTemplateTemplateFromSecret,
-        >,
+        pub secret: ::core::option::Option<ConfigMap>,
         /// Target specifies where to place the template result.
         /// For Secret resources the accepted values are empty, "Data", "Annotations" and "Labels";
         /// any other value is rejected because it would allow writes to privileged Secret fields.
@@ -1470,9 +1219,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub values_decoding_strategy: ::core::option::Option<
-            ExternalSecretSpecTargetTemplateTemplateFromValuesDecodingStrategy,
-        >,
+        pub values_decoding_strategy: ::core::option::Option<RemoteRefDecodingStrategy>,
     }
     /// TemplateRef specifies a reference to either a ConfigMap or a Secret resource.
     #[derive(
@@ -1480,16 +1227,12 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecTargetTemplateTemplateFromConfigMap {
+    pub struct ConfigMap {
         /// A list of keys in the ConfigMap/Secret to use as templates for Secret data
-        pub items: ::std::vec::Vec<
-            ExternalSecretSpecTargetTemplateTemplateFromConfigMapItems,
-        >,
+        pub items: ::std::vec::Vec<Items>,
         /// The name of the ConfigMap/Secret resource
         pub name: ::std::string::String,
     }
@@ -1499,127 +1242,42 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecTargetTemplateTemplateFromConfigMapItems {
+    pub struct Items {
         /// A key in the ConfigMap/Secret
         pub key: ::std::string::String,
         /// TemplateScope specifies how the template keys should be interpreted.
         ///
         /// Defaults to `"Values"` on the server.
         #[serde(rename = "templateAs", default, skip_serializing_if = "Option::is_none")]
-        pub template_as: ::core::option::Option<
-            ExternalSecretSpecTargetTemplateTemplateFromConfigMapItemsTemplateAs,
-        >,
+        pub template_as: ::core::option::Option<ItemsTemplateAs>,
     }
     /// TemplateScope specifies how the template keys should be interpreted.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecTargetTemplateTemplateFromConfigMapItemsTemplateAs {
+    pub enum ItemsTemplateAs {
+        /// `Values`
         #[serde(rename = "Values")]
+        #[default]
         Values,
+        /// `KeysAndValues`
         #[serde(rename = "KeysAndValues")]
         KeysAndValues,
-    }
-    /// TemplateRef specifies a reference to either a ConfigMap or a Secret resource.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecTargetTemplateTemplateFromSecret {
-        /// A list of keys in the ConfigMap/Secret to use as templates for Secret data
-        pub items: ::std::vec::Vec<
-            ExternalSecretSpecTargetTemplateTemplateFromSecretItems,
-        >,
-        /// The name of the ConfigMap/Secret resource
-        pub name: ::std::string::String,
-    }
-    /// TemplateRefItem specifies a key in the ConfigMap/Secret to use as a template for Secret data.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretSpecTargetTemplateTemplateFromSecretItems {
-        /// A key in the ConfigMap/Secret
-        pub key: ::std::string::String,
-        /// TemplateScope specifies how the template keys should be interpreted.
-        ///
-        /// Defaults to `"Values"` on the server.
-        #[serde(rename = "templateAs", default, skip_serializing_if = "Option::is_none")]
-        pub template_as: ::core::option::Option<
-            ExternalSecretSpecTargetTemplateTemplateFromSecretItemsTemplateAs,
-        >,
-    }
-    /// TemplateScope specifies how the template keys should be interpreted.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecTargetTemplateTemplateFromSecretItemsTemplateAs {
-        #[serde(rename = "Values")]
-        Values,
-        #[serde(rename = "KeysAndValues")]
-        KeysAndValues,
-    }
-    /// Used to define a decoding Strategy for the rendered template values.
-    /// Defaults to None when omitted.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretSpecTargetTemplateTemplateFromValuesDecodingStrategy {
-        #[serde(rename = "Auto")]
-        Auto,
-        #[serde(rename = "Base64")]
-        Base64,
-        #[serde(rename = "Base64URL")]
-        Base64Url,
-        #[serde(rename = "None")]
-        None,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// ExternalSecretStatus defines the observed state of ExternalSecret.
     #[derive(
@@ -1628,19 +1286,15 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ExternalSecretStatus {
         /// Binding represents a servicebinding.io Provisioned Service reference to the secret
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub binding: ::core::option::Option<ExternalSecretStatusBinding>,
+        pub binding: ::core::option::Option<Binding>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<
-            ::std::vec::Vec<ExternalSecretStatusConditions>,
-        >,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         /// refreshTime is the time and date the external secret was fetched and
         /// the target secret updated
         #[serde(
@@ -1664,12 +1318,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretStatusBinding {
+    pub struct Binding {
         /// Name of the referent.
         /// This field is effectively required, but due to backwards compatibility is
         /// allowed to be empty. Instances of this type with an empty value here are
@@ -1686,12 +1338,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ExternalSecretStatusConditions {
+    pub struct Conditions {
         #[serde(
             rename = "lastTransitionTime",
             default,
@@ -1704,27 +1354,30 @@ pub mod v1 {
         pub reason: ::core::option::Option<::std::string::String>,
         pub status: ::std::string::String,
         /// ExternalSecretConditionType defines a value type for ExternalSecret conditions.
-        pub r#type: ExternalSecretStatusConditionsType,
+        pub r#type: ConditionsType,
     }
     /// ExternalSecretConditionType defines a value type for ExternalSecret conditions.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ExternalSecretStatusConditionsType {
+    pub enum ConditionsType {
+        /// `Ready`
         #[serde(rename = "Ready")]
         Ready,
+        /// `Deleted`
         #[serde(rename = "Deleted")]
         Deleted,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// The shared informer of `external-secrets.io/v1` `ExternalSecret`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -1733,6 +1386,7 @@ pub mod v1 {
     }
     impl ExternalSecretInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -1741,18 +1395,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<ExternalSecret> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ExternalSecretLister {
             ExternalSecretLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<ExternalSecret>,
@@ -1763,6 +1420,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -1774,6 +1432,7 @@ pub mod v1 {
     }
     impl ExternalSecretLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -1783,6 +1442,7 @@ pub mod v1 {
     }
     impl ExternalSecretLister {
         /// The `ExternalSecret` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn externalsecrets(&self, namespace: &str) -> ExternalSecretNamespaceLister {
             ExternalSecretNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -1795,6 +1455,7 @@ pub mod v1 {
     }
     impl ExternalSecretNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -1802,6 +1463,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -1811,6 +1473,7 @@ pub mod v1 {
     }
     impl ExternalSecret {
         /// The shared `ExternalSecret` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -1820,6 +1483,7 @@ pub mod v1 {
             ExternalSecretInformer::new(factory)
         }
         /// The shared metadata-only `ExternalSecret` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

@@ -2,38 +2,163 @@
 
 //! Types, informers and listers of the custom resource `gateways.gateway.networking.k8s.io` (`gateway.networking.k8s.io`, kind `Gateway`), generated from `crds/gateway-api/gateway.networking.k8s.io_gateways.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"api-approved.kubernetes.io\":\"https://github.com/kubernetes-sigs/gateway-api/pull/4530\",\"gateway.networking.k8s.io/bundle-version\":\"v0.0.0-dev\",\"gateway.networking.k8s.io/channel\":\"standard\"},\"name\":\"gateways.gateway.networking.k8s.io\"},\"spec\":{\"group\":\"gateway.networking.k8s.io\",\"names\":{\"categories\":[\"gateway-api\"],\"kind\":\"Gateway\",\"listKind\":\"GatewayList\",\"plural\":\"gateways\",\"shortNames\":[\"gtw\"],\"singular\":\"gateway\"},\"scope\":\"Namespaced\",\"versions\":[{\"additionalPrinterColumns\":[{\"jsonPath\":\".spec.gatewayClassName\",\"name\":\"Class\",\"type\":\"string\"},{\"jsonPath\":\".status.addresses[*].value\",\"name\":\"Address\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Programmed\\\")].status\",\"name\":\"Programmed\",\"type\":\"string\"},{\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"}],\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"Gateway represents an instance of a service-traffic handling infrastructure\\nby binding Listeners to a set of IP addresses.\\nA Gateway name SHOULD be compliant with RFC 1035, consisting of a maximum of 63 lower case alphanumeric\\ncharacters or hyphens ('-'), and MUST start and end with an alphanumeric character.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"Spec defines the desired state of Gateway.\",\"properties\":{\"addresses\":{\"description\":\"Addresses requested for this Gateway. This is optional and behavior can\\ndepend on the implementation. If a value is set in the spec and the\\nrequested address is invalid or unavailable, the implementation MUST\\nindicate this in an associated entry in GatewayStatus.Conditions.\\n\\nThe Addresses field represents a request for the address(es) on the\\n\\\"outside of the Gateway\\\", that traffic bound for this Gateway will use.\\nThis could be the IP address or hostname of an external load balancer or\\nother networking infrastructure, or some other address that traffic will\\nbe sent to.\\n\\nIf no Addresses are specified, the implementation MAY schedule the\\nGateway in an implementation-specific manner, assigning an appropriate\\nset of Addresses.\\n\\nThe implementation MUST bind all Listeners to every GatewayAddress that\\nit assigns to the Gateway and add a corresponding entry in\\nGatewayStatus.Addresses.\\n\\nSupport: Extended\",\"items\":{\"description\":\"GatewaySpecAddress describes an address that can be bound to a Gateway.\",\"oneOf\":[{\"properties\":{\"type\":{\"enum\":[\"IPAddress\"]},\"value\":{\"anyOf\":[{\"format\":\"ipv4\"},{\"format\":\"ipv6\"}]}}},{\"properties\":{\"type\":{\"not\":{\"enum\":[\"IPAddress\"]}}}}],\"properties\":{\"type\":{\"default\":\"IPAddress\",\"description\":\"Type of the address.\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^Hostname|IPAddress|NamedAddress|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\\\\/[A-Za-z0-9\\\\/\\\\-._~%!$&'()*+,;=:]+$\",\"type\":\"string\"},\"value\":{\"description\":\"When a value is unspecified, an implementation SHOULD automatically\\nassign an address matching the requested type if possible.\\n\\nIf an implementation does not support an empty value, they MUST set the\\n\\\"Programmed\\\" condition in status to False with a reason of \\\"AddressNotAssigned\\\".\\n\\nExamples: `1.2.3.4`, `128::1`, `my-ip-address`.\",\"maxLength\":253,\"type\":\"string\"}},\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"Hostname value must be empty or contain only valid characters (matching ^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)\",\"rule\":\"self.type == 'Hostname' ? (!has(self.value) || self.value.matches(r\\\"\\\"\\\"^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\\\"\\\"\\\")): true\"}]},\"maxItems\":16,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\",\"x-kubernetes-validations\":[{\"message\":\"IPAddress values must be unique\",\"rule\":\"self.all(a1, a1.type == 'IPAddress' && has(a1.value) ? self.exists_one(a2, a2.type == a1.type && has(a2.value) && a2.value == a1.value) : true )\"},{\"message\":\"Hostname values must be unique\",\"rule\":\"self.all(a1, a1.type == 'Hostname'  && has(a1.value) ? self.exists_one(a2, a2.type == a1.type && has(a2.value) && a2.value == a1.value) : true )\"}]},\"allowedListeners\":{\"description\":\"AllowedListeners defines which ListenerSets can be attached to this Gateway.\\nThe default value is to allow no ListenerSets.\",\"properties\":{\"namespaces\":{\"default\":{\"from\":\"None\"},\"description\":\"Namespaces defines which namespaces ListenerSets can be attached to this Gateway.\\nThe default value is to allow no ListenerSets.\",\"properties\":{\"from\":{\"default\":\"None\",\"description\":\"From indicates where ListenerSets can attach to this Gateway. Possible\\nvalues are:\\n\\n* Same: Only ListenerSets in the same namespace may be attached to this Gateway.\\n* Selector: ListenerSets in namespaces selected by the selector may be attached to this Gateway.\\n* All: ListenerSets in all namespaces may be attached to this Gateway.\\n* None: Only listeners defined in the Gateway's spec are allowed\\n\\nThe default value None\",\"enum\":[\"All\",\"Selector\",\"Same\",\"None\"],\"type\":\"string\"},\"selector\":{\"description\":\"Selector must be specified when From is set to \\\"Selector\\\". In that case,\\nonly ListenerSets in Namespaces matching this Selector will be selected by this\\nGateway. This field is ignored for other values of \\\"From\\\".\",\"properties\":{\"matchExpressions\":{\"description\":\"matchExpressions is a list of label selector requirements. The requirements are ANDed.\",\"items\":{\"description\":\"A label selector requirement is a selector that contains values, a key, and an operator that\\nrelates the key and values.\",\"properties\":{\"key\":{\"description\":\"key is the label key that the selector applies to.\",\"type\":\"string\"},\"operator\":{\"description\":\"operator represents a key's relationship to a set of values.\\nValid operators are In, NotIn, Exists and DoesNotExist.\",\"type\":\"string\"},\"values\":{\"description\":\"values is an array of string values. If the operator is In or NotIn,\\nthe values array must be non-empty. If the operator is Exists or DoesNotExist,\\nthe values array must be empty. This array is replaced during a strategic\\nmerge patch.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"key\",\"operator\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"matchLabels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels\\nmap is equivalent to an element of matchExpressions, whose key field is \\\"key\\\", the\\noperator is \\\"In\\\", and the values array contains only \\\"value\\\". The requirements are ANDed.\",\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"}},\"type\":\"object\"},\"gatewayClassName\":{\"description\":\"GatewayClassName used for this Gateway. This is the name of a\\nGatewayClass resource.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"infrastructure\":{\"description\":\"Infrastructure defines infrastructure level attributes about this Gateway instance.\\n\\nSupport: Extended\",\"properties\":{\"annotations\":{\"additionalProperties\":{\"description\":\"AnnotationValue is the value of an annotation in Gateway API. This is used\\nfor validation of maps such as TLS options. This roughly matches Kubernetes\\nannotation validation, although the length validation in that case is based\\non the entire size of the annotations struct.\",\"maxLength\":4096,\"minLength\":0,\"type\":\"string\"},\"description\":\"Annotations that SHOULD be applied to any resources created in response to this Gateway.\\n\\nFor implementations creating other Kubernetes objects, this should be the `metadata.annotations` field on resources.\\nFor other implementations, this refers to any relevant (implementation specific) \\\"annotations\\\" concepts.\\n\\nAn implementation may chose to add additional implementation-specific annotations as they see fit.\\n\\nSupport: Extended\",\"maxProperties\":16,\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"Annotation keys must be in the form of an optional DNS subdomain prefix followed by a required name segment of up to 63 characters.\",\"rule\":\"self.all(key, key.matches(r\\\"\\\"\\\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$\\\"\\\"\\\"))\"},{\"message\":\"If specified, the annotation key's prefix must be a DNS subdomain not longer than 253 characters in total.\",\"rule\":\"self.all(key, key.split(\\\"/\\\")[0].size() < 253)\"}]},\"labels\":{\"additionalProperties\":{\"description\":\"LabelValue is the value of a label in the Gateway API. This is used for validation\\nof maps such as Gateway infrastructure labels. This matches the Kubernetes\\nlabel validation rules:\\n* must be 63 characters or less (can be empty),\\n* unless empty, must begin and end with an alphanumeric character ([a-z0-9A-Z]),\\n* could contain dashes (-), underscores (_), dots (.), and alphanumerics between.\\n\\nValid values include:\\n\\n* MyValue\\n* my.name\\n* 123-my-value\",\"maxLength\":63,\"minLength\":0,\"pattern\":\"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$\",\"type\":\"string\"},\"description\":\"Labels that SHOULD be applied to any resources created in response to this Gateway.\\n\\nFor implementations creating other Kubernetes objects, this should be the `metadata.labels` field on resources.\\nFor other implementations, this refers to any relevant (implementation specific) \\\"labels\\\" concepts.\\n\\nAn implementation may chose to add additional implementation-specific labels as they see fit.\\n\\nIf an implementation maps these labels to Pods, or any other resource that would need to be recreated when labels\\nchange, it SHOULD clearly warn about this behavior in documentation.\\n\\nSupport: Extended\",\"maxProperties\":8,\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"Label keys must be in the form of an optional DNS subdomain prefix followed by a required name segment of up to 63 characters.\",\"rule\":\"self.all(key, key.matches(r\\\"\\\"\\\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$\\\"\\\"\\\"))\"},{\"message\":\"If specified, the label key's prefix must be a DNS subdomain not longer than 253 characters in total.\",\"rule\":\"self.all(key, key.split(\\\"/\\\")[0].size() < 253)\"}]},\"parametersRef\":{\"description\":\"ParametersRef is a reference to a resource that contains the configuration\\nparameters corresponding to the Gateway. This is optional if the\\ncontroller does not require any additional configuration.\\n\\nThis follows the same semantics as GatewayClass's `parametersRef`, but on a per-Gateway basis\\n\\nThe Gateway's GatewayClass may provide its own `parametersRef`. When both are specified,\\nthe merging behavior is implementation specific.\\nIt is generally recommended that GatewayClass provides defaults that can be overridden by a Gateway.\\n\\nIf the referent cannot be found, refers to an unsupported kind, or when\\nthe data within that resource is malformed, the Gateway SHOULD be\\nrejected with the \\\"Accepted\\\" status condition set to \\\"False\\\" and an\\n\\\"InvalidParameters\\\" reason.\\n\\nSupport: Implementation-specific\",\"properties\":{\"group\":{\"description\":\"Group is the group of the referent.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is kind of the referent.\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"}},\"required\":[\"group\",\"kind\",\"name\"],\"type\":\"object\"}},\"type\":\"object\"},\"listeners\":{\"description\":\"Listeners associated with this Gateway. Listeners define\\nlogical endpoints that are bound on this Gateway's addresses.\\nAt least one Listener MUST be specified.\\n\\n## Distinct Listeners\\n\\nEach Listener in a set of Listeners (for example, in a single Gateway)\\nMUST be _distinct_, in that a traffic flow MUST be able to be assigned to\\nexactly one listener. (This section uses \\\"set of Listeners\\\" rather than\\n\\\"Listeners in a single Gateway\\\" because implementations MAY merge configuration\\nfrom multiple Gateways onto a single data plane, and these rules _also_\\napply in that case).\\n\\nPractically, this means that each listener in a set MUST have a unique\\ncombination of Port, Protocol, and, if supported by the protocol, Hostname.\\n\\nSome combinations of port, protocol, and TLS settings are considered\\nCore support and MUST be supported by implementations based on the objects\\nthey support:\\n\\nHTTPRoute\\n\\n1. HTTPRoute, Port: 80, Protocol: HTTP\\n2. HTTPRoute, Port: 443, Protocol: HTTPS, TLS Mode: Terminate, TLS keypair provided\\n\\nTLSRoute\\n\\n1. TLSRoute, Port: 443, Protocol: TLS, TLS Mode: Passthrough\\n\\n\\\"Distinct\\\" Listeners have the following property:\\n\\n**The implementation can match inbound requests to a single distinct\\nListener**.\\n\\nWhen multiple Listeners share values for fields (for\\nexample, two Listeners with the same Port value), the implementation\\ncan match requests to only one of the Listeners using other\\nListener fields.\\n\\nWhen multiple listeners have the same value for the Protocol field, then\\neach of the Listeners with matching Protocol values MUST have different\\nvalues for other fields.\\n\\nThe set of fields that MUST be different for a Listener differs per protocol.\\nThe following rules define the rules for what fields MUST be considered for\\nListeners to be distinct with each protocol currently defined in the\\nGateway API spec.\\n\\nThe set of listeners that all share a protocol value MUST have _different_\\nvalues for _at least one_ of these fields to be distinct:\\n\\n* **HTTP, HTTPS, TLS**: Port, Hostname\\n* **TCP, UDP**: Port\\n\\nOne **very** important rule to call out involves what happens when an\\nimplementation:\\n\\n* Supports TCP protocol Listeners, as well as HTTP, HTTPS, or TLS protocol\\n  Listeners, and\\n* sees HTTP, HTTPS, or TLS protocols with the same `port` as one with TCP\\n  Protocol.\\n\\nIn this case all the Listeners that share a port with the\\nTCP Listener are not distinct and so MUST NOT be accepted.\\n\\nIf an implementation does not support TCP Protocol Listeners, then the\\nprevious rule does not apply, and the TCP Listeners SHOULD NOT be\\naccepted.\\n\\nNote that the `tls` field is not used for determining if a listener is distinct, because\\nListeners that _only_ differ on TLS config will still conflict in all cases.\\n\\n### Listeners that are distinct only by Hostname\\n\\nWhen the Listeners are distinct based only on Hostname, inbound request\\nhostnames MUST match from the most specific to least specific Hostname\\nvalues to choose the correct Listener and its associated set of Routes.\\n\\nExact matches MUST be processed before wildcard matches, and wildcard\\nmatches MUST be processed before fallback (empty Hostname value)\\nmatches. For example, `\\\"foo.example.com\\\"` takes precedence over\\n`\\\"*.example.com\\\"`, and `\\\"*.example.com\\\"` takes precedence over `\\\"\\\"`.\\n\\nAdditionally, if there are multiple wildcard entries, more specific\\nwildcard entries must be processed before less specific wildcard entries.\\nFor example, `\\\"*.foo.example.com\\\"` takes precedence over `\\\"*.example.com\\\"`.\\n\\nThe precise definition here is that the higher the number of dots in the\\nhostname to the right of the wildcard character, the higher the precedence.\\n\\nThe wildcard character will match any number of characters _and dots_ to\\nthe left, however, so `\\\"*.example.com\\\"` will match both\\n`\\\"foo.bar.example.com\\\"` _and_ `\\\"bar.example.com\\\"`.\\n\\n## Handling indistinct Listeners\\n\\nIf a set of Listeners contains Listeners that are not distinct, then those\\nListeners are _Conflicted_, and the implementation MUST set the \\\"Conflicted\\\"\\ncondition in the Listener Status to \\\"True\\\".\\n\\nThe words \\\"indistinct\\\" and \\\"conflicted\\\" are considered equivalent for the\\npurpose of this documentation.\\n\\nImplementations MAY choose to accept a Gateway with some Conflicted\\nListeners only if they only accept the partial Listener set that contains\\nno Conflicted Listeners.\\n\\nSpecifically, an implementation MAY accept a partial Listener set subject to\\nthe following rules:\\n\\n* The implementation MUST NOT pick one conflicting Listener as the winner.\\n  ALL indistinct Listeners must not be accepted for processing.\\n* At least one distinct Listener MUST be present, or else the Gateway effectively\\n  contains _no_ Listeners, and must be rejected from processing as a whole.\\n\\nThe implementation MUST set a \\\"ListenersNotValid\\\" condition on the\\nGateway Status when the Gateway contains Conflicted Listeners whether or\\nnot they accept the Gateway. That Condition SHOULD clearly\\nindicate in the Message which Listeners are conflicted, and which are\\nAccepted. Additionally, the Listener status for those listeners SHOULD\\nindicate which Listeners are conflicted and not Accepted.\\n\\n## General Listener behavior\\n\\nNote that, for all distinct Listeners, requests SHOULD match at most one Listener.\\nFor example, if Listeners are defined for \\\"foo.example.com\\\" and \\\"*.example.com\\\", a\\nrequest to \\\"foo.example.com\\\" SHOULD only be routed using routes attached\\nto the \\\"foo.example.com\\\" Listener (and not the \\\"*.example.com\\\" Listener).\\n\\nIf traffic to a Gateway does not match any Listener's hostname (or if\\nthe Listener does not specify a hostname and the request does not match\\nany attached Route), the request MUST be rejected. The specific mechanism\\nfor rejection depends on the protocol: HTTP returns a 404 status code,\\nwhile gRPC returns an Unimplemented status code.\\n\\nThis concept is known as \\\"Listener Isolation\\\", and it is an Extended feature\\nof Gateway API. Implementations that do not support Listener Isolation MUST\\nclearly document this, and MUST NOT claim support for the\\n`GatewayHTTPListenerIsolation` feature.\\n\\nImplementations that _do_ support Listener Isolation SHOULD claim support\\nfor the Extended `GatewayHTTPListenerIsolation` feature and pass the associated\\nconformance tests.\\n\\n## Compatible Listeners\\n\\nA Gateway's Listeners are considered _compatible_ if:\\n\\n1. They are distinct.\\n2. The implementation can serve them in compliance with the Addresses\\n   requirement that all Listeners are available on all assigned\\n   addresses.\\n\\nCompatible combinations in Extended support are expected to vary across\\nimplementations. A combination that is compatible for one implementation\\nmay not be compatible for another.\\n\\nFor example, an implementation that cannot serve both TCP and UDP listeners\\non the same address, or cannot mix HTTPS and generic TLS listens on the same port\\nwould not consider those cases compatible, even though they are distinct.\\n\\nImplementations MAY merge separate Gateways onto a single set of\\nAddresses if all Listeners across all Gateways are compatible.\\n\\nIn a future release the MinItems=1 requirement MAY be dropped.\\n\\nSupport: Core\",\"items\":{\"description\":\"Listener embodies the concept of a logical endpoint where a Gateway accepts\\nnetwork connections.\",\"properties\":{\"allowedRoutes\":{\"default\":{\"namespaces\":{\"from\":\"Same\"}},\"description\":\"AllowedRoutes defines the types of routes that MAY be attached to a\\nListener and the trusted namespaces where those Route resources MAY be\\npresent.\\n\\nAlthough a client request may match multiple route rules, only one rule\\nmay ultimately receive the request. Matching precedence MUST be\\ndetermined in order of the following criteria:\\n\\n* The most specific match as defined by the Route type.\\n* The oldest Route based on creation timestamp. For example, a Route with\\n  a creation timestamp of \\\"2020-09-08 01:02:03\\\" is given precedence over\\n  a Route with a creation timestamp of \\\"2020-09-08 01:02:04\\\".\\n* If everything else is equivalent, the Route appearing first in\\n  alphabetical order (namespace/name) should be given precedence. For\\n  example, foo/bar is given precedence over foo/baz.\\n\\nAll valid rules within a Route attached to this Listener should be\\nimplemented. Invalid Route rules can be ignored (sometimes that will mean\\nthe full Route). If a Route rule transitions from valid to invalid,\\nsupport for that Route rule should be dropped to ensure consistency. For\\nexample, even if a filter specified by a Route rule is invalid, the rest\\nof the rules within that Route should still be supported.\\n\\nSupport: Core\",\"properties\":{\"kinds\":{\"description\":\"Kinds specifies the groups and kinds of Routes that are allowed to bind\\nto this Gateway Listener. When unspecified or empty, the kinds of Routes\\nselected are determined using the Listener protocol.\\n\\nA RouteGroupKind MUST correspond to kinds of Routes that are compatible\\nwith the application protocol specified in the Listener's Protocol field.\\nIf an implementation does not support or recognize this resource type, it\\nMUST set the \\\"ResolvedRefs\\\" condition to False for this Listener with the\\n\\\"InvalidRouteKinds\\\" reason.\\n\\nSupport: Core\",\"items\":{\"description\":\"RouteGroupKind indicates the group and kind of a Route resource.\",\"properties\":{\"group\":{\"default\":\"gateway.networking.k8s.io\",\"description\":\"Group is the group of the Route.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is the kind of the Route.\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"}},\"required\":[\"kind\"],\"type\":\"object\"},\"maxItems\":8,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"namespaces\":{\"default\":{\"from\":\"Same\"},\"description\":\"Namespaces indicates namespaces from which Routes may be attached to this\\nListener. This is restricted to the namespace of this Gateway by default.\\n\\nSupport: Core\",\"properties\":{\"from\":{\"default\":\"Same\",\"description\":\"From indicates where Routes will be selected for this Gateway. Possible\\nvalues are:\\n\\n* All: Routes in all namespaces may be used by this Gateway.\\n* Selector: Routes in namespaces selected by the selector may be used by\\n  this Gateway.\\n* Same: Only Routes in the same namespace may be used by this Gateway.\\n\\nSupport: Core\",\"enum\":[\"All\",\"Selector\",\"Same\"],\"type\":\"string\"},\"selector\":{\"description\":\"Selector must be specified when From is set to \\\"Selector\\\". In that case,\\nonly Routes in Namespaces matching this Selector will be selected by this\\nGateway. This field is ignored for other values of \\\"From\\\".\\n\\nSupport: Core\",\"properties\":{\"matchExpressions\":{\"description\":\"matchExpressions is a list of label selector requirements. The requirements are ANDed.\",\"items\":{\"description\":\"A label selector requirement is a selector that contains values, a key, and an operator that\\nrelates the key and values.\",\"properties\":{\"key\":{\"description\":\"key is the label key that the selector applies to.\",\"type\":\"string\"},\"operator\":{\"description\":\"operator represents a key's relationship to a set of values.\\nValid operators are In, NotIn, Exists and DoesNotExist.\",\"type\":\"string\"},\"values\":{\"description\":\"values is an array of string values. If the operator is In or NotIn,\\nthe values array must be non-empty. If the operator is Exists or DoesNotExist,\\nthe values array must be empty. This array is replaced during a strategic\\nmerge patch.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"key\",\"operator\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"matchLabels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels\\nmap is equivalent to an element of matchExpressions, whose key field is \\\"key\\\", the\\noperator is \\\"In\\\", and the values array contains only \\\"value\\\". The requirements are ANDed.\",\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"}},\"type\":\"object\"},\"hostname\":{\"description\":\"Hostname specifies the virtual hostname to match for protocol types that\\ndefine this concept. When unspecified, all hostnames are matched. This\\nfield is ignored for protocols that don't require hostname based\\nmatching.\\n\\nImplementations MUST apply Hostname matching appropriately for each of\\nthe following protocols:\\n\\n* TLS: The Listener Hostname MUST match the SNI.\\n* HTTP: The Listener Hostname MUST match the Host header of the request.\\n* HTTPS: The Listener Hostname SHOULD match both the SNI and Host header.\\n  Note that this does not require the SNI and Host header to be the same.\\n  The semantics of this are described in more detail below.\\n\\nTo ensure security, Section 11.1 of RFC-6066 emphasizes that server\\nimplementations that rely on SNI hostname matching MUST also verify\\nhostnames within the application protocol.\\n\\nSection 9.1.2 of RFC-7540 provides a mechanism for servers to reject the\\nreuse of a connection by responding with the HTTP 421 Misdirected Request\\nstatus code. This indicates that the origin server has rejected the\\nrequest because it appears to have been misdirected.\\n\\nTo detect misdirected requests, Gateways SHOULD match the authority of\\nthe requests with all the SNI hostname(s) configured across all the\\nGateway Listeners on the same port and protocol:\\n\\n* If another Listener has an exact match or more specific wildcard entry,\\n  the Gateway SHOULD return a 421.\\n* If the current Listener (selected by SNI matching during ClientHello)\\n  does not match the Host:\\n    * If another Listener does match the Host, the Gateway SHOULD return a\\n      421.\\n    * If no other Listener matches the Host, the Gateway MUST return a\\n      404.\\n\\nFor HTTPRoute and TLSRoute resources, there is an interaction with the\\n`spec.hostnames` array. When both listener and route specify hostnames,\\nthere MUST be an intersection between the values for a Route to be\\naccepted. For more information, refer to the Route specific Hostnames\\ndocumentation.\\n\\nHostnames that are prefixed with a wildcard label (`*.`) are interpreted\\nas a suffix match. That means that a match for `*.example.com` would match\\nboth `test.example.com`, and `foo.test.example.com`, but not `example.com`.\\n\\nSupport: Core\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the Listener. This name MUST be unique within a\\nGateway.\\n\\nSupport: Core\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"port\":{\"description\":\"Port is the network port. Multiple listeners may use the\\nsame port, subject to the Listener compatibility rules.\\n\\nSupport: Core\",\"format\":\"int32\",\"maximum\":65535,\"minimum\":1,\"type\":\"integer\"},\"protocol\":{\"description\":\"Protocol specifies the network protocol this listener expects to receive.\\n\\nSupport: Core\",\"maxLength\":255,\"minLength\":1,\"pattern\":\"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\\\\/[A-Za-z0-9]+$\",\"type\":\"string\"},\"tls\":{\"description\":\"TLS is the TLS configuration for the Listener. This field is required if\\nthe Protocol field is \\\"HTTPS\\\" or \\\"TLS\\\". It is invalid to set this field\\nif the Protocol field is \\\"HTTP\\\", \\\"TCP\\\", or \\\"UDP\\\".\\n\\nThe association of SNIs to Certificate defined in ListenerTLSConfig is\\ndefined based on the Hostname field for this listener.\\n\\nThe GatewayClass MUST use the longest matching SNI out of all\\navailable certificates for any TLS handshake.\\n\\nSupport: Core\",\"properties\":{\"certificateRefs\":{\"description\":\"CertificateRefs contains a series of references to Kubernetes objects that\\ncontains TLS certificates and private keys. These certificates are used to\\nestablish a TLS handshake for requests that match the hostname of the\\nassociated listener.\\n\\nA single CertificateRef to a Kubernetes Secret has \\\"Core\\\" support.\\nImplementations MAY choose to support attaching multiple certificates to\\na Listener, but this behavior is implementation-specific.\\n\\nReferences to a resource in different namespace are invalid UNLESS there\\nis a ReferenceGrant in the target namespace that allows the certificate\\nto be attached. If a ReferenceGrant does not allow this reference, the\\n\\\"ResolvedRefs\\\" condition MUST be set to False for this listener with the\\n\\\"RefNotPermitted\\\" reason.\\n\\nThis field is required to have at least one element when the mode is set\\nto \\\"Terminate\\\" (default) and is optional otherwise.\\n\\nCertificateRefs can reference to standard Kubernetes resources, i.e.\\nSecret, or implementation-specific custom resources.\\n\\nSupport: Core - A single reference to a Kubernetes Secret of type kubernetes.io/tls\\n\\nSupport: Implementation-specific (More than one reference or other resource types)\",\"items\":{\"description\":\"SecretObjectReference identifies an API object including its namespace,\\ndefaulting to Secret.\\n\\nThe API object must be valid in the cluster; the Group and Kind must\\nbe registered in the cluster for this reference to be valid.\\n\\nReferences to objects with invalid Group and Kind are not valid, and must\\nbe rejected by the implementation, with appropriate Conditions set\\non the containing object.\",\"properties\":{\"group\":{\"default\":\"\",\"description\":\"Group is the group of the referent. For example, \\\"gateway.networking.k8s.io\\\".\\nWhen unspecified or empty string, core API group is inferred.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"default\":\"Secret\",\"description\":\"Kind is kind of the referent. For example \\\"Secret\\\".\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace is the namespace of the referenced object. When unspecified, the local\\nnamespace is inferred.\\n\\nNote that when a namespace different than the local namespace is specified,\\na ReferenceGrant object is required in the referent namespace to allow that\\nnamespace's owner to accept the reference. See the ReferenceGrant\\ndocumentation for details.\\n\\nSupport: Core\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"maxItems\":64,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"mode\":{\"default\":\"Terminate\",\"description\":\"Mode defines the TLS behavior for the TLS session initiated by the client.\\nThere are two possible modes:\\n\\n- Terminate: The TLS session between the downstream client and the\\n  Gateway is terminated at the Gateway. This mode requires certificates\\n  to be specified in some way, such as populating the certificateRefs\\n  field.\\n- Passthrough: The TLS session is NOT terminated by the Gateway. This\\n  implies that the Gateway can't decipher the TLS stream except for\\n  the ClientHello message of the TLS protocol. The certificateRefs field\\n  is ignored in this mode.\\n\\nSupport: Core\",\"enum\":[\"Terminate\",\"Passthrough\"],\"type\":\"string\"},\"options\":{\"additionalProperties\":{\"description\":\"AnnotationValue is the value of an annotation in Gateway API. This is used\\nfor validation of maps such as TLS options. This roughly matches Kubernetes\\nannotation validation, although the length validation in that case is based\\non the entire size of the annotations struct.\",\"maxLength\":4096,\"minLength\":0,\"type\":\"string\"},\"description\":\"Options are a list of key/value pairs to enable extended TLS\\nconfiguration for each implementation. For example, configuring the\\nminimum TLS version or supported cipher suites.\\n\\nA set of common keys MAY be defined by the API in the future. To avoid\\nany ambiguity, implementation-specific definitions MUST use\\ndomain-prefixed names, such as `example.com/my-custom-option`.\\nUn-prefixed names are reserved for key names defined by Gateway API.\\n\\nSupport: Implementation-specific\",\"maxProperties\":16,\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"certificateRefs or options must be specified when mode is Terminate\",\"rule\":\"self.mode == 'Terminate' ? size(self.certificateRefs) > 0 || size(self.options) > 0 : true\"}]}},\"required\":[\"name\",\"port\",\"protocol\"],\"type\":\"object\"},\"maxItems\":64,\"minItems\":1,\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"name\"],\"x-kubernetes-list-type\":\"map\",\"x-kubernetes-validations\":[{\"message\":\"tls must not be specified for protocols ['HTTP', 'TCP', 'UDP']\",\"rule\":\"self.all(l, l.protocol in ['HTTP', 'TCP', 'UDP'] ? !has(l.tls) : true)\"},{\"message\":\"tls mode must be Terminate for protocol HTTPS\",\"rule\":\"self.all(l, (l.protocol == 'HTTPS' && has(l.tls)) ? (l.tls.mode == '' || l.tls.mode == 'Terminate') : true)\"},{\"message\":\"tls mode must be set for protocol TLS\",\"rule\":\"self.all(l, (l.protocol == 'TLS' ? has(l.tls) && has(l.tls.mode) && l.tls.mode != '' : true))\"},{\"message\":\"hostname must not be specified for protocols ['TCP', 'UDP']\",\"rule\":\"self.all(l, l.protocol in ['TCP', 'UDP']  ? (!has(l.hostname) || l.hostname == '') : true)\"},{\"message\":\"Listener name must be unique within the Gateway\",\"rule\":\"self.all(l1, self.exists_one(l2, l1.name == l2.name))\"},{\"message\":\"Combination of port, protocol and hostname must be unique for each listener\",\"rule\":\"self.all(l1, self.exists_one(l2, l1.port == l2.port && l1.protocol == l2.protocol && (has(l1.hostname) && has(l2.hostname) ? l1.hostname == l2.hostname : !has(l1.hostname) && !has(l2.hostname))))\"}]},\"tls\":{\"description\":\"TLS specifies frontend and backend tls configuration for entire gateway.\\n\\nSupport: Extended\",\"properties\":{\"backend\":{\"description\":\"Backend describes TLS configuration for gateway when connecting\\nto backends.\\n\\nNote that this contains only details for the Gateway as a TLS client,\\nand does _not_ imply behavior about how to choose which backend should\\nget a TLS connection. That is determined by the presence of a BackendTLSPolicy.\\n\\nSupport: Core\",\"properties\":{\"clientCertificateRef\":{\"description\":\"ClientCertificateRef references an object that contains a client certificate\\nand its associated private key. It can reference standard Kubernetes resources,\\ni.e., Secret, or implementation-specific custom resources.\\n\\nA ClientCertificateRef is considered invalid if:\\n\\n* It refers to a resource that cannot be resolved (e.g., the referenced resource\\n  does not exist) or is misconfigured (e.g., a Secret does not contain the keys\\n  named `tls.crt` and `tls.key`). In this case, the `ResolvedRefs` condition\\n  on the Gateway MUST be set to False with the Reason `InvalidClientCertificateRef`\\n  and the Message of the Condition MUST indicate why the reference is invalid.\\n\\n* It refers to a resource in another namespace UNLESS there is a ReferenceGrant\\n  in the target namespace that allows the certificate to be attached.\\n  If a ReferenceGrant does not allow this reference, the `ResolvedRefs` condition\\n  on the Gateway MUST be set to False with the Reason `RefNotPermitted`.\\n\\nImplementations MAY choose to perform further validation of the certificate\\ncontent (e.g., checking expiry or enforcing specific formats). In such cases,\\nan implementation-specific Reason and Message MUST be set.\\n\\nSupport: Core - Reference to a Kubernetes TLS Secret (with the type `kubernetes.io/tls`).\\nSupport: Implementation-specific - Other resource kinds or Secrets with a\\ndifferent type (e.g., `Opaque`).\",\"properties\":{\"group\":{\"default\":\"\",\"description\":\"Group is the group of the referent. For example, \\\"gateway.networking.k8s.io\\\".\\nWhen unspecified or empty string, core API group is inferred.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"default\":\"Secret\",\"description\":\"Kind is kind of the referent. For example \\\"Secret\\\".\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace is the namespace of the referenced object. When unspecified, the local\\nnamespace is inferred.\\n\\nNote that when a namespace different than the local namespace is specified,\\na ReferenceGrant object is required in the referent namespace to allow that\\nnamespace's owner to accept the reference. See the ReferenceGrant\\ndocumentation for details.\\n\\nSupport: Core\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"}},\"type\":\"object\"},\"frontend\":{\"description\":\"Frontend describes TLS config when client connects to Gateway.\\nSupport: Core\",\"properties\":{\"default\":{\"description\":\"Default specifies the default client certificate validation configuration\\nfor all Listeners handling HTTPS traffic, unless a per-port configuration\\nis defined.\\n\\nsupport: Core\",\"properties\":{\"validation\":{\"description\":\"Validation holds configuration information for validating the frontend (client).\\nSetting this field will result in mutual authentication when connecting to the gateway.\\nIn browsers this may result in a dialog appearing\\nthat requests a user to specify the client certificate.\\nThe maximum depth of a certificate chain accepted in verification is Implementation specific.\\n\\nSupport: Core\",\"properties\":{\"caCertificateRefs\":{\"description\":\"CACertificateRefs contains one or more references to Kubernetes\\nobjects that contain a PEM-encoded TLS CA certificate bundle, which\\nis used as a trust anchor to validate the certificates presented by\\nthe client.\\n\\nA CACertificateRef is invalid if:\\n\\n* It refers to a resource that cannot be resolved (e.g., the\\n  referenced resource does not exist) or is misconfigured (e.g., a\\n  ConfigMap does not contain a key named `ca.crt`). In this case, the\\n  Reason on all matching HTTPS listeners must be set to `InvalidCACertificateRef`\\n  and the Message of the Condition must indicate which reference is invalid and why.\\n\\n* It refers to an unknown or unsupported kind of resource. In this\\n  case, the Reason on all matching HTTPS listeners must be set to\\n  `InvalidCACertificateKind` and the Message of the Condition must explain\\n  which kind of resource is unknown or unsupported.\\n\\n* It refers to a resource in another namespace UNLESS there is a\\n  ReferenceGrant in the target namespace that allows the CA\\n  certificate to be attached. If a ReferenceGrant does not allow this\\n  reference, the `ResolvedRefs` on all matching HTTPS listeners condition\\n  MUST be set with the Reason `RefNotPermitted`.\\n\\nImplementations MAY choose to perform further validation of the\\ncertificate content (e.g., checking expiry or enforcing specific formats).\\nIn such cases, an implementation-specific Reason and Message MUST be set.\\n\\nIn all cases, the implementation MUST ensure that the `ResolvedRefs`\\ncondition is set to `status: False` on all targeted listeners (i.e.,\\nlisteners serving HTTPS on a matching port). The condition MUST\\ninclude a Reason and Message that indicate the cause of the error. If\\nALL CACertificateRefs are invalid, the implementation MUST also ensure\\nthe `Accepted` condition on the listener is set to `status: False`, with\\nthe Reason `NoValidCACertificate`.\\nImplementations MAY choose to support attaching multiple CA certificates\\nto a listener, but this behavior is implementation-specific.\\n\\nSupport: Core - A single reference to a Kubernetes ConfigMap, with the\\nCA certificate in a key named `ca.crt`.\\n\\nSupport: Implementation-specific - More than one reference, other kinds\\nof resources, or a single reference that includes multiple certificates.\",\"items\":{\"description\":\"ObjectReference identifies an API object including its namespace.\\n\\nThe API object must be valid in the cluster; the Group and Kind must\\nbe registered in the cluster for this reference to be valid.\\n\\nReferences to objects with invalid Group and Kind are not valid, and must\\nbe rejected by the implementation, with appropriate Conditions set\\non the containing object.\",\"properties\":{\"group\":{\"description\":\"Group is the group of the referent. For example, \\\"gateway.networking.k8s.io\\\".\\nWhen set to the empty string, core API group is inferred.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is kind of the referent. For example \\\"ConfigMap\\\" or \\\"Service\\\".\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace is the namespace of the referenced object. When unspecified, the local\\nnamespace is inferred.\\n\\nNote that when a namespace different than the local namespace is specified,\\na ReferenceGrant object is required in the referent namespace to allow that\\nnamespace's owner to accept the reference. See the ReferenceGrant\\ndocumentation for details.\\n\\nSupport: Core\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"type\":\"string\"}},\"required\":[\"group\",\"kind\",\"name\"],\"type\":\"object\"},\"maxItems\":16,\"minItems\":1,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"mode\":{\"default\":\"AllowValidOnly\",\"description\":\"FrontendValidationMode defines the mode for validating the client certificate.\\nThere are two possible modes:\\n\\n- AllowValidOnly: In this mode, the gateway will accept connections only if\\n  the client presents a valid certificate. This certificate must successfully\\n  pass validation against the CA certificates specified in `CACertificateRefs`.\\n- AllowInsecureFallback: In this mode, the gateway will accept connections\\n  even if the client certificate is not presented or fails verification.\\n\\n  This approach delegates client authorization to the backend and introduce\\n  a significant security risk. It should be used in testing environments or\\n  on a temporary basis in non-testing environments.\\n\\nDefaults to AllowValidOnly.\\n\\nSupport: Core\",\"enum\":[\"AllowValidOnly\",\"AllowInsecureFallback\"],\"type\":\"string\"}},\"required\":[\"caCertificateRefs\"],\"type\":\"object\"}},\"type\":\"object\"},\"perPort\":{\"description\":\"PerPort specifies tls configuration assigned per port.\\nPer port configuration is optional. Once set this configuration overrides\\nthe default configuration for all Listeners handling HTTPS traffic\\nthat match this port.\\nEach override port requires a unique TLS configuration.\\n\\nsupport: Core\",\"items\":{\"properties\":{\"port\":{\"description\":\"The Port indicates the Port Number to which the TLS configuration will be\\napplied. This configuration will be applied to all Listeners handling HTTPS\\ntraffic that match this port.\\n\\nSupport: Core\",\"format\":\"int32\",\"maximum\":65535,\"minimum\":1,\"type\":\"integer\"},\"tls\":{\"description\":\"TLS store the configuration that will be applied to all Listeners handling\\nHTTPS traffic and matching given port.\\n\\nSupport: Core\",\"properties\":{\"validation\":{\"description\":\"Validation holds configuration information for validating the frontend (client).\\nSetting this field will result in mutual authentication when connecting to the gateway.\\nIn browsers this may result in a dialog appearing\\nthat requests a user to specify the client certificate.\\nThe maximum depth of a certificate chain accepted in verification is Implementation specific.\\n\\nSupport: Core\",\"properties\":{\"caCertificateRefs\":{\"description\":\"CACertificateRefs contains one or more references to Kubernetes\\nobjects that contain a PEM-encoded TLS CA certificate bundle, which\\nis used as a trust anchor to validate the certificates presented by\\nthe client.\\n\\nA CACertificateRef is invalid if:\\n\\n* It refers to a resource that cannot be resolved (e.g., the\\n  referenced resource does not exist) or is misconfigured (e.g., a\\n  ConfigMap does not contain a key named `ca.crt`). In this case, the\\n  Reason on all matching HTTPS listeners must be set to `InvalidCACertificateRef`\\n  and the Message of the Condition must indicate which reference is invalid and why.\\n\\n* It refers to an unknown or unsupported kind of resource. In this\\n  case, the Reason on all matching HTTPS listeners must be set to\\n  `InvalidCACertificateKind` and the Message of the Condition must explain\\n  which kind of resource is unknown or unsupported.\\n\\n* It refers to a resource in another namespace UNLESS there is a\\n  ReferenceGrant in the target namespace that allows the CA\\n  certificate to be attached. If a ReferenceGrant does not allow this\\n  reference, the `ResolvedRefs` on all matching HTTPS listeners condition\\n  MUST be set with the Reason `RefNotPermitted`.\\n\\nImplementations MAY choose to perform further validation of the\\ncertificate content (e.g., checking expiry or enforcing specific formats).\\nIn such cases, an implementation-specific Reason and Message MUST be set.\\n\\nIn all cases, the implementation MUST ensure that the `ResolvedRefs`\\ncondition is set to `status: False` on all targeted listeners (i.e.,\\nlisteners serving HTTPS on a matching port). The condition MUST\\ninclude a Reason and Message that indicate the cause of the error. If\\nALL CACertificateRefs are invalid, the implementation MUST also ensure\\nthe `Accepted` condition on the listener is set to `status: False`, with\\nthe Reason `NoValidCACertificate`.\\nImplementations MAY choose to support attaching multiple CA certificates\\nto a listener, but this behavior is implementation-specific.\\n\\nSupport: Core - A single reference to a Kubernetes ConfigMap, with the\\nCA certificate in a key named `ca.crt`.\\n\\nSupport: Implementation-specific - More than one reference, other kinds\\nof resources, or a single reference that includes multiple certificates.\",\"items\":{\"description\":\"ObjectReference identifies an API object including its namespace.\\n\\nThe API object must be valid in the cluster; the Group and Kind must\\nbe registered in the cluster for this reference to be valid.\\n\\nReferences to objects with invalid Group and Kind are not valid, and must\\nbe rejected by the implementation, with appropriate Conditions set\\non the containing object.\",\"properties\":{\"group\":{\"description\":\"Group is the group of the referent. For example, \\\"gateway.networking.k8s.io\\\".\\nWhen set to the empty string, core API group is inferred.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is kind of the referent. For example \\\"ConfigMap\\\" or \\\"Service\\\".\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace is the namespace of the referenced object. When unspecified, the local\\nnamespace is inferred.\\n\\nNote that when a namespace different than the local namespace is specified,\\na ReferenceGrant object is required in the referent namespace to allow that\\nnamespace's owner to accept the reference. See the ReferenceGrant\\ndocumentation for details.\\n\\nSupport: Core\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"type\":\"string\"}},\"required\":[\"group\",\"kind\",\"name\"],\"type\":\"object\"},\"maxItems\":16,\"minItems\":1,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"mode\":{\"default\":\"AllowValidOnly\",\"description\":\"FrontendValidationMode defines the mode for validating the client certificate.\\nThere are two possible modes:\\n\\n- AllowValidOnly: In this mode, the gateway will accept connections only if\\n  the client presents a valid certificate. This certificate must successfully\\n  pass validation against the CA certificates specified in `CACertificateRefs`.\\n- AllowInsecureFallback: In this mode, the gateway will accept connections\\n  even if the client certificate is not presented or fails verification.\\n\\n  This approach delegates client authorization to the backend and introduce\\n  a significant security risk. It should be used in testing environments or\\n  on a temporary basis in non-testing environments.\\n\\nDefaults to AllowValidOnly.\\n\\nSupport: Core\",\"enum\":[\"AllowValidOnly\",\"AllowInsecureFallback\"],\"type\":\"string\"}},\"required\":[\"caCertificateRefs\"],\"type\":\"object\"}},\"type\":\"object\"}},\"required\":[\"port\",\"tls\"],\"type\":\"object\"},\"maxItems\":64,\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"port\"],\"x-kubernetes-list-type\":\"map\",\"x-kubernetes-validations\":[{\"message\":\"Port for TLS configuration must be unique within the Gateway\",\"rule\":\"self.all(t1, self.exists_one(t2, t1.port == t2.port))\"}]}},\"required\":[\"default\"],\"type\":\"object\"}},\"type\":\"object\"}},\"required\":[\"gatewayClassName\",\"listeners\"],\"type\":\"object\"},\"status\":{\"default\":{\"conditions\":[{\"lastTransitionTime\":\"1970-01-01T00:00:00Z\",\"message\":\"Waiting for controller\",\"reason\":\"Pending\",\"status\":\"Unknown\",\"type\":\"Accepted\"},{\"lastTransitionTime\":\"1970-01-01T00:00:00Z\",\"message\":\"Waiting for controller\",\"reason\":\"Pending\",\"status\":\"Unknown\",\"type\":\"Programmed\"}]},\"description\":\"Status defines the current state of Gateway.\",\"properties\":{\"addresses\":{\"description\":\"Addresses lists the network addresses that have been bound to the\\nGateway.\\n\\nThis list may differ from the addresses provided in the spec under some\\nconditions:\\n\\n  * no addresses are specified, all addresses are dynamically assigned\\n  * a combination of specified and dynamic addresses are assigned\\n  * a specified address was unusable (e.g. already in use)\",\"items\":{\"description\":\"GatewayStatusAddress describes a network address that is bound to a Gateway.\",\"oneOf\":[{\"properties\":{\"type\":{\"enum\":[\"IPAddress\"]},\"value\":{\"anyOf\":[{\"format\":\"ipv4\"},{\"format\":\"ipv6\"}]}}},{\"properties\":{\"type\":{\"not\":{\"enum\":[\"IPAddress\"]}}}}],\"properties\":{\"type\":{\"default\":\"IPAddress\",\"description\":\"Type of the address.\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^Hostname|IPAddress|NamedAddress|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\\\\/[A-Za-z0-9\\\\/\\\\-._~%!$&'()*+,;=:]+$\",\"type\":\"string\"},\"value\":{\"description\":\"Value of the address. The validity of the values will depend\\non the type and support by the controller.\\n\\nExamples: `1.2.3.4`, `128::1`, `my-ip-address`.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"}},\"required\":[\"value\"],\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"Hostname value must only contain valid characters (matching ^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)\",\"rule\":\"self.type == 'Hostname' ? self.value.matches(r\\\"\\\"\\\"^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\\\"\\\"\\\"): true\"}]},\"maxItems\":16,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"attachedListenerSets\":{\"description\":\"AttachedListenerSets represents the total number of ListenerSets that have been\\nsuccessfully attached to this Gateway.\\n\\nA ListenerSet is successfully attached to a Gateway when all the following conditions are met:\\n- The ListenerSet is selected by the Gateway's AllowedListeners field\\n- The ListenerSet has a valid ParentRef selecting the Gateway\\n- The ListenerSet's status has the condition \\\"Accepted: true\\\"\\n\\nUses for this field include troubleshooting AttachedListenerSets attachment and\\nmeasuring blast radius/impact of changes to a Gateway.\",\"format\":\"int32\",\"type\":\"integer\"},\"conditions\":{\"default\":[{\"lastTransitionTime\":\"1970-01-01T00:00:00Z\",\"message\":\"Waiting for controller\",\"reason\":\"Pending\",\"status\":\"Unknown\",\"type\":\"Accepted\"},{\"lastTransitionTime\":\"1970-01-01T00:00:00Z\",\"message\":\"Waiting for controller\",\"reason\":\"Pending\",\"status\":\"Unknown\",\"type\":\"Programmed\"}],\"description\":\"Conditions describe the current conditions of the Gateway.\\n\\nImplementations should prefer to express Gateway conditions\\nusing the `GatewayConditionType` and `GatewayConditionReason`\\nconstants so that operators and tools can converge on a common\\nvocabulary to describe Gateway state.\\n\\nKnown condition types are:\\n\\n* \\\"Accepted\\\"\\n* \\\"Programmed\\\"\\n* \\\"Ready\\\"\",\"items\":{\"description\":\"Condition contains details for one aspect of the current state of this API Resource.\",\"properties\":{\"lastTransitionTime\":{\"description\":\"lastTransitionTime is the last time the condition transitioned from one status to another.\\nThis should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"message is a human readable message indicating details about the transition.\\nThis may be an empty string.\",\"maxLength\":32768,\"type\":\"string\"},\"observedGeneration\":{\"description\":\"observedGeneration represents the .metadata.generation that the condition was set based upon.\\nFor instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date\\nwith respect to the current state of the instance.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"reason\":{\"description\":\"reason contains a programmatic identifier indicating the reason for the condition's last transition.\\nProducers of specific condition types may define expected values and meanings for this field,\\nand whether the values are considered a guaranteed API.\\nThe value should be a CamelCase string.\\nThis field may not be empty.\",\"maxLength\":1024,\"minLength\":1,\"pattern\":\"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$\",\"type\":\"string\"},\"status\":{\"description\":\"status of the condition, one of True, False, Unknown.\",\"enum\":[\"True\",\"False\",\"Unknown\"],\"type\":\"string\"},\"type\":{\"description\":\"type of condition in CamelCase or in foo.example.com/CamelCase.\",\"maxLength\":316,\"pattern\":\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$\",\"type\":\"string\"}},\"required\":[\"lastTransitionTime\",\"message\",\"reason\",\"status\",\"type\"],\"type\":\"object\"},\"maxItems\":8,\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"type\"],\"x-kubernetes-list-type\":\"map\"},\"listeners\":{\"description\":\"Listeners provide status for each unique listener port defined in the Spec.\",\"items\":{\"description\":\"ListenerStatus is the status associated with a Listener.\",\"properties\":{\"attachedRoutes\":{\"description\":\"AttachedRoutes represents the total number of Routes that have been\\nsuccessfully attached to this Listener.\\n\\nSuccessful attachment of a Route to a Listener is based solely on the\\ncombination of the AllowedRoutes field on the corresponding Listener\\nand the Route's ParentRefs field. A Route is successfully attached to\\na Listener when it is selected by the Listener's AllowedRoutes field\\nAND the Route has a valid ParentRef selecting the whole Gateway\\nresource or a specific Listener as a parent resource (more detail on\\nattachment semantics can be found in the documentation on the various\\nRoute kinds ParentRefs fields). Listener or Route status does not impact\\nsuccessful attachment, i.e. the AttachedRoutes field count MUST be set\\nfor Listeners, even if the Accepted condition of an individual Listener is set\\nto \\\"False\\\". The AttachedRoutes number represents the number of Routes with\\nthe Accepted condition set to \\\"True\\\" that have been attached to this Listener.\\nRoutes with any other value for the Accepted condition MUST NOT be included\\nin this count.\\n\\nUses for this field include troubleshooting Route attachment and\\nmeasuring blast radius/impact of changes to a Listener.\",\"format\":\"int32\",\"type\":\"integer\"},\"conditions\":{\"description\":\"Conditions describe the current condition of this listener.\",\"items\":{\"description\":\"Condition contains details for one aspect of the current state of this API Resource.\",\"properties\":{\"lastTransitionTime\":{\"description\":\"lastTransitionTime is the last time the condition transitioned from one status to another.\\nThis should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"message is a human readable message indicating details about the transition.\\nThis may be an empty string.\",\"maxLength\":32768,\"type\":\"string\"},\"observedGeneration\":{\"description\":\"observedGeneration represents the .metadata.generation that the condition was set based upon.\\nFor instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date\\nwith respect to the current state of the instance.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"reason\":{\"description\":\"reason contains a programmatic identifier indicating the reason for the condition's last transition.\\nProducers of specific condition types may define expected values and meanings for this field,\\nand whether the values are considered a guaranteed API.\\nThe value should be a CamelCase string.\\nThis field may not be empty.\",\"maxLength\":1024,\"minLength\":1,\"pattern\":\"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$\",\"type\":\"string\"},\"status\":{\"description\":\"status of the condition, one of True, False, Unknown.\",\"enum\":[\"True\",\"False\",\"Unknown\"],\"type\":\"string\"},\"type\":{\"description\":\"type of condition in CamelCase or in foo.example.com/CamelCase.\",\"maxLength\":316,\"pattern\":\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$\",\"type\":\"string\"}},\"required\":[\"lastTransitionTime\",\"message\",\"reason\",\"status\",\"type\"],\"type\":\"object\"},\"maxItems\":8,\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"type\"],\"x-kubernetes-list-type\":\"map\"},\"name\":{\"description\":\"Name is the name of the Listener that this status corresponds to.\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"supportedKinds\":{\"description\":\"SupportedKinds is the list indicating the Kinds supported by this\\nlistener. This MUST represent the kinds supported by an implementation for\\nthat Listener configuration.\\n\\nIf kinds are specified in Spec that are not supported, they MUST NOT\\nappear in this list and an implementation MUST set the \\\"ResolvedRefs\\\"\\ncondition to \\\"False\\\" with the \\\"InvalidRouteKinds\\\" reason. If both valid\\nand invalid Route kinds are specified, the implementation MUST\\nreference the valid Route kinds that have been specified.\",\"items\":{\"description\":\"RouteGroupKind indicates the group and kind of a Route resource.\",\"properties\":{\"group\":{\"default\":\"gateway.networking.k8s.io\",\"description\":\"Group is the group of the Route.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is the kind of the Route.\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"}},\"required\":[\"kind\"],\"type\":\"object\"},\"maxItems\":8,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"attachedRoutes\",\"conditions\",\"name\"],\"type\":\"object\"},\"maxItems\":64,\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"name\"],\"x-kubernetes-list-type\":\"map\"}},\"type\":\"object\"}},\"required\":[\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}},{\"additionalPrinterColumns\":[{\"jsonPath\":\".spec.gatewayClassName\",\"name\":\"Class\",\"type\":\"string\"},{\"jsonPath\":\".status.addresses[*].value\",\"name\":\"Address\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Programmed\\\")].status\",\"name\":\"Programmed\",\"type\":\"string\"},{\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"}],\"name\":\"v1beta1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"Gateway represents an instance of a service-traffic handling infrastructure\\nby binding Listeners to a set of IP addresses.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"Spec defines the desired state of Gateway.\",\"properties\":{\"addresses\":{\"description\":\"Addresses requested for this Gateway. This is optional and behavior can\\ndepend on the implementation. If a value is set in the spec and the\\nrequested address is invalid or unavailable, the implementation MUST\\nindicate this in an associated entry in GatewayStatus.Conditions.\\n\\nThe Addresses field represents a request for the address(es) on the\\n\\\"outside of the Gateway\\\", that traffic bound for this Gateway will use.\\nThis could be the IP address or hostname of an external load balancer or\\nother networking infrastructure, or some other address that traffic will\\nbe sent to.\\n\\nIf no Addresses are specified, the implementation MAY schedule the\\nGateway in an implementation-specific manner, assigning an appropriate\\nset of Addresses.\\n\\nThe implementation MUST bind all Listeners to every GatewayAddress that\\nit assigns to the Gateway and add a corresponding entry in\\nGatewayStatus.Addresses.\\n\\nSupport: Extended\",\"items\":{\"description\":\"GatewaySpecAddress describes an address that can be bound to a Gateway.\",\"oneOf\":[{\"properties\":{\"type\":{\"enum\":[\"IPAddress\"]},\"value\":{\"anyOf\":[{\"format\":\"ipv4\"},{\"format\":\"ipv6\"}]}}},{\"properties\":{\"type\":{\"not\":{\"enum\":[\"IPAddress\"]}}}}],\"properties\":{\"type\":{\"default\":\"IPAddress\",\"description\":\"Type of the address.\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^Hostname|IPAddress|NamedAddress|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\\\\/[A-Za-z0-9\\\\/\\\\-._~%!$&'()*+,;=:]+$\",\"type\":\"string\"},\"value\":{\"description\":\"When a value is unspecified, an implementation SHOULD automatically\\nassign an address matching the requested type if possible.\\n\\nIf an implementation does not support an empty value, they MUST set the\\n\\\"Programmed\\\" condition in status to False with a reason of \\\"AddressNotAssigned\\\".\\n\\nExamples: `1.2.3.4`, `128::1`, `my-ip-address`.\",\"maxLength\":253,\"type\":\"string\"}},\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"Hostname value must be empty or contain only valid characters (matching ^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)\",\"rule\":\"self.type == 'Hostname' ? (!has(self.value) || self.value.matches(r\\\"\\\"\\\"^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\\\"\\\"\\\")): true\"}]},\"maxItems\":16,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\",\"x-kubernetes-validations\":[{\"message\":\"IPAddress values must be unique\",\"rule\":\"self.all(a1, a1.type == 'IPAddress' && has(a1.value) ? self.exists_one(a2, a2.type == a1.type && has(a2.value) && a2.value == a1.value) : true )\"},{\"message\":\"Hostname values must be unique\",\"rule\":\"self.all(a1, a1.type == 'Hostname'  && has(a1.value) ? self.exists_one(a2, a2.type == a1.type && has(a2.value) && a2.value == a1.value) : true )\"}]},\"allowedListeners\":{\"description\":\"AllowedListeners defines which ListenerSets can be attached to this Gateway.\\nThe default value is to allow no ListenerSets.\",\"properties\":{\"namespaces\":{\"default\":{\"from\":\"None\"},\"description\":\"Namespaces defines which namespaces ListenerSets can be attached to this Gateway.\\nThe default value is to allow no ListenerSets.\",\"properties\":{\"from\":{\"default\":\"None\",\"description\":\"From indicates where ListenerSets can attach to this Gateway. Possible\\nvalues are:\\n\\n* Same: Only ListenerSets in the same namespace may be attached to this Gateway.\\n* Selector: ListenerSets in namespaces selected by the selector may be attached to this Gateway.\\n* All: ListenerSets in all namespaces may be attached to this Gateway.\\n* None: Only listeners defined in the Gateway's spec are allowed\\n\\nThe default value None\",\"enum\":[\"All\",\"Selector\",\"Same\",\"None\"],\"type\":\"string\"},\"selector\":{\"description\":\"Selector must be specified when From is set to \\\"Selector\\\". In that case,\\nonly ListenerSets in Namespaces matching this Selector will be selected by this\\nGateway. This field is ignored for other values of \\\"From\\\".\",\"properties\":{\"matchExpressions\":{\"description\":\"matchExpressions is a list of label selector requirements. The requirements are ANDed.\",\"items\":{\"description\":\"A label selector requirement is a selector that contains values, a key, and an operator that\\nrelates the key and values.\",\"properties\":{\"key\":{\"description\":\"key is the label key that the selector applies to.\",\"type\":\"string\"},\"operator\":{\"description\":\"operator represents a key's relationship to a set of values.\\nValid operators are In, NotIn, Exists and DoesNotExist.\",\"type\":\"string\"},\"values\":{\"description\":\"values is an array of string values. If the operator is In or NotIn,\\nthe values array must be non-empty. If the operator is Exists or DoesNotExist,\\nthe values array must be empty. This array is replaced during a strategic\\nmerge patch.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"key\",\"operator\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"matchLabels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels\\nmap is equivalent to an element of matchExpressions, whose key field is \\\"key\\\", the\\noperator is \\\"In\\\", and the values array contains only \\\"value\\\". The requirements are ANDed.\",\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"}},\"type\":\"object\"},\"gatewayClassName\":{\"description\":\"GatewayClassName used for this Gateway. This is the name of a\\nGatewayClass resource.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"infrastructure\":{\"description\":\"Infrastructure defines infrastructure level attributes about this Gateway instance.\\n\\nSupport: Extended\",\"properties\":{\"annotations\":{\"additionalProperties\":{\"description\":\"AnnotationValue is the value of an annotation in Gateway API. This is used\\nfor validation of maps such as TLS options. This roughly matches Kubernetes\\nannotation validation, although the length validation in that case is based\\non the entire size of the annotations struct.\",\"maxLength\":4096,\"minLength\":0,\"type\":\"string\"},\"description\":\"Annotations that SHOULD be applied to any resources created in response to this Gateway.\\n\\nFor implementations creating other Kubernetes objects, this should be the `metadata.annotations` field on resources.\\nFor other implementations, this refers to any relevant (implementation specific) \\\"annotations\\\" concepts.\\n\\nAn implementation may chose to add additional implementation-specific annotations as they see fit.\\n\\nSupport: Extended\",\"maxProperties\":16,\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"Annotation keys must be in the form of an optional DNS subdomain prefix followed by a required name segment of up to 63 characters.\",\"rule\":\"self.all(key, key.matches(r\\\"\\\"\\\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$\\\"\\\"\\\"))\"},{\"message\":\"If specified, the annotation key's prefix must be a DNS subdomain not longer than 253 characters in total.\",\"rule\":\"self.all(key, key.split(\\\"/\\\")[0].size() < 253)\"}]},\"labels\":{\"additionalProperties\":{\"description\":\"LabelValue is the value of a label in the Gateway API. This is used for validation\\nof maps such as Gateway infrastructure labels. This matches the Kubernetes\\nlabel validation rules:\\n* must be 63 characters or less (can be empty),\\n* unless empty, must begin and end with an alphanumeric character ([a-z0-9A-Z]),\\n* could contain dashes (-), underscores (_), dots (.), and alphanumerics between.\\n\\nValid values include:\\n\\n* MyValue\\n* my.name\\n* 123-my-value\",\"maxLength\":63,\"minLength\":0,\"pattern\":\"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$\",\"type\":\"string\"},\"description\":\"Labels that SHOULD be applied to any resources created in response to this Gateway.\\n\\nFor implementations creating other Kubernetes objects, this should be the `metadata.labels` field on resources.\\nFor other implementations, this refers to any relevant (implementation specific) \\\"labels\\\" concepts.\\n\\nAn implementation may chose to add additional implementation-specific labels as they see fit.\\n\\nIf an implementation maps these labels to Pods, or any other resource that would need to be recreated when labels\\nchange, it SHOULD clearly warn about this behavior in documentation.\\n\\nSupport: Extended\",\"maxProperties\":8,\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"Label keys must be in the form of an optional DNS subdomain prefix followed by a required name segment of up to 63 characters.\",\"rule\":\"self.all(key, key.matches(r\\\"\\\"\\\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$\\\"\\\"\\\"))\"},{\"message\":\"If specified, the label key's prefix must be a DNS subdomain not longer than 253 characters in total.\",\"rule\":\"self.all(key, key.split(\\\"/\\\")[0].size() < 253)\"}]},\"parametersRef\":{\"description\":\"ParametersRef is a reference to a resource that contains the configuration\\nparameters corresponding to the Gateway. This is optional if the\\ncontroller does not require any additional configuration.\\n\\nThis follows the same semantics as GatewayClass's `parametersRef`, but on a per-Gateway basis\\n\\nThe Gateway's GatewayClass may provide its own `parametersRef`. When both are specified,\\nthe merging behavior is implementation specific.\\nIt is generally recommended that GatewayClass provides defaults that can be overridden by a Gateway.\\n\\nIf the referent cannot be found, refers to an unsupported kind, or when\\nthe data within that resource is malformed, the Gateway SHOULD be\\nrejected with the \\\"Accepted\\\" status condition set to \\\"False\\\" and an\\n\\\"InvalidParameters\\\" reason.\\n\\nSupport: Implementation-specific\",\"properties\":{\"group\":{\"description\":\"Group is the group of the referent.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is kind of the referent.\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"}},\"required\":[\"group\",\"kind\",\"name\"],\"type\":\"object\"}},\"type\":\"object\"},\"listeners\":{\"description\":\"Listeners associated with this Gateway. Listeners define\\nlogical endpoints that are bound on this Gateway's addresses.\\nAt least one Listener MUST be specified.\\n\\n## Distinct Listeners\\n\\nEach Listener in a set of Listeners (for example, in a single Gateway)\\nMUST be _distinct_, in that a traffic flow MUST be able to be assigned to\\nexactly one listener. (This section uses \\\"set of Listeners\\\" rather than\\n\\\"Listeners in a single Gateway\\\" because implementations MAY merge configuration\\nfrom multiple Gateways onto a single data plane, and these rules _also_\\napply in that case).\\n\\nPractically, this means that each listener in a set MUST have a unique\\ncombination of Port, Protocol, and, if supported by the protocol, Hostname.\\n\\nSome combinations of port, protocol, and TLS settings are considered\\nCore support and MUST be supported by implementations based on the objects\\nthey support:\\n\\nHTTPRoute\\n\\n1. HTTPRoute, Port: 80, Protocol: HTTP\\n2. HTTPRoute, Port: 443, Protocol: HTTPS, TLS Mode: Terminate, TLS keypair provided\\n\\nTLSRoute\\n\\n1. TLSRoute, Port: 443, Protocol: TLS, TLS Mode: Passthrough\\n\\n\\\"Distinct\\\" Listeners have the following property:\\n\\n**The implementation can match inbound requests to a single distinct\\nListener**.\\n\\nWhen multiple Listeners share values for fields (for\\nexample, two Listeners with the same Port value), the implementation\\ncan match requests to only one of the Listeners using other\\nListener fields.\\n\\nWhen multiple listeners have the same value for the Protocol field, then\\neach of the Listeners with matching Protocol values MUST have different\\nvalues for other fields.\\n\\nThe set of fields that MUST be different for a Listener differs per protocol.\\nThe following rules define the rules for what fields MUST be considered for\\nListeners to be distinct with each protocol currently defined in the\\nGateway API spec.\\n\\nThe set of listeners that all share a protocol value MUST have _different_\\nvalues for _at least one_ of these fields to be distinct:\\n\\n* **HTTP, HTTPS, TLS**: Port, Hostname\\n* **TCP, UDP**: Port\\n\\nOne **very** important rule to call out involves what happens when an\\nimplementation:\\n\\n* Supports TCP protocol Listeners, as well as HTTP, HTTPS, or TLS protocol\\n  Listeners, and\\n* sees HTTP, HTTPS, or TLS protocols with the same `port` as one with TCP\\n  Protocol.\\n\\nIn this case all the Listeners that share a port with the\\nTCP Listener are not distinct and so MUST NOT be accepted.\\n\\nIf an implementation does not support TCP Protocol Listeners, then the\\nprevious rule does not apply, and the TCP Listeners SHOULD NOT be\\naccepted.\\n\\nNote that the `tls` field is not used for determining if a listener is distinct, because\\nListeners that _only_ differ on TLS config will still conflict in all cases.\\n\\n### Listeners that are distinct only by Hostname\\n\\nWhen the Listeners are distinct based only on Hostname, inbound request\\nhostnames MUST match from the most specific to least specific Hostname\\nvalues to choose the correct Listener and its associated set of Routes.\\n\\nExact matches MUST be processed before wildcard matches, and wildcard\\nmatches MUST be processed before fallback (empty Hostname value)\\nmatches. For example, `\\\"foo.example.com\\\"` takes precedence over\\n`\\\"*.example.com\\\"`, and `\\\"*.example.com\\\"` takes precedence over `\\\"\\\"`.\\n\\nAdditionally, if there are multiple wildcard entries, more specific\\nwildcard entries must be processed before less specific wildcard entries.\\nFor example, `\\\"*.foo.example.com\\\"` takes precedence over `\\\"*.example.com\\\"`.\\n\\nThe precise definition here is that the higher the number of dots in the\\nhostname to the right of the wildcard character, the higher the precedence.\\n\\nThe wildcard character will match any number of characters _and dots_ to\\nthe left, however, so `\\\"*.example.com\\\"` will match both\\n`\\\"foo.bar.example.com\\\"` _and_ `\\\"bar.example.com\\\"`.\\n\\n## Handling indistinct Listeners\\n\\nIf a set of Listeners contains Listeners that are not distinct, then those\\nListeners are _Conflicted_, and the implementation MUST set the \\\"Conflicted\\\"\\ncondition in the Listener Status to \\\"True\\\".\\n\\nThe words \\\"indistinct\\\" and \\\"conflicted\\\" are considered equivalent for the\\npurpose of this documentation.\\n\\nImplementations MAY choose to accept a Gateway with some Conflicted\\nListeners only if they only accept the partial Listener set that contains\\nno Conflicted Listeners.\\n\\nSpecifically, an implementation MAY accept a partial Listener set subject to\\nthe following rules:\\n\\n* The implementation MUST NOT pick one conflicting Listener as the winner.\\n  ALL indistinct Listeners must not be accepted for processing.\\n* At least one distinct Listener MUST be present, or else the Gateway effectively\\n  contains _no_ Listeners, and must be rejected from processing as a whole.\\n\\nThe implementation MUST set a \\\"ListenersNotValid\\\" condition on the\\nGateway Status when the Gateway contains Conflicted Listeners whether or\\nnot they accept the Gateway. That Condition SHOULD clearly\\nindicate in the Message which Listeners are conflicted, and which are\\nAccepted. Additionally, the Listener status for those listeners SHOULD\\nindicate which Listeners are conflicted and not Accepted.\\n\\n## General Listener behavior\\n\\nNote that, for all distinct Listeners, requests SHOULD match at most one Listener.\\nFor example, if Listeners are defined for \\\"foo.example.com\\\" and \\\"*.example.com\\\", a\\nrequest to \\\"foo.example.com\\\" SHOULD only be routed using routes attached\\nto the \\\"foo.example.com\\\" Listener (and not the \\\"*.example.com\\\" Listener).\\n\\nIf traffic to a Gateway does not match any Listener's hostname (or if\\nthe Listener does not specify a hostname and the request does not match\\nany attached Route), the request MUST be rejected. The specific mechanism\\nfor rejection depends on the protocol: HTTP returns a 404 status code,\\nwhile gRPC returns an Unimplemented status code.\\n\\nThis concept is known as \\\"Listener Isolation\\\", and it is an Extended feature\\nof Gateway API. Implementations that do not support Listener Isolation MUST\\nclearly document this, and MUST NOT claim support for the\\n`GatewayHTTPListenerIsolation` feature.\\n\\nImplementations that _do_ support Listener Isolation SHOULD claim support\\nfor the Extended `GatewayHTTPListenerIsolation` feature and pass the associated\\nconformance tests.\\n\\n## Compatible Listeners\\n\\nA Gateway's Listeners are considered _compatible_ if:\\n\\n1. They are distinct.\\n2. The implementation can serve them in compliance with the Addresses\\n   requirement that all Listeners are available on all assigned\\n   addresses.\\n\\nCompatible combinations in Extended support are expected to vary across\\nimplementations. A combination that is compatible for one implementation\\nmay not be compatible for another.\\n\\nFor example, an implementation that cannot serve both TCP and UDP listeners\\non the same address, or cannot mix HTTPS and generic TLS listens on the same port\\nwould not consider those cases compatible, even though they are distinct.\\n\\nImplementations MAY merge separate Gateways onto a single set of\\nAddresses if all Listeners across all Gateways are compatible.\\n\\nIn a future release the MinItems=1 requirement MAY be dropped.\\n\\nSupport: Core\",\"items\":{\"description\":\"Listener embodies the concept of a logical endpoint where a Gateway accepts\\nnetwork connections.\",\"properties\":{\"allowedRoutes\":{\"default\":{\"namespaces\":{\"from\":\"Same\"}},\"description\":\"AllowedRoutes defines the types of routes that MAY be attached to a\\nListener and the trusted namespaces where those Route resources MAY be\\npresent.\\n\\nAlthough a client request may match multiple route rules, only one rule\\nmay ultimately receive the request. Matching precedence MUST be\\ndetermined in order of the following criteria:\\n\\n* The most specific match as defined by the Route type.\\n* The oldest Route based on creation timestamp. For example, a Route with\\n  a creation timestamp of \\\"2020-09-08 01:02:03\\\" is given precedence over\\n  a Route with a creation timestamp of \\\"2020-09-08 01:02:04\\\".\\n* If everything else is equivalent, the Route appearing first in\\n  alphabetical order (namespace/name) should be given precedence. For\\n  example, foo/bar is given precedence over foo/baz.\\n\\nAll valid rules within a Route attached to this Listener should be\\nimplemented. Invalid Route rules can be ignored (sometimes that will mean\\nthe full Route). If a Route rule transitions from valid to invalid,\\nsupport for that Route rule should be dropped to ensure consistency. For\\nexample, even if a filter specified by a Route rule is invalid, the rest\\nof the rules within that Route should still be supported.\\n\\nSupport: Core\",\"properties\":{\"kinds\":{\"description\":\"Kinds specifies the groups and kinds of Routes that are allowed to bind\\nto this Gateway Listener. When unspecified or empty, the kinds of Routes\\nselected are determined using the Listener protocol.\\n\\nA RouteGroupKind MUST correspond to kinds of Routes that are compatible\\nwith the application protocol specified in the Listener's Protocol field.\\nIf an implementation does not support or recognize this resource type, it\\nMUST set the \\\"ResolvedRefs\\\" condition to False for this Listener with the\\n\\\"InvalidRouteKinds\\\" reason.\\n\\nSupport: Core\",\"items\":{\"description\":\"RouteGroupKind indicates the group and kind of a Route resource.\",\"properties\":{\"group\":{\"default\":\"gateway.networking.k8s.io\",\"description\":\"Group is the group of the Route.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is the kind of the Route.\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"}},\"required\":[\"kind\"],\"type\":\"object\"},\"maxItems\":8,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"namespaces\":{\"default\":{\"from\":\"Same\"},\"description\":\"Namespaces indicates namespaces from which Routes may be attached to this\\nListener. This is restricted to the namespace of this Gateway by default.\\n\\nSupport: Core\",\"properties\":{\"from\":{\"default\":\"Same\",\"description\":\"From indicates where Routes will be selected for this Gateway. Possible\\nvalues are:\\n\\n* All: Routes in all namespaces may be used by this Gateway.\\n* Selector: Routes in namespaces selected by the selector may be used by\\n  this Gateway.\\n* Same: Only Routes in the same namespace may be used by this Gateway.\\n\\nSupport: Core\",\"enum\":[\"All\",\"Selector\",\"Same\"],\"type\":\"string\"},\"selector\":{\"description\":\"Selector must be specified when From is set to \\\"Selector\\\". In that case,\\nonly Routes in Namespaces matching this Selector will be selected by this\\nGateway. This field is ignored for other values of \\\"From\\\".\\n\\nSupport: Core\",\"properties\":{\"matchExpressions\":{\"description\":\"matchExpressions is a list of label selector requirements. The requirements are ANDed.\",\"items\":{\"description\":\"A label selector requirement is a selector that contains values, a key, and an operator that\\nrelates the key and values.\",\"properties\":{\"key\":{\"description\":\"key is the label key that the selector applies to.\",\"type\":\"string\"},\"operator\":{\"description\":\"operator represents a key's relationship to a set of values.\\nValid operators are In, NotIn, Exists and DoesNotExist.\",\"type\":\"string\"},\"values\":{\"description\":\"values is an array of string values. If the operator is In or NotIn,\\nthe values array must be non-empty. If the operator is Exists or DoesNotExist,\\nthe values array must be empty. This array is replaced during a strategic\\nmerge patch.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"key\",\"operator\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"matchLabels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels\\nmap is equivalent to an element of matchExpressions, whose key field is \\\"key\\\", the\\noperator is \\\"In\\\", and the values array contains only \\\"value\\\". The requirements are ANDed.\",\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"}},\"type\":\"object\"},\"hostname\":{\"description\":\"Hostname specifies the virtual hostname to match for protocol types that\\ndefine this concept. When unspecified, all hostnames are matched. This\\nfield is ignored for protocols that don't require hostname based\\nmatching.\\n\\nImplementations MUST apply Hostname matching appropriately for each of\\nthe following protocols:\\n\\n* TLS: The Listener Hostname MUST match the SNI.\\n* HTTP: The Listener Hostname MUST match the Host header of the request.\\n* HTTPS: The Listener Hostname SHOULD match both the SNI and Host header.\\n  Note that this does not require the SNI and Host header to be the same.\\n  The semantics of this are described in more detail below.\\n\\nTo ensure security, Section 11.1 of RFC-6066 emphasizes that server\\nimplementations that rely on SNI hostname matching MUST also verify\\nhostnames within the application protocol.\\n\\nSection 9.1.2 of RFC-7540 provides a mechanism for servers to reject the\\nreuse of a connection by responding with the HTTP 421 Misdirected Request\\nstatus code. This indicates that the origin server has rejected the\\nrequest because it appears to have been misdirected.\\n\\nTo detect misdirected requests, Gateways SHOULD match the authority of\\nthe requests with all the SNI hostname(s) configured across all the\\nGateway Listeners on the same port and protocol:\\n\\n* If another Listener has an exact match or more specific wildcard entry,\\n  the Gateway SHOULD return a 421.\\n* If the current Listener (selected by SNI matching during ClientHello)\\n  does not match the Host:\\n    * If another Listener does match the Host, the Gateway SHOULD return a\\n      421.\\n    * If no other Listener matches the Host, the Gateway MUST return a\\n      404.\\n\\nFor HTTPRoute and TLSRoute resources, there is an interaction with the\\n`spec.hostnames` array. When both listener and route specify hostnames,\\nthere MUST be an intersection between the values for a Route to be\\naccepted. For more information, refer to the Route specific Hostnames\\ndocumentation.\\n\\nHostnames that are prefixed with a wildcard label (`*.`) are interpreted\\nas a suffix match. That means that a match for `*.example.com` would match\\nboth `test.example.com`, and `foo.test.example.com`, but not `example.com`.\\n\\nSupport: Core\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the Listener. This name MUST be unique within a\\nGateway.\\n\\nSupport: Core\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"port\":{\"description\":\"Port is the network port. Multiple listeners may use the\\nsame port, subject to the Listener compatibility rules.\\n\\nSupport: Core\",\"format\":\"int32\",\"maximum\":65535,\"minimum\":1,\"type\":\"integer\"},\"protocol\":{\"description\":\"Protocol specifies the network protocol this listener expects to receive.\\n\\nSupport: Core\",\"maxLength\":255,\"minLength\":1,\"pattern\":\"^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\\\\/[A-Za-z0-9]+$\",\"type\":\"string\"},\"tls\":{\"description\":\"TLS is the TLS configuration for the Listener. This field is required if\\nthe Protocol field is \\\"HTTPS\\\" or \\\"TLS\\\". It is invalid to set this field\\nif the Protocol field is \\\"HTTP\\\", \\\"TCP\\\", or \\\"UDP\\\".\\n\\nThe association of SNIs to Certificate defined in ListenerTLSConfig is\\ndefined based on the Hostname field for this listener.\\n\\nThe GatewayClass MUST use the longest matching SNI out of all\\navailable certificates for any TLS handshake.\\n\\nSupport: Core\",\"properties\":{\"certificateRefs\":{\"description\":\"CertificateRefs contains a series of references to Kubernetes objects that\\ncontains TLS certificates and private keys. These certificates are used to\\nestablish a TLS handshake for requests that match the hostname of the\\nassociated listener.\\n\\nA single CertificateRef to a Kubernetes Secret has \\\"Core\\\" support.\\nImplementations MAY choose to support attaching multiple certificates to\\na Listener, but this behavior is implementation-specific.\\n\\nReferences to a resource in different namespace are invalid UNLESS there\\nis a ReferenceGrant in the target namespace that allows the certificate\\nto be attached. If a ReferenceGrant does not allow this reference, the\\n\\\"ResolvedRefs\\\" condition MUST be set to False for this listener with the\\n\\\"RefNotPermitted\\\" reason.\\n\\nThis field is required to have at least one element when the mode is set\\nto \\\"Terminate\\\" (default) and is optional otherwise.\\n\\nCertificateRefs can reference to standard Kubernetes resources, i.e.\\nSecret, or implementation-specific custom resources.\\n\\nSupport: Core - A single reference to a Kubernetes Secret of type kubernetes.io/tls\\n\\nSupport: Implementation-specific (More than one reference or other resource types)\",\"items\":{\"description\":\"SecretObjectReference identifies an API object including its namespace,\\ndefaulting to Secret.\\n\\nThe API object must be valid in the cluster; the Group and Kind must\\nbe registered in the cluster for this reference to be valid.\\n\\nReferences to objects with invalid Group and Kind are not valid, and must\\nbe rejected by the implementation, with appropriate Conditions set\\non the containing object.\",\"properties\":{\"group\":{\"default\":\"\",\"description\":\"Group is the group of the referent. For example, \\\"gateway.networking.k8s.io\\\".\\nWhen unspecified or empty string, core API group is inferred.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"default\":\"Secret\",\"description\":\"Kind is kind of the referent. For example \\\"Secret\\\".\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace is the namespace of the referenced object. When unspecified, the local\\nnamespace is inferred.\\n\\nNote that when a namespace different than the local namespace is specified,\\na ReferenceGrant object is required in the referent namespace to allow that\\nnamespace's owner to accept the reference. See the ReferenceGrant\\ndocumentation for details.\\n\\nSupport: Core\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"maxItems\":64,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"mode\":{\"default\":\"Terminate\",\"description\":\"Mode defines the TLS behavior for the TLS session initiated by the client.\\nThere are two possible modes:\\n\\n- Terminate: The TLS session between the downstream client and the\\n  Gateway is terminated at the Gateway. This mode requires certificates\\n  to be specified in some way, such as populating the certificateRefs\\n  field.\\n- Passthrough: The TLS session is NOT terminated by the Gateway. This\\n  implies that the Gateway can't decipher the TLS stream except for\\n  the ClientHello message of the TLS protocol. The certificateRefs field\\n  is ignored in this mode.\\n\\nSupport: Core\",\"enum\":[\"Terminate\",\"Passthrough\"],\"type\":\"string\"},\"options\":{\"additionalProperties\":{\"description\":\"AnnotationValue is the value of an annotation in Gateway API. This is used\\nfor validation of maps such as TLS options. This roughly matches Kubernetes\\nannotation validation, although the length validation in that case is based\\non the entire size of the annotations struct.\",\"maxLength\":4096,\"minLength\":0,\"type\":\"string\"},\"description\":\"Options are a list of key/value pairs to enable extended TLS\\nconfiguration for each implementation. For example, configuring the\\nminimum TLS version or supported cipher suites.\\n\\nA set of common keys MAY be defined by the API in the future. To avoid\\nany ambiguity, implementation-specific definitions MUST use\\ndomain-prefixed names, such as `example.com/my-custom-option`.\\nUn-prefixed names are reserved for key names defined by Gateway API.\\n\\nSupport: Implementation-specific\",\"maxProperties\":16,\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"certificateRefs or options must be specified when mode is Terminate\",\"rule\":\"self.mode == 'Terminate' ? size(self.certificateRefs) > 0 || size(self.options) > 0 : true\"}]}},\"required\":[\"name\",\"port\",\"protocol\"],\"type\":\"object\"},\"maxItems\":64,\"minItems\":1,\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"name\"],\"x-kubernetes-list-type\":\"map\",\"x-kubernetes-validations\":[{\"message\":\"tls must not be specified for protocols ['HTTP', 'TCP', 'UDP']\",\"rule\":\"self.all(l, l.protocol in ['HTTP', 'TCP', 'UDP'] ? !has(l.tls) : true)\"},{\"message\":\"tls mode must be Terminate for protocol HTTPS\",\"rule\":\"self.all(l, (l.protocol == 'HTTPS' && has(l.tls)) ? (l.tls.mode == '' || l.tls.mode == 'Terminate') : true)\"},{\"message\":\"tls mode must be set for protocol TLS\",\"rule\":\"self.all(l, (l.protocol == 'TLS' ? has(l.tls) && has(l.tls.mode) && l.tls.mode != '' : true))\"},{\"message\":\"hostname must not be specified for protocols ['TCP', 'UDP']\",\"rule\":\"self.all(l, l.protocol in ['TCP', 'UDP']  ? (!has(l.hostname) || l.hostname == '') : true)\"},{\"message\":\"Listener name must be unique within the Gateway\",\"rule\":\"self.all(l1, self.exists_one(l2, l1.name == l2.name))\"},{\"message\":\"Combination of port, protocol and hostname must be unique for each listener\",\"rule\":\"self.all(l1, self.exists_one(l2, l1.port == l2.port && l1.protocol == l2.protocol && (has(l1.hostname) && has(l2.hostname) ? l1.hostname == l2.hostname : !has(l1.hostname) && !has(l2.hostname))))\"}]},\"tls\":{\"description\":\"TLS specifies frontend and backend tls configuration for entire gateway.\\n\\nSupport: Extended\",\"properties\":{\"backend\":{\"description\":\"Backend describes TLS configuration for gateway when connecting\\nto backends.\\n\\nNote that this contains only details for the Gateway as a TLS client,\\nand does _not_ imply behavior about how to choose which backend should\\nget a TLS connection. That is determined by the presence of a BackendTLSPolicy.\\n\\nSupport: Core\",\"properties\":{\"clientCertificateRef\":{\"description\":\"ClientCertificateRef references an object that contains a client certificate\\nand its associated private key. It can reference standard Kubernetes resources,\\ni.e., Secret, or implementation-specific custom resources.\\n\\nA ClientCertificateRef is considered invalid if:\\n\\n* It refers to a resource that cannot be resolved (e.g., the referenced resource\\n  does not exist) or is misconfigured (e.g., a Secret does not contain the keys\\n  named `tls.crt` and `tls.key`). In this case, the `ResolvedRefs` condition\\n  on the Gateway MUST be set to False with the Reason `InvalidClientCertificateRef`\\n  and the Message of the Condition MUST indicate why the reference is invalid.\\n\\n* It refers to a resource in another namespace UNLESS there is a ReferenceGrant\\n  in the target namespace that allows the certificate to be attached.\\n  If a ReferenceGrant does not allow this reference, the `ResolvedRefs` condition\\n  on the Gateway MUST be set to False with the Reason `RefNotPermitted`.\\n\\nImplementations MAY choose to perform further validation of the certificate\\ncontent (e.g., checking expiry or enforcing specific formats). In such cases,\\nan implementation-specific Reason and Message MUST be set.\\n\\nSupport: Core - Reference to a Kubernetes TLS Secret (with the type `kubernetes.io/tls`).\\nSupport: Implementation-specific - Other resource kinds or Secrets with a\\ndifferent type (e.g., `Opaque`).\",\"properties\":{\"group\":{\"default\":\"\",\"description\":\"Group is the group of the referent. For example, \\\"gateway.networking.k8s.io\\\".\\nWhen unspecified or empty string, core API group is inferred.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"default\":\"Secret\",\"description\":\"Kind is kind of the referent. For example \\\"Secret\\\".\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace is the namespace of the referenced object. When unspecified, the local\\nnamespace is inferred.\\n\\nNote that when a namespace different than the local namespace is specified,\\na ReferenceGrant object is required in the referent namespace to allow that\\nnamespace's owner to accept the reference. See the ReferenceGrant\\ndocumentation for details.\\n\\nSupport: Core\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"}},\"type\":\"object\"},\"frontend\":{\"description\":\"Frontend describes TLS config when client connects to Gateway.\\nSupport: Core\",\"properties\":{\"default\":{\"description\":\"Default specifies the default client certificate validation configuration\\nfor all Listeners handling HTTPS traffic, unless a per-port configuration\\nis defined.\\n\\nsupport: Core\",\"properties\":{\"validation\":{\"description\":\"Validation holds configuration information for validating the frontend (client).\\nSetting this field will result in mutual authentication when connecting to the gateway.\\nIn browsers this may result in a dialog appearing\\nthat requests a user to specify the client certificate.\\nThe maximum depth of a certificate chain accepted in verification is Implementation specific.\\n\\nSupport: Core\",\"properties\":{\"caCertificateRefs\":{\"description\":\"CACertificateRefs contains one or more references to Kubernetes\\nobjects that contain a PEM-encoded TLS CA certificate bundle, which\\nis used as a trust anchor to validate the certificates presented by\\nthe client.\\n\\nA CACertificateRef is invalid if:\\n\\n* It refers to a resource that cannot be resolved (e.g., the\\n  referenced resource does not exist) or is misconfigured (e.g., a\\n  ConfigMap does not contain a key named `ca.crt`). In this case, the\\n  Reason on all matching HTTPS listeners must be set to `InvalidCACertificateRef`\\n  and the Message of the Condition must indicate which reference is invalid and why.\\n\\n* It refers to an unknown or unsupported kind of resource. In this\\n  case, the Reason on all matching HTTPS listeners must be set to\\n  `InvalidCACertificateKind` and the Message of the Condition must explain\\n  which kind of resource is unknown or unsupported.\\n\\n* It refers to a resource in another namespace UNLESS there is a\\n  ReferenceGrant in the target namespace that allows the CA\\n  certificate to be attached. If a ReferenceGrant does not allow this\\n  reference, the `ResolvedRefs` on all matching HTTPS listeners condition\\n  MUST be set with the Reason `RefNotPermitted`.\\n\\nImplementations MAY choose to perform further validation of the\\ncertificate content (e.g., checking expiry or enforcing specific formats).\\nIn such cases, an implementation-specific Reason and Message MUST be set.\\n\\nIn all cases, the implementation MUST ensure that the `ResolvedRefs`\\ncondition is set to `status: False` on all targeted listeners (i.e.,\\nlisteners serving HTTPS on a matching port). The condition MUST\\ninclude a Reason and Message that indicate the cause of the error. If\\nALL CACertificateRefs are invalid, the implementation MUST also ensure\\nthe `Accepted` condition on the listener is set to `status: False`, with\\nthe Reason `NoValidCACertificate`.\\nImplementations MAY choose to support attaching multiple CA certificates\\nto a listener, but this behavior is implementation-specific.\\n\\nSupport: Core - A single reference to a Kubernetes ConfigMap, with the\\nCA certificate in a key named `ca.crt`.\\n\\nSupport: Implementation-specific - More than one reference, other kinds\\nof resources, or a single reference that includes multiple certificates.\",\"items\":{\"description\":\"ObjectReference identifies an API object including its namespace.\\n\\nThe API object must be valid in the cluster; the Group and Kind must\\nbe registered in the cluster for this reference to be valid.\\n\\nReferences to objects with invalid Group and Kind are not valid, and must\\nbe rejected by the implementation, with appropriate Conditions set\\non the containing object.\",\"properties\":{\"group\":{\"description\":\"Group is the group of the referent. For example, \\\"gateway.networking.k8s.io\\\".\\nWhen set to the empty string, core API group is inferred.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is kind of the referent. For example \\\"ConfigMap\\\" or \\\"Service\\\".\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace is the namespace of the referenced object. When unspecified, the local\\nnamespace is inferred.\\n\\nNote that when a namespace different than the local namespace is specified,\\na ReferenceGrant object is required in the referent namespace to allow that\\nnamespace's owner to accept the reference. See the ReferenceGrant\\ndocumentation for details.\\n\\nSupport: Core\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"type\":\"string\"}},\"required\":[\"group\",\"kind\",\"name\"],\"type\":\"object\"},\"maxItems\":16,\"minItems\":1,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"mode\":{\"default\":\"AllowValidOnly\",\"description\":\"FrontendValidationMode defines the mode for validating the client certificate.\\nThere are two possible modes:\\n\\n- AllowValidOnly: In this mode, the gateway will accept connections only if\\n  the client presents a valid certificate. This certificate must successfully\\n  pass validation against the CA certificates specified in `CACertificateRefs`.\\n- AllowInsecureFallback: In this mode, the gateway will accept connections\\n  even if the client certificate is not presented or fails verification.\\n\\n  This approach delegates client authorization to the backend and introduce\\n  a significant security risk. It should be used in testing environments or\\n  on a temporary basis in non-testing environments.\\n\\nDefaults to AllowValidOnly.\\n\\nSupport: Core\",\"enum\":[\"AllowValidOnly\",\"AllowInsecureFallback\"],\"type\":\"string\"}},\"required\":[\"caCertificateRefs\"],\"type\":\"object\"}},\"type\":\"object\"},\"perPort\":{\"description\":\"PerPort specifies tls configuration assigned per port.\\nPer port configuration is optional. Once set this configuration overrides\\nthe default configuration for all Listeners handling HTTPS traffic\\nthat match this port.\\nEach override port requires a unique TLS configuration.\\n\\nsupport: Core\",\"items\":{\"properties\":{\"port\":{\"description\":\"The Port indicates the Port Number to which the TLS configuration will be\\napplied. This configuration will be applied to all Listeners handling HTTPS\\ntraffic that match this port.\\n\\nSupport: Core\",\"format\":\"int32\",\"maximum\":65535,\"minimum\":1,\"type\":\"integer\"},\"tls\":{\"description\":\"TLS store the configuration that will be applied to all Listeners handling\\nHTTPS traffic and matching given port.\\n\\nSupport: Core\",\"properties\":{\"validation\":{\"description\":\"Validation holds configuration information for validating the frontend (client).\\nSetting this field will result in mutual authentication when connecting to the gateway.\\nIn browsers this may result in a dialog appearing\\nthat requests a user to specify the client certificate.\\nThe maximum depth of a certificate chain accepted in verification is Implementation specific.\\n\\nSupport: Core\",\"properties\":{\"caCertificateRefs\":{\"description\":\"CACertificateRefs contains one or more references to Kubernetes\\nobjects that contain a PEM-encoded TLS CA certificate bundle, which\\nis used as a trust anchor to validate the certificates presented by\\nthe client.\\n\\nA CACertificateRef is invalid if:\\n\\n* It refers to a resource that cannot be resolved (e.g., the\\n  referenced resource does not exist) or is misconfigured (e.g., a\\n  ConfigMap does not contain a key named `ca.crt`). In this case, the\\n  Reason on all matching HTTPS listeners must be set to `InvalidCACertificateRef`\\n  and the Message of the Condition must indicate which reference is invalid and why.\\n\\n* It refers to an unknown or unsupported kind of resource. In this\\n  case, the Reason on all matching HTTPS listeners must be set to\\n  `InvalidCACertificateKind` and the Message of the Condition must explain\\n  which kind of resource is unknown or unsupported.\\n\\n* It refers to a resource in another namespace UNLESS there is a\\n  ReferenceGrant in the target namespace that allows the CA\\n  certificate to be attached. If a ReferenceGrant does not allow this\\n  reference, the `ResolvedRefs` on all matching HTTPS listeners condition\\n  MUST be set with the Reason `RefNotPermitted`.\\n\\nImplementations MAY choose to perform further validation of the\\ncertificate content (e.g., checking expiry or enforcing specific formats).\\nIn such cases, an implementation-specific Reason and Message MUST be set.\\n\\nIn all cases, the implementation MUST ensure that the `ResolvedRefs`\\ncondition is set to `status: False` on all targeted listeners (i.e.,\\nlisteners serving HTTPS on a matching port). The condition MUST\\ninclude a Reason and Message that indicate the cause of the error. If\\nALL CACertificateRefs are invalid, the implementation MUST also ensure\\nthe `Accepted` condition on the listener is set to `status: False`, with\\nthe Reason `NoValidCACertificate`.\\nImplementations MAY choose to support attaching multiple CA certificates\\nto a listener, but this behavior is implementation-specific.\\n\\nSupport: Core - A single reference to a Kubernetes ConfigMap, with the\\nCA certificate in a key named `ca.crt`.\\n\\nSupport: Implementation-specific - More than one reference, other kinds\\nof resources, or a single reference that includes multiple certificates.\",\"items\":{\"description\":\"ObjectReference identifies an API object including its namespace.\\n\\nThe API object must be valid in the cluster; the Group and Kind must\\nbe registered in the cluster for this reference to be valid.\\n\\nReferences to objects with invalid Group and Kind are not valid, and must\\nbe rejected by the implementation, with appropriate Conditions set\\non the containing object.\",\"properties\":{\"group\":{\"description\":\"Group is the group of the referent. For example, \\\"gateway.networking.k8s.io\\\".\\nWhen set to the empty string, core API group is inferred.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is kind of the referent. For example \\\"ConfigMap\\\" or \\\"Service\\\".\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace is the namespace of the referenced object. When unspecified, the local\\nnamespace is inferred.\\n\\nNote that when a namespace different than the local namespace is specified,\\na ReferenceGrant object is required in the referent namespace to allow that\\nnamespace's owner to accept the reference. See the ReferenceGrant\\ndocumentation for details.\\n\\nSupport: Core\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"type\":\"string\"}},\"required\":[\"group\",\"kind\",\"name\"],\"type\":\"object\"},\"maxItems\":16,\"minItems\":1,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"mode\":{\"default\":\"AllowValidOnly\",\"description\":\"FrontendValidationMode defines the mode for validating the client certificate.\\nThere are two possible modes:\\n\\n- AllowValidOnly: In this mode, the gateway will accept connections only if\\n  the client presents a valid certificate. This certificate must successfully\\n  pass validation against the CA certificates specified in `CACertificateRefs`.\\n- AllowInsecureFallback: In this mode, the gateway will accept connections\\n  even if the client certificate is not presented or fails verification.\\n\\n  This approach delegates client authorization to the backend and introduce\\n  a significant security risk. It should be used in testing environments or\\n  on a temporary basis in non-testing environments.\\n\\nDefaults to AllowValidOnly.\\n\\nSupport: Core\",\"enum\":[\"AllowValidOnly\",\"AllowInsecureFallback\"],\"type\":\"string\"}},\"required\":[\"caCertificateRefs\"],\"type\":\"object\"}},\"type\":\"object\"}},\"required\":[\"port\",\"tls\"],\"type\":\"object\"},\"maxItems\":64,\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"port\"],\"x-kubernetes-list-type\":\"map\",\"x-kubernetes-validations\":[{\"message\":\"Port for TLS configuration must be unique within the Gateway\",\"rule\":\"self.all(t1, self.exists_one(t2, t1.port == t2.port))\"}]}},\"required\":[\"default\"],\"type\":\"object\"}},\"type\":\"object\"}},\"required\":[\"gatewayClassName\",\"listeners\"],\"type\":\"object\"},\"status\":{\"default\":{\"conditions\":[{\"lastTransitionTime\":\"1970-01-01T00:00:00Z\",\"message\":\"Waiting for controller\",\"reason\":\"Pending\",\"status\":\"Unknown\",\"type\":\"Accepted\"},{\"lastTransitionTime\":\"1970-01-01T00:00:00Z\",\"message\":\"Waiting for controller\",\"reason\":\"Pending\",\"status\":\"Unknown\",\"type\":\"Programmed\"}]},\"description\":\"Status defines the current state of Gateway.\",\"properties\":{\"addresses\":{\"description\":\"Addresses lists the network addresses that have been bound to the\\nGateway.\\n\\nThis list may differ from the addresses provided in the spec under some\\nconditions:\\n\\n  * no addresses are specified, all addresses are dynamically assigned\\n  * a combination of specified and dynamic addresses are assigned\\n  * a specified address was unusable (e.g. already in use)\",\"items\":{\"description\":\"GatewayStatusAddress describes a network address that is bound to a Gateway.\",\"oneOf\":[{\"properties\":{\"type\":{\"enum\":[\"IPAddress\"]},\"value\":{\"anyOf\":[{\"format\":\"ipv4\"},{\"format\":\"ipv6\"}]}}},{\"properties\":{\"type\":{\"not\":{\"enum\":[\"IPAddress\"]}}}}],\"properties\":{\"type\":{\"default\":\"IPAddress\",\"description\":\"Type of the address.\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^Hostname|IPAddress|NamedAddress|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\\\\/[A-Za-z0-9\\\\/\\\\-._~%!$&'()*+,;=:]+$\",\"type\":\"string\"},\"value\":{\"description\":\"Value of the address. The validity of the values will depend\\non the type and support by the controller.\\n\\nExamples: `1.2.3.4`, `128::1`, `my-ip-address`.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"}},\"required\":[\"value\"],\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"Hostname value must only contain valid characters (matching ^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$)\",\"rule\":\"self.type == 'Hostname' ? self.value.matches(r\\\"\\\"\\\"^(\\\\*\\\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\\\"\\\"\\\"): true\"}]},\"maxItems\":16,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"attachedListenerSets\":{\"description\":\"AttachedListenerSets represents the total number of ListenerSets that have been\\nsuccessfully attached to this Gateway.\\n\\nA ListenerSet is successfully attached to a Gateway when all the following conditions are met:\\n- The ListenerSet is selected by the Gateway's AllowedListeners field\\n- The ListenerSet has a valid ParentRef selecting the Gateway\\n- The ListenerSet's status has the condition \\\"Accepted: true\\\"\\n\\nUses for this field include troubleshooting AttachedListenerSets attachment and\\nmeasuring blast radius/impact of changes to a Gateway.\",\"format\":\"int32\",\"type\":\"integer\"},\"conditions\":{\"default\":[{\"lastTransitionTime\":\"1970-01-01T00:00:00Z\",\"message\":\"Waiting for controller\",\"reason\":\"Pending\",\"status\":\"Unknown\",\"type\":\"Accepted\"},{\"lastTransitionTime\":\"1970-01-01T00:00:00Z\",\"message\":\"Waiting for controller\",\"reason\":\"Pending\",\"status\":\"Unknown\",\"type\":\"Programmed\"}],\"description\":\"Conditions describe the current conditions of the Gateway.\\n\\nImplementations should prefer to express Gateway conditions\\nusing the `GatewayConditionType` and `GatewayConditionReason`\\nconstants so that operators and tools can converge on a common\\nvocabulary to describe Gateway state.\\n\\nKnown condition types are:\\n\\n* \\\"Accepted\\\"\\n* \\\"Programmed\\\"\\n* \\\"Ready\\\"\",\"items\":{\"description\":\"Condition contains details for one aspect of the current state of this API Resource.\",\"properties\":{\"lastTransitionTime\":{\"description\":\"lastTransitionTime is the last time the condition transitioned from one status to another.\\nThis should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"message is a human readable message indicating details about the transition.\\nThis may be an empty string.\",\"maxLength\":32768,\"type\":\"string\"},\"observedGeneration\":{\"description\":\"observedGeneration represents the .metadata.generation that the condition was set based upon.\\nFor instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date\\nwith respect to the current state of the instance.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"reason\":{\"description\":\"reason contains a programmatic identifier indicating the reason for the condition's last transition.\\nProducers of specific condition types may define expected values and meanings for this field,\\nand whether the values are considered a guaranteed API.\\nThe value should be a CamelCase string.\\nThis field may not be empty.\",\"maxLength\":1024,\"minLength\":1,\"pattern\":\"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$\",\"type\":\"string\"},\"status\":{\"description\":\"status of the condition, one of True, False, Unknown.\",\"enum\":[\"True\",\"False\",\"Unknown\"],\"type\":\"string\"},\"type\":{\"description\":\"type of condition in CamelCase or in foo.example.com/CamelCase.\",\"maxLength\":316,\"pattern\":\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$\",\"type\":\"string\"}},\"required\":[\"lastTransitionTime\",\"message\",\"reason\",\"status\",\"type\"],\"type\":\"object\"},\"maxItems\":8,\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"type\"],\"x-kubernetes-list-type\":\"map\"},\"listeners\":{\"description\":\"Listeners provide status for each unique listener port defined in the Spec.\",\"items\":{\"description\":\"ListenerStatus is the status associated with a Listener.\",\"properties\":{\"attachedRoutes\":{\"description\":\"AttachedRoutes represents the total number of Routes that have been\\nsuccessfully attached to this Listener.\\n\\nSuccessful attachment of a Route to a Listener is based solely on the\\ncombination of the AllowedRoutes field on the corresponding Listener\\nand the Route's ParentRefs field. A Route is successfully attached to\\na Listener when it is selected by the Listener's AllowedRoutes field\\nAND the Route has a valid ParentRef selecting the whole Gateway\\nresource or a specific Listener as a parent resource (more detail on\\nattachment semantics can be found in the documentation on the various\\nRoute kinds ParentRefs fields). Listener or Route status does not impact\\nsuccessful attachment, i.e. the AttachedRoutes field count MUST be set\\nfor Listeners, even if the Accepted condition of an individual Listener is set\\nto \\\"False\\\". The AttachedRoutes number represents the number of Routes with\\nthe Accepted condition set to \\\"True\\\" that have been attached to this Listener.\\nRoutes with any other value for the Accepted condition MUST NOT be included\\nin this count.\\n\\nUses for this field include troubleshooting Route attachment and\\nmeasuring blast radius/impact of changes to a Listener.\",\"format\":\"int32\",\"type\":\"integer\"},\"conditions\":{\"description\":\"Conditions describe the current condition of this listener.\",\"items\":{\"description\":\"Condition contains details for one aspect of the current state of this API Resource.\",\"properties\":{\"lastTransitionTime\":{\"description\":\"lastTransitionTime is the last time the condition transitioned from one status to another.\\nThis should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"message is a human readable message indicating details about the transition.\\nThis may be an empty string.\",\"maxLength\":32768,\"type\":\"string\"},\"observedGeneration\":{\"description\":\"observedGeneration represents the .metadata.generation that the condition was set based upon.\\nFor instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date\\nwith respect to the current state of the instance.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"reason\":{\"description\":\"reason contains a programmatic identifier indicating the reason for the condition's last transition.\\nProducers of specific condition types may define expected values and meanings for this field,\\nand whether the values are considered a guaranteed API.\\nThe value should be a CamelCase string.\\nThis field may not be empty.\",\"maxLength\":1024,\"minLength\":1,\"pattern\":\"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$\",\"type\":\"string\"},\"status\":{\"description\":\"status of the condition, one of True, False, Unknown.\",\"enum\":[\"True\",\"False\",\"Unknown\"],\"type\":\"string\"},\"type\":{\"description\":\"type of condition in CamelCase or in foo.example.com/CamelCase.\",\"maxLength\":316,\"pattern\":\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$\",\"type\":\"string\"}},\"required\":[\"lastTransitionTime\",\"message\",\"reason\",\"status\",\"type\"],\"type\":\"object\"},\"maxItems\":8,\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"type\"],\"x-kubernetes-list-type\":\"map\"},\"name\":{\"description\":\"Name is the name of the Listener that this status corresponds to.\",\"maxLength\":253,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"supportedKinds\":{\"description\":\"SupportedKinds is the list indicating the Kinds supported by this\\nlistener. This MUST represent the kinds supported by an implementation for\\nthat Listener configuration.\\n\\nIf kinds are specified in Spec that are not supported, they MUST NOT\\nappear in this list and an implementation MUST set the \\\"ResolvedRefs\\\"\\ncondition to \\\"False\\\" with the \\\"InvalidRouteKinds\\\" reason. If both valid\\nand invalid Route kinds are specified, the implementation MUST\\nreference the valid Route kinds that have been specified.\",\"items\":{\"description\":\"RouteGroupKind indicates the group and kind of a Route resource.\",\"properties\":{\"group\":{\"default\":\"gateway.networking.k8s.io\",\"description\":\"Group is the group of the Route.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is the kind of the Route.\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"}},\"required\":[\"kind\"],\"type\":\"object\"},\"maxItems\":8,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"attachedRoutes\",\"conditions\",\"name\"],\"type\":\"object\"},\"maxItems\":64,\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"name\"],\"x-kubernetes-list-type\":\"map\"}},\"type\":\"object\"}},\"required\":[\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":false,\"subresources\":{\"status\":{}}}]}}";
 /// `gateway.networking.k8s.io/v1` `Gateway`, the storage version.
 pub mod v1 {
+    /// Gateway represents an instance of a service-traffic handling infrastructure
+    /// by binding Listeners to a set of IP addresses.
+    /// A Gateway name SHOULD be compliant with RFC 1035, consisting of a maximum of 63 lower case alphanumeric
+    /// characters or hyphens ('-'), and MUST start and end with an alphanumeric character.
+    ///
+    /// `gateway.networking.k8s.io/v1` `Gateway`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct Gateway {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// Spec defines the desired state of Gateway.
+        pub spec: GatewaySpec,
+        /// Status defines the current state of Gateway.
+        pub status: ::core::option::Option<GatewayStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "Gateway")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: GatewaySpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<GatewayStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for Gateway {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for Gateway {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for Gateway {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for Gateway {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("Gateway")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("gateway.networking.k8s.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("gateway.networking.k8s.io/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("gateways")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for Gateway {
+        type Spec = GatewaySpec;
+        fn spec(&self) -> &GatewaySpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut GatewaySpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for Gateway {
+        type Status = GatewayStatus;
+        fn status(&self) -> ::core::option::Option<&GatewayStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<GatewayStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for Gateway {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "gateways.gateway.networking.k8s.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["gtw"]
+        }
+    }
+    impl Gateway {
+        /// A `Gateway` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: GatewaySpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// Spec defines the desired state of Gateway.
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "gateway.networking.k8s.io",
-        version = "v1",
-        kind = "Gateway",
-        plural = "gateways",
-        namespaced,
-        status = "GatewayStatus",
-        shortname = "gtw",
-        category = "gateway-api",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewaySpec {
         /// Addresses requested for this Gateway. This is optional and behavior can
         /// depend on the implementation. If a value is set in the spec and the
@@ -64,7 +189,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub allowed_listeners: ::core::option::Option<GatewaySpecAllowedListeners>,
+        pub allowed_listeners: ::core::option::Option<AllowedListeners>,
         /// GatewayClassName used for this Gateway. This is the name of a
         /// GatewayClass resource.
         #[serde(rename = "gatewayClassName")]
@@ -73,7 +198,7 @@ pub mod v1 {
         ///
         /// Support: Extended
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub infrastructure: ::core::option::Option<GatewaySpecInfrastructure>,
+        pub infrastructure: ::core::option::Option<Infrastructure>,
         /// Listeners associated with this Gateway. Listeners define
         /// logical endpoints that are bound on this Gateway's addresses.
         /// At least one Listener MUST be specified.
@@ -255,11 +380,9 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewaySpecAddresses {
         /// Type of the address.
         ///
@@ -284,18 +407,16 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecAllowedListeners {
+    pub struct AllowedListeners {
         /// Namespaces defines which namespaces ListenerSets can be attached to this Gateway.
         /// The default value is to allow no ListenerSets.
         ///
         /// Defaults to `{"from":"None"}` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespaces: ::core::option::Option<GatewaySpecAllowedListenersNamespaces>,
+        pub namespaces: ::core::option::Option<AllowedListenersNamespaces>,
     }
     /// Namespaces defines which namespaces ListenerSets can be attached to this Gateway.
     /// The default value is to allow no ListenerSets.
@@ -305,12 +426,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecAllowedListenersNamespaces {
+    pub struct AllowedListenersNamespaces {
         /// From indicates where ListenerSets can attach to this Gateway. Possible
         /// values are:
         ///
@@ -323,14 +442,12 @@ pub mod v1 {
         ///
         /// Defaults to `"None"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub from: ::core::option::Option<GatewaySpecAllowedListenersNamespacesFrom>,
+        pub from: ::core::option::Option<AllowedListenersNamespacesFrom>,
         /// Selector must be specified when From is set to "Selector". In that case,
         /// only ListenerSets in Namespaces matching this Selector will be selected by this
         /// Gateway. This field is ignored for other values of "From".
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub selector: ::core::option::Option<
-            GatewaySpecAllowedListenersNamespacesSelector,
-        >,
+        pub selector: ::core::option::Option<Selector>,
     }
     /// From indicates where ListenerSets can attach to this Gateway. Possible
     /// values are:
@@ -345,51 +462,49 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewaySpecAllowedListenersNamespacesFrom {
+    pub enum AllowedListenersNamespacesFrom {
+        /// `All`
         #[serde(rename = "All")]
         All,
+        /// `Selector`
         #[serde(rename = "Selector")]
         Selector,
+        /// `Same`
         #[serde(rename = "Same")]
         Same,
+        /// `None`
         #[serde(rename = "None")]
+        #[default]
         None,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
-    /// Selector must be specified when From is set to "Selector". In that case,
-    /// only ListenerSets in Namespaces matching this Selector will be selected by this
-    /// Gateway. This field is ignored for other values of "From".
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecAllowedListenersNamespacesSelector {
+    pub struct Selector {
         /// matchExpressions is a list of label selector requirements. The requirements are ANDed.
         #[serde(
             rename = "matchExpressions",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub match_expressions: ::core::option::Option<
-            ::std::vec::Vec<
-                GatewaySpecAllowedListenersNamespacesSelectorMatchExpressions,
-            >,
-        >,
+        pub match_expressions: ::core::option::Option<::std::vec::Vec<MatchExpressions>>,
         /// matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels
         /// map is equivalent to an element of matchExpressions, whose key field is "key", the
         /// operator is "In", and the values array contains only "value". The requirements are ANDed.
@@ -409,12 +524,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecAllowedListenersNamespacesSelectorMatchExpressions {
+    pub struct MatchExpressions {
         /// key is the label key that the selector applies to.
         pub key: ::std::string::String,
         /// operator represents a key's relationship to a set of values.
@@ -436,12 +549,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecInfrastructure {
+    pub struct Infrastructure {
         /// Annotations that SHOULD be applied to any resources created in response to this Gateway.
         ///
         /// For implementations creating other Kubernetes objects, this should be the `metadata.annotations` field on resources.
@@ -490,9 +601,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub parameters_ref: ::core::option::Option<
-            GatewaySpecInfrastructureParametersRef,
-        >,
+        pub parameters_ref: ::core::option::Option<ParametersRef>,
     }
     /// ParametersRef is a reference to a resource that contains the configuration
     /// parameters corresponding to the Gateway. This is optional if the
@@ -515,12 +624,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecInfrastructureParametersRef {
+    pub struct ParametersRef {
         /// Group is the group of the referent.
         pub group: ::std::string::String,
         /// Kind is kind of the referent.
@@ -535,11 +642,9 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewaySpecListeners {
         /// AllowedRoutes defines the types of routes that MAY be attached to a
         /// Listener and the trusted namespaces where those Route resources MAY be
@@ -572,7 +677,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub allowed_routes: ::core::option::Option<GatewaySpecListenersAllowedRoutes>,
+        pub allowed_routes: ::core::option::Option<AllowedRoutes>,
         /// Hostname specifies the virtual hostname to match for protocol types that
         /// define this concept. When unspecified, all hostnames are matched. This
         /// field is ignored for protocols that don't require hostname based
@@ -648,7 +753,7 @@ pub mod v1 {
         ///
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub tls: ::core::option::Option<GatewaySpecListenersTls>,
+        pub tls: ::core::option::Option<ListenersTls>,
     }
     /// AllowedRoutes defines the types of routes that MAY be attached to a
     /// Listener and the trusted namespaces where those Route resources MAY be
@@ -680,12 +785,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersAllowedRoutes {
+    pub struct AllowedRoutes {
         /// Kinds specifies the groups and kinds of Routes that are allowed to bind
         /// to this Gateway Listener. When unspecified or empty, the kinds of Routes
         /// selected are determined using the Listener protocol.
@@ -698,9 +801,7 @@ pub mod v1 {
         ///
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kinds: ::core::option::Option<
-            ::std::vec::Vec<GatewaySpecListenersAllowedRoutesKinds>,
-        >,
+        pub kinds: ::core::option::Option<::std::vec::Vec<Kinds>>,
         /// Namespaces indicates namespaces from which Routes may be attached to this
         /// Listener. This is restricted to the namespace of this Gateway by default.
         ///
@@ -708,9 +809,7 @@ pub mod v1 {
         ///
         /// Defaults to `{"from":"Same"}` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespaces: ::core::option::Option<
-            GatewaySpecListenersAllowedRoutesNamespaces,
-        >,
+        pub namespaces: ::core::option::Option<AllowedRoutesNamespaces>,
     }
     /// RouteGroupKind indicates the group and kind of a Route resource.
     #[derive(
@@ -718,12 +817,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersAllowedRoutesKinds {
+    pub struct Kinds {
         /// Group is the group of the Route.
         ///
         /// Defaults to `"gateway.networking.k8s.io"` on the server.
@@ -742,12 +839,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersAllowedRoutesNamespaces {
+    pub struct AllowedRoutesNamespaces {
         /// From indicates where Routes will be selected for this Gateway. Possible
         /// values are:
         ///
@@ -760,18 +855,14 @@ pub mod v1 {
         ///
         /// Defaults to `"Same"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub from: ::core::option::Option<
-            GatewaySpecListenersAllowedRoutesNamespacesFrom,
-        >,
+        pub from: ::core::option::Option<AllowedRoutesNamespacesFrom>,
         /// Selector must be specified when From is set to "Selector". In that case,
         /// only Routes in Namespaces matching this Selector will be selected by this
         /// Gateway. This field is ignored for other values of "From".
         ///
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub selector: ::core::option::Option<
-            GatewaySpecListenersAllowedRoutesNamespacesSelector,
-        >,
+        pub selector: ::core::option::Option<Selector>,
     }
     /// From indicates where Routes will be selected for this Gateway. Possible
     /// values are:
@@ -786,87 +877,28 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewaySpecListenersAllowedRoutesNamespacesFrom {
-        #[serde(rename = "All")]
-        All,
-        #[serde(rename = "Selector")]
-        Selector,
-        #[serde(rename = "Same")]
-        Same,
-    }
-    /// Selector must be specified when From is set to "Selector". In that case,
-    /// only Routes in Namespaces matching this Selector will be selected by this
-    /// Gateway. This field is ignored for other values of "From".
-    ///
-    /// Support: Core
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersAllowedRoutesNamespacesSelector {
-        /// matchExpressions is a list of label selector requirements. The requirements are ANDed.
-        #[serde(
-            rename = "matchExpressions",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub match_expressions: ::core::option::Option<
-            ::std::vec::Vec<
-                GatewaySpecListenersAllowedRoutesNamespacesSelectorMatchExpressions,
-            >,
-        >,
-        /// matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels
-        /// map is equivalent to an element of matchExpressions, whose key field is "key", the
-        /// operator is "In", and the values array contains only "value". The requirements are ANDed.
-        #[serde(
-            rename = "matchLabels",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub match_labels: ::core::option::Option<
-            ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-        >,
-    }
-    /// A label selector requirement is a selector that contains values, a key, and an operator that
-    /// relates the key and values.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersAllowedRoutesNamespacesSelectorMatchExpressions {
-        /// key is the label key that the selector applies to.
-        pub key: ::std::string::String,
-        /// operator represents a key's relationship to a set of values.
-        /// Valid operators are In, NotIn, Exists and DoesNotExist.
-        pub operator: ::std::string::String,
-        /// values is an array of string values. If the operator is In or NotIn,
-        /// the values array must be non-empty. If the operator is Exists or DoesNotExist,
-        /// the values array must be empty. This array is replaced during a strategic
-        /// merge patch.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub values: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
+    pub enum AllowedRoutesNamespacesFrom {
+        /// `All`
+        #[serde(rename = "All")]
+        All,
+        /// `Selector`
+        #[serde(rename = "Selector")]
+        Selector,
+        /// `Same`
+        #[serde(rename = "Same")]
+        #[default]
+        Same,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// TLS is the TLS configuration for the Listener. This field is required if
     /// the Protocol field is "HTTPS" or "TLS". It is invalid to set this field
@@ -885,12 +917,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersTls {
+    pub struct ListenersTls {
         /// CertificateRefs contains a series of references to Kubernetes objects that
         /// contains TLS certificates and private keys. These certificates are used to
         /// establish a TLS handshake for requests that match the hostname of the
@@ -920,9 +950,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub certificate_refs: ::core::option::Option<
-            ::std::vec::Vec<GatewaySpecListenersTlsCertificateRefs>,
-        >,
+        pub certificate_refs: ::core::option::Option<::std::vec::Vec<CertificateRefs>>,
         /// Mode defines the TLS behavior for the TLS session initiated by the client.
         /// There are two possible modes:
         ///
@@ -939,7 +967,7 @@ pub mod v1 {
         ///
         /// Defaults to `"Terminate"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<GatewaySpecListenersTlsMode>,
+        pub mode: ::core::option::Option<TlsMode>,
         /// Options are a list of key/value pairs to enable extended TLS
         /// configuration for each implementation. For example, configuring the
         /// minimum TLS version or supported cipher suites.
@@ -955,26 +983,15 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
-    /// SecretObjectReference identifies an API object including its namespace,
-    /// defaulting to Secret.
-    ///
-    /// The API object must be valid in the cluster; the Group and Kind must
-    /// be registered in the cluster for this reference to be valid.
-    ///
-    /// References to objects with invalid Group and Kind are not valid, and must
-    /// be rejected by the implementation, with appropriate Conditions set
-    /// on the containing object.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersTlsCertificateRefs {
+    pub struct CertificateRefs {
         /// Group is the group of the referent. For example, "gateway.networking.k8s.io".
         /// When unspecified or empty string, core API group is inferred.
         ///
@@ -1017,20 +1034,25 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewaySpecListenersTlsMode {
+    pub enum TlsMode {
+        /// `Terminate`
         #[serde(rename = "Terminate")]
+        #[default]
         Terminate,
+        /// `Passthrough`
         #[serde(rename = "Passthrough")]
         Passthrough,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// TLS specifies frontend and backend tls configuration for entire gateway.
     ///
@@ -1041,11 +1063,9 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewaySpecTls {
         /// Backend describes TLS configuration for gateway when connecting
         /// to backends.
@@ -1056,11 +1076,11 @@ pub mod v1 {
         ///
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub backend: ::core::option::Option<GatewaySpecTlsBackend>,
+        pub backend: ::core::option::Option<Backend>,
         /// Frontend describes TLS config when client connects to Gateway.
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub frontend: ::core::option::Option<GatewaySpecTlsFrontend>,
+        pub frontend: ::core::option::Option<Frontend>,
     }
     /// Backend describes TLS configuration for gateway when connecting
     /// to backends.
@@ -1076,12 +1096,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsBackend {
+    pub struct Backend {
         /// ClientCertificateRef references an object that contains a client certificate
         /// and its associated private key. It can reference standard Kubernetes resources,
         /// i.e., Secret, or implementation-specific custom resources.
@@ -1111,69 +1129,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub client_certificate_ref: ::core::option::Option<
-            GatewaySpecTlsBackendClientCertificateRef,
-        >,
-    }
-    /// ClientCertificateRef references an object that contains a client certificate
-    /// and its associated private key. It can reference standard Kubernetes resources,
-    /// i.e., Secret, or implementation-specific custom resources.
-    ///
-    /// A ClientCertificateRef is considered invalid if:
-    ///
-    /// * It refers to a resource that cannot be resolved (e.g., the referenced resource
-    /// does not exist) or is misconfigured (e.g., a Secret does not contain the keys
-    /// named `tls.crt` and `tls.key`). In this case, the `ResolvedRefs` condition
-    /// on the Gateway MUST be set to False with the Reason `InvalidClientCertificateRef`
-    /// and the Message of the Condition MUST indicate why the reference is invalid.
-    ///
-    /// * It refers to a resource in another namespace UNLESS there is a ReferenceGrant
-    /// in the target namespace that allows the certificate to be attached.
-    /// If a ReferenceGrant does not allow this reference, the `ResolvedRefs` condition
-    /// on the Gateway MUST be set to False with the Reason `RefNotPermitted`.
-    ///
-    /// Implementations MAY choose to perform further validation of the certificate
-    /// content (e.g., checking expiry or enforcing specific formats). In such cases,
-    /// an implementation-specific Reason and Message MUST be set.
-    ///
-    /// Support: Core - Reference to a Kubernetes TLS Secret (with the type `kubernetes.io/tls`).
-    /// Support: Implementation-specific - Other resource kinds or Secrets with a
-    /// different type (e.g., `Opaque`).
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsBackendClientCertificateRef {
-        /// Group is the group of the referent. For example, "gateway.networking.k8s.io".
-        /// When unspecified or empty string, core API group is inferred.
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub group: ::core::option::Option<::std::string::String>,
-        /// Kind is kind of the referent. For example "Secret".
-        ///
-        /// Defaults to `"Secret"` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kind: ::core::option::Option<::std::string::String>,
-        /// Name is the name of the referent.
-        pub name: ::std::string::String,
-        /// Namespace is the namespace of the referenced object. When unspecified, the local
-        /// namespace is inferred.
-        ///
-        /// Note that when a namespace different than the local namespace is specified,
-        /// a ReferenceGrant object is required in the referent namespace to allow that
-        /// namespace's owner to accept the reference. See the ReferenceGrant
-        /// documentation for details.
-        ///
-        /// Support: Core
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespace: ::core::option::Option<::std::string::String>,
+        pub client_certificate_ref: ::core::option::Option<CertificateRefs>,
     }
     /// Frontend describes TLS config when client connects to Gateway.
     /// Support: Core
@@ -1182,18 +1138,16 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontend {
+    pub struct Frontend {
         /// Default specifies the default client certificate validation configuration
         /// for all Listeners handling HTTPS traffic, unless a per-port configuration
         /// is defined.
         ///
         /// support: Core
-        pub default: GatewaySpecTlsFrontendDefault,
+        pub default: FrontendDefault,
         /// PerPort specifies tls configuration assigned per port.
         /// Per port configuration is optional. Once set this configuration overrides
         /// the default configuration for all Listeners handling HTTPS traffic
@@ -1202,27 +1156,18 @@ pub mod v1 {
         ///
         /// support: Core
         #[serde(rename = "perPort", default, skip_serializing_if = "Option::is_none")]
-        pub per_port: ::core::option::Option<
-            ::std::vec::Vec<GatewaySpecTlsFrontendPerPort>,
-        >,
+        pub per_port: ::core::option::Option<::std::vec::Vec<PerPort>>,
     }
-    /// Default specifies the default client certificate validation configuration
-    /// for all Listeners handling HTTPS traffic, unless a per-port configuration
-    /// is defined.
-    ///
-    /// support: Core
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendDefault {
+    pub struct FrontendDefault {
         /// Validation holds configuration information for validating the frontend (client).
         /// Setting this field will result in mutual authentication when connecting to the gateway.
         /// In browsers this may result in a dialog appearing
@@ -1231,7 +1176,7 @@ pub mod v1 {
         ///
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub validation: ::core::option::Option<GatewaySpecTlsFrontendDefaultValidation>,
+        pub validation: ::core::option::Option<Validation>,
     }
     /// Validation holds configuration information for validating the frontend (client).
     /// Setting this field will result in mutual authentication when connecting to the gateway.
@@ -1245,12 +1190,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendDefaultValidation {
+    pub struct Validation {
         /// CACertificateRefs contains one or more references to Kubernetes
         /// objects that contain a PEM-encoded TLS CA certificate bundle, which
         /// is used as a trust anchor to validate the certificates presented by
@@ -1295,9 +1238,7 @@ pub mod v1 {
         /// Support: Implementation-specific - More than one reference, other kinds
         /// of resources, or a single reference that includes multiple certificates.
         #[serde(rename = "caCertificateRefs")]
-        pub ca_certificate_refs: ::std::vec::Vec<
-            GatewaySpecTlsFrontendDefaultValidationCaCertificateRefs,
-        >,
+        pub ca_certificate_refs: ::std::vec::Vec<CaCertificateRefs>,
         /// FrontendValidationMode defines the mode for validating the client certificate.
         /// There are two possible modes:
         ///
@@ -1317,7 +1258,7 @@ pub mod v1 {
         ///
         /// Defaults to `"AllowValidOnly"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<GatewaySpecTlsFrontendDefaultValidationMode>,
+        pub mode: ::core::option::Option<ValidationMode>,
     }
     /// ObjectReference identifies an API object including its namespace.
     ///
@@ -1332,12 +1273,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendDefaultValidationCaCertificateRefs {
+    pub struct CaCertificateRefs {
         /// Group is the group of the referent. For example, "gateway.networking.k8s.io".
         /// When set to the empty string, core API group is inferred.
         pub group: ::std::string::String,
@@ -1377,32 +1316,35 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewaySpecTlsFrontendDefaultValidationMode {
+    pub enum ValidationMode {
+        /// `AllowValidOnly`
         #[serde(rename = "AllowValidOnly")]
+        #[default]
         AllowValidOnly,
+        /// `AllowInsecureFallback`
         #[serde(rename = "AllowInsecureFallback")]
         AllowInsecureFallback,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendPerPort {
+    pub struct PerPort {
         /// The Port indicates the Port Number to which the TLS configuration will be
         /// applied. This configuration will be applied to all Listeners handling HTTPS
         /// traffic that match this port.
@@ -1413,194 +1355,7 @@ pub mod v1 {
         /// HTTPS traffic and matching given port.
         ///
         /// Support: Core
-        pub tls: GatewaySpecTlsFrontendPerPortTls,
-    }
-    /// TLS store the configuration that will be applied to all Listeners handling
-    /// HTTPS traffic and matching given port.
-    ///
-    /// Support: Core
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendPerPortTls {
-        /// Validation holds configuration information for validating the frontend (client).
-        /// Setting this field will result in mutual authentication when connecting to the gateway.
-        /// In browsers this may result in a dialog appearing
-        /// that requests a user to specify the client certificate.
-        /// The maximum depth of a certificate chain accepted in verification is Implementation specific.
-        ///
-        /// Support: Core
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub validation: ::core::option::Option<
-            GatewaySpecTlsFrontendPerPortTlsValidation,
-        >,
-    }
-    /// Validation holds configuration information for validating the frontend (client).
-    /// Setting this field will result in mutual authentication when connecting to the gateway.
-    /// In browsers this may result in a dialog appearing
-    /// that requests a user to specify the client certificate.
-    /// The maximum depth of a certificate chain accepted in verification is Implementation specific.
-    ///
-    /// Support: Core
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendPerPortTlsValidation {
-        /// CACertificateRefs contains one or more references to Kubernetes
-        /// objects that contain a PEM-encoded TLS CA certificate bundle, which
-        /// is used as a trust anchor to validate the certificates presented by
-        /// the client.
-        ///
-        /// A CACertificateRef is invalid if:
-        ///
-        /// * It refers to a resource that cannot be resolved (e.g., the
-        /// referenced resource does not exist) or is misconfigured (e.g., a
-        /// ConfigMap does not contain a key named `ca.crt`). In this case, the
-        /// Reason on all matching HTTPS listeners must be set to `InvalidCACertificateRef`
-        /// and the Message of the Condition must indicate which reference is invalid and why.
-        ///
-        /// * It refers to an unknown or unsupported kind of resource. In this
-        /// case, the Reason on all matching HTTPS listeners must be set to
-        /// `InvalidCACertificateKind` and the Message of the Condition must explain
-        /// which kind of resource is unknown or unsupported.
-        ///
-        /// * It refers to a resource in another namespace UNLESS there is a
-        /// ReferenceGrant in the target namespace that allows the CA
-        /// certificate to be attached. If a ReferenceGrant does not allow this
-        /// reference, the `ResolvedRefs` on all matching HTTPS listeners condition
-        /// MUST be set with the Reason `RefNotPermitted`.
-        ///
-        /// Implementations MAY choose to perform further validation of the
-        /// certificate content (e.g., checking expiry or enforcing specific formats).
-        /// In such cases, an implementation-specific Reason and Message MUST be set.
-        ///
-        /// In all cases, the implementation MUST ensure that the `ResolvedRefs`
-        /// condition is set to `status: False` on all targeted listeners (i.e.,
-        /// listeners serving HTTPS on a matching port). The condition MUST
-        /// include a Reason and Message that indicate the cause of the error. If
-        /// ALL CACertificateRefs are invalid, the implementation MUST also ensure
-        /// the `Accepted` condition on the listener is set to `status: False`, with
-        /// the Reason `NoValidCACertificate`.
-        /// Implementations MAY choose to support attaching multiple CA certificates
-        /// to a listener, but this behavior is implementation-specific.
-        ///
-        /// Support: Core - A single reference to a Kubernetes ConfigMap, with the
-        /// CA certificate in a key named `ca.crt`.
-        ///
-        /// Support: Implementation-specific - More than one reference, other kinds
-        /// of resources, or a single reference that includes multiple certificates.
-        #[serde(rename = "caCertificateRefs")]
-        pub ca_certificate_refs: ::std::vec::Vec<
-            GatewaySpecTlsFrontendPerPortTlsValidationCaCertificateRefs,
-        >,
-        /// FrontendValidationMode defines the mode for validating the client certificate.
-        /// There are two possible modes:
-        ///
-        /// - AllowValidOnly: In this mode, the gateway will accept connections only if
-        /// the client presents a valid certificate. This certificate must successfully
-        /// pass validation against the CA certificates specified in `CACertificateRefs`.
-        /// - AllowInsecureFallback: In this mode, the gateway will accept connections
-        /// even if the client certificate is not presented or fails verification.
-        ///
-        /// This approach delegates client authorization to the backend and introduce
-        /// a significant security risk. It should be used in testing environments or
-        /// on a temporary basis in non-testing environments.
-        ///
-        /// Defaults to AllowValidOnly.
-        ///
-        /// Support: Core
-        ///
-        /// Defaults to `"AllowValidOnly"` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<GatewaySpecTlsFrontendPerPortTlsValidationMode>,
-    }
-    /// ObjectReference identifies an API object including its namespace.
-    ///
-    /// The API object must be valid in the cluster; the Group and Kind must
-    /// be registered in the cluster for this reference to be valid.
-    ///
-    /// References to objects with invalid Group and Kind are not valid, and must
-    /// be rejected by the implementation, with appropriate Conditions set
-    /// on the containing object.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendPerPortTlsValidationCaCertificateRefs {
-        /// Group is the group of the referent. For example, "gateway.networking.k8s.io".
-        /// When set to the empty string, core API group is inferred.
-        pub group: ::std::string::String,
-        /// Kind is kind of the referent. For example "ConfigMap" or "Service".
-        pub kind: ::std::string::String,
-        /// Name is the name of the referent.
-        pub name: ::std::string::String,
-        /// Namespace is the namespace of the referenced object. When unspecified, the local
-        /// namespace is inferred.
-        ///
-        /// Note that when a namespace different than the local namespace is specified,
-        /// a ReferenceGrant object is required in the referent namespace to allow that
-        /// namespace's owner to accept the reference. See the ReferenceGrant
-        /// documentation for details.
-        ///
-        /// Support: Core
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespace: ::core::option::Option<::std::string::String>,
-    }
-    /// FrontendValidationMode defines the mode for validating the client certificate.
-    /// There are two possible modes:
-    ///
-    /// - AllowValidOnly: In this mode, the gateway will accept connections only if
-    /// the client presents a valid certificate. This certificate must successfully
-    /// pass validation against the CA certificates specified in `CACertificateRefs`.
-    /// - AllowInsecureFallback: In this mode, the gateway will accept connections
-    /// even if the client certificate is not presented or fails verification.
-    ///
-    /// This approach delegates client authorization to the backend and introduce
-    /// a significant security risk. It should be used in testing environments or
-    /// on a temporary basis in non-testing environments.
-    ///
-    /// Defaults to AllowValidOnly.
-    ///
-    /// Support: Core
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewaySpecTlsFrontendPerPortTlsValidationMode {
-        #[serde(rename = "AllowValidOnly")]
-        AllowValidOnly,
-        #[serde(rename = "AllowInsecureFallback")]
-        AllowInsecureFallback,
+        pub tls: FrontendDefault,
     }
     /// Status defines the current state of Gateway.
     #[derive(
@@ -1609,11 +1364,9 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewayStatus {
         /// Addresses lists the network addresses that have been bound to the
         /// Gateway.
@@ -1657,7 +1410,7 @@ pub mod v1 {
         ///
         /// Defaults to `[{"lastTransitionTime":"1970-01-01T00:00:00Z","message":"Waiting for controller","reason":"Pending","status":"Unknown","type":"Accepted"},{"lastTransitionTime":"1970-01-01T00:00:00Z","message":"Waiting for controller","reason":"Pending","status":"Unknown","type":"Programmed"}]` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<::std::vec::Vec<GatewayStatusConditions>>,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         /// Listeners provide status for each unique listener port defined in the Spec.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub listeners: ::core::option::Option<::std::vec::Vec<GatewayStatusListeners>>,
@@ -1668,11 +1421,9 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewayStatusAddresses {
         /// Type of the address.
         ///
@@ -1691,12 +1442,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewayStatusConditions {
+    pub struct Conditions {
         /// lastTransitionTime is the last time the condition transitioned from one status to another.
         /// This should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.
         #[serde(rename = "lastTransitionTime")]
@@ -1720,7 +1469,7 @@ pub mod v1 {
         /// This field may not be empty.
         pub reason: ::std::string::String,
         /// status of the condition, one of True, False, Unknown.
-        pub status: GatewayStatusConditionsStatus,
+        pub status: ConditionsStatus,
         /// type of condition in CamelCase or in foo.example.com/CamelCase.
         pub r#type: ::std::string::String,
     }
@@ -1729,22 +1478,26 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewayStatusConditionsStatus {
+    pub enum ConditionsStatus {
+        /// `True`
         #[serde(rename = "True")]
         True,
+        /// `False`
         #[serde(rename = "False")]
         False,
+        /// `Unknown`
         #[serde(rename = "Unknown")]
         Unknown,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// ListenerStatus is the status associated with a Listener.
     #[derive(
@@ -1752,11 +1505,9 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewayStatusListeners {
         /// AttachedRoutes represents the total number of Routes that have been
         /// successfully attached to this Listener.
@@ -1781,7 +1532,7 @@ pub mod v1 {
         #[serde(rename = "attachedRoutes")]
         pub attached_routes: i32,
         /// Conditions describe the current condition of this listener.
-        pub conditions: ::std::vec::Vec<GatewayStatusListenersConditions>,
+        pub conditions: ::std::vec::Vec<Conditions>,
         /// Name is the name of the Listener that this status corresponds to.
         pub name: ::std::string::String,
         /// SupportedKinds is the list indicating the Kinds supported by this
@@ -1798,90 +1549,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub supported_kinds: ::core::option::Option<
-            ::std::vec::Vec<GatewayStatusListenersSupportedKinds>,
-        >,
-    }
-    /// Condition contains details for one aspect of the current state of this API Resource.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewayStatusListenersConditions {
-        /// lastTransitionTime is the last time the condition transitioned from one status to another.
-        /// This should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.
-        #[serde(rename = "lastTransitionTime")]
-        pub last_transition_time: ::std::string::String,
-        /// message is a human readable message indicating details about the transition.
-        /// This may be an empty string.
-        pub message: ::std::string::String,
-        /// observedGeneration represents the .metadata.generation that the condition was set based upon.
-        /// For instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date
-        /// with respect to the current state of the instance.
-        #[serde(
-            rename = "observedGeneration",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub observed_generation: ::core::option::Option<i64>,
-        /// reason contains a programmatic identifier indicating the reason for the condition's last transition.
-        /// Producers of specific condition types may define expected values and meanings for this field,
-        /// and whether the values are considered a guaranteed API.
-        /// The value should be a CamelCase string.
-        /// This field may not be empty.
-        pub reason: ::std::string::String,
-        /// status of the condition, one of True, False, Unknown.
-        pub status: GatewayStatusListenersConditionsStatus,
-        /// type of condition in CamelCase or in foo.example.com/CamelCase.
-        pub r#type: ::std::string::String,
-    }
-    /// status of the condition, one of True, False, Unknown.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewayStatusListenersConditionsStatus {
-        #[serde(rename = "True")]
-        True,
-        #[serde(rename = "False")]
-        False,
-        #[serde(rename = "Unknown")]
-        Unknown,
-    }
-    /// RouteGroupKind indicates the group and kind of a Route resource.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewayStatusListenersSupportedKinds {
-        /// Group is the group of the Route.
-        ///
-        /// Defaults to `"gateway.networking.k8s.io"` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub group: ::core::option::Option<::std::string::String>,
-        /// Kind is the kind of the Route.
-        pub kind: ::std::string::String,
+        pub supported_kinds: ::core::option::Option<::std::vec::Vec<Kinds>>,
     }
     /// The shared informer of `gateway.networking.k8s.io/v1` `Gateway`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -1890,6 +1558,7 @@ pub mod v1 {
     }
     impl GatewayInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -1898,16 +1567,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Gateway> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> GatewayLister {
             GatewayLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<Gateway>,
@@ -1918,6 +1590,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -1929,6 +1602,7 @@ pub mod v1 {
     }
     impl GatewayLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -1938,6 +1612,7 @@ pub mod v1 {
     }
     impl GatewayLister {
         /// The `Gateway` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn gateways(&self, namespace: &str) -> GatewayNamespaceLister {
             GatewayNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -1950,6 +1625,7 @@ pub mod v1 {
     }
     impl GatewayNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -1957,6 +1633,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -1966,6 +1643,7 @@ pub mod v1 {
     }
     impl Gateway {
         /// The shared `Gateway` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -1975,6 +1653,7 @@ pub mod v1 {
             GatewayInformer::new(factory)
         }
         /// The shared metadata-only `Gateway` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -1989,36 +1668,157 @@ pub mod v1 {
 }
 /// `gateway.networking.k8s.io/v1beta1` `Gateway`.
 pub mod v1beta1 {
+    /// Gateway represents an instance of a service-traffic handling infrastructure
+    /// by binding Listeners to a set of IP addresses.
+    ///
+    /// `gateway.networking.k8s.io/v1beta1` `Gateway`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct Gateway {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// Spec defines the desired state of Gateway.
+        pub spec: GatewaySpec,
+        /// Status defines the current state of Gateway.
+        pub status: ::core::option::Option<GatewayStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "Gateway")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: GatewaySpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<GatewayStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for Gateway {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for Gateway {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for Gateway {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for Gateway {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("Gateway")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("gateway.networking.k8s.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1beta1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("gateway.networking.k8s.io/v1beta1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("gateways")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for Gateway {
+        type Spec = GatewaySpec;
+        fn spec(&self) -> &GatewaySpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut GatewaySpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for Gateway {
+        type Status = GatewayStatus;
+        fn status(&self) -> ::core::option::Option<&GatewayStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<GatewayStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for Gateway {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "gateways.gateway.networking.k8s.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["gtw"]
+        }
+    }
+    impl Gateway {
+        /// A `Gateway` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: GatewaySpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// Spec defines the desired state of Gateway.
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "gateway.networking.k8s.io",
-        version = "v1beta1",
-        kind = "Gateway",
-        plural = "gateways",
-        namespaced,
-        status = "GatewayStatus",
-        shortname = "gtw",
-        category = "gateway-api",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewaySpec {
         /// Addresses requested for this Gateway. This is optional and behavior can
         /// depend on the implementation. If a value is set in the spec and the
@@ -2049,7 +1849,7 @@ pub mod v1beta1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub allowed_listeners: ::core::option::Option<GatewaySpecAllowedListeners>,
+        pub allowed_listeners: ::core::option::Option<AllowedListeners>,
         /// GatewayClassName used for this Gateway. This is the name of a
         /// GatewayClass resource.
         #[serde(rename = "gatewayClassName")]
@@ -2058,7 +1858,7 @@ pub mod v1beta1 {
         ///
         /// Support: Extended
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub infrastructure: ::core::option::Option<GatewaySpecInfrastructure>,
+        pub infrastructure: ::core::option::Option<Infrastructure>,
         /// Listeners associated with this Gateway. Listeners define
         /// logical endpoints that are bound on this Gateway's addresses.
         /// At least one Listener MUST be specified.
@@ -2240,11 +2040,9 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewaySpecAddresses {
         /// Type of the address.
         ///
@@ -2269,18 +2067,16 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecAllowedListeners {
+    pub struct AllowedListeners {
         /// Namespaces defines which namespaces ListenerSets can be attached to this Gateway.
         /// The default value is to allow no ListenerSets.
         ///
         /// Defaults to `{"from":"None"}` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespaces: ::core::option::Option<GatewaySpecAllowedListenersNamespaces>,
+        pub namespaces: ::core::option::Option<AllowedListenersNamespaces>,
     }
     /// Namespaces defines which namespaces ListenerSets can be attached to this Gateway.
     /// The default value is to allow no ListenerSets.
@@ -2290,12 +2086,10 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecAllowedListenersNamespaces {
+    pub struct AllowedListenersNamespaces {
         /// From indicates where ListenerSets can attach to this Gateway. Possible
         /// values are:
         ///
@@ -2308,14 +2102,12 @@ pub mod v1beta1 {
         ///
         /// Defaults to `"None"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub from: ::core::option::Option<GatewaySpecAllowedListenersNamespacesFrom>,
+        pub from: ::core::option::Option<AllowedListenersNamespacesFrom>,
         /// Selector must be specified when From is set to "Selector". In that case,
         /// only ListenerSets in Namespaces matching this Selector will be selected by this
         /// Gateway. This field is ignored for other values of "From".
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub selector: ::core::option::Option<
-            GatewaySpecAllowedListenersNamespacesSelector,
-        >,
+        pub selector: ::core::option::Option<Selector>,
     }
     /// From indicates where ListenerSets can attach to this Gateway. Possible
     /// values are:
@@ -2330,51 +2122,49 @@ pub mod v1beta1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewaySpecAllowedListenersNamespacesFrom {
+    pub enum AllowedListenersNamespacesFrom {
+        /// `All`
         #[serde(rename = "All")]
         All,
+        /// `Selector`
         #[serde(rename = "Selector")]
         Selector,
+        /// `Same`
         #[serde(rename = "Same")]
         Same,
+        /// `None`
         #[serde(rename = "None")]
+        #[default]
         None,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
-    /// Selector must be specified when From is set to "Selector". In that case,
-    /// only ListenerSets in Namespaces matching this Selector will be selected by this
-    /// Gateway. This field is ignored for other values of "From".
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecAllowedListenersNamespacesSelector {
+    pub struct Selector {
         /// matchExpressions is a list of label selector requirements. The requirements are ANDed.
         #[serde(
             rename = "matchExpressions",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub match_expressions: ::core::option::Option<
-            ::std::vec::Vec<
-                GatewaySpecAllowedListenersNamespacesSelectorMatchExpressions,
-            >,
-        >,
+        pub match_expressions: ::core::option::Option<::std::vec::Vec<MatchExpressions>>,
         /// matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels
         /// map is equivalent to an element of matchExpressions, whose key field is "key", the
         /// operator is "In", and the values array contains only "value". The requirements are ANDed.
@@ -2394,12 +2184,10 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecAllowedListenersNamespacesSelectorMatchExpressions {
+    pub struct MatchExpressions {
         /// key is the label key that the selector applies to.
         pub key: ::std::string::String,
         /// operator represents a key's relationship to a set of values.
@@ -2421,12 +2209,10 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecInfrastructure {
+    pub struct Infrastructure {
         /// Annotations that SHOULD be applied to any resources created in response to this Gateway.
         ///
         /// For implementations creating other Kubernetes objects, this should be the `metadata.annotations` field on resources.
@@ -2475,9 +2261,7 @@ pub mod v1beta1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub parameters_ref: ::core::option::Option<
-            GatewaySpecInfrastructureParametersRef,
-        >,
+        pub parameters_ref: ::core::option::Option<ParametersRef>,
     }
     /// ParametersRef is a reference to a resource that contains the configuration
     /// parameters corresponding to the Gateway. This is optional if the
@@ -2500,12 +2284,10 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecInfrastructureParametersRef {
+    pub struct ParametersRef {
         /// Group is the group of the referent.
         pub group: ::std::string::String,
         /// Kind is kind of the referent.
@@ -2520,11 +2302,9 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewaySpecListeners {
         /// AllowedRoutes defines the types of routes that MAY be attached to a
         /// Listener and the trusted namespaces where those Route resources MAY be
@@ -2557,7 +2337,7 @@ pub mod v1beta1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub allowed_routes: ::core::option::Option<GatewaySpecListenersAllowedRoutes>,
+        pub allowed_routes: ::core::option::Option<AllowedRoutes>,
         /// Hostname specifies the virtual hostname to match for protocol types that
         /// define this concept. When unspecified, all hostnames are matched. This
         /// field is ignored for protocols that don't require hostname based
@@ -2633,7 +2413,7 @@ pub mod v1beta1 {
         ///
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub tls: ::core::option::Option<GatewaySpecListenersTls>,
+        pub tls: ::core::option::Option<ListenersTls>,
     }
     /// AllowedRoutes defines the types of routes that MAY be attached to a
     /// Listener and the trusted namespaces where those Route resources MAY be
@@ -2665,12 +2445,10 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersAllowedRoutes {
+    pub struct AllowedRoutes {
         /// Kinds specifies the groups and kinds of Routes that are allowed to bind
         /// to this Gateway Listener. When unspecified or empty, the kinds of Routes
         /// selected are determined using the Listener protocol.
@@ -2683,9 +2461,7 @@ pub mod v1beta1 {
         ///
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kinds: ::core::option::Option<
-            ::std::vec::Vec<GatewaySpecListenersAllowedRoutesKinds>,
-        >,
+        pub kinds: ::core::option::Option<::std::vec::Vec<Kinds>>,
         /// Namespaces indicates namespaces from which Routes may be attached to this
         /// Listener. This is restricted to the namespace of this Gateway by default.
         ///
@@ -2693,9 +2469,7 @@ pub mod v1beta1 {
         ///
         /// Defaults to `{"from":"Same"}` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespaces: ::core::option::Option<
-            GatewaySpecListenersAllowedRoutesNamespaces,
-        >,
+        pub namespaces: ::core::option::Option<AllowedRoutesNamespaces>,
     }
     /// RouteGroupKind indicates the group and kind of a Route resource.
     #[derive(
@@ -2703,12 +2477,10 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersAllowedRoutesKinds {
+    pub struct Kinds {
         /// Group is the group of the Route.
         ///
         /// Defaults to `"gateway.networking.k8s.io"` on the server.
@@ -2727,12 +2499,10 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersAllowedRoutesNamespaces {
+    pub struct AllowedRoutesNamespaces {
         /// From indicates where Routes will be selected for this Gateway. Possible
         /// values are:
         ///
@@ -2745,18 +2515,14 @@ pub mod v1beta1 {
         ///
         /// Defaults to `"Same"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub from: ::core::option::Option<
-            GatewaySpecListenersAllowedRoutesNamespacesFrom,
-        >,
+        pub from: ::core::option::Option<AllowedRoutesNamespacesFrom>,
         /// Selector must be specified when From is set to "Selector". In that case,
         /// only Routes in Namespaces matching this Selector will be selected by this
         /// Gateway. This field is ignored for other values of "From".
         ///
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub selector: ::core::option::Option<
-            GatewaySpecListenersAllowedRoutesNamespacesSelector,
-        >,
+        pub selector: ::core::option::Option<Selector>,
     }
     /// From indicates where Routes will be selected for this Gateway. Possible
     /// values are:
@@ -2771,87 +2537,28 @@ pub mod v1beta1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewaySpecListenersAllowedRoutesNamespacesFrom {
-        #[serde(rename = "All")]
-        All,
-        #[serde(rename = "Selector")]
-        Selector,
-        #[serde(rename = "Same")]
-        Same,
-    }
-    /// Selector must be specified when From is set to "Selector". In that case,
-    /// only Routes in Namespaces matching this Selector will be selected by this
-    /// Gateway. This field is ignored for other values of "From".
-    ///
-    /// Support: Core
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersAllowedRoutesNamespacesSelector {
-        /// matchExpressions is a list of label selector requirements. The requirements are ANDed.
-        #[serde(
-            rename = "matchExpressions",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub match_expressions: ::core::option::Option<
-            ::std::vec::Vec<
-                GatewaySpecListenersAllowedRoutesNamespacesSelectorMatchExpressions,
-            >,
-        >,
-        /// matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels
-        /// map is equivalent to an element of matchExpressions, whose key field is "key", the
-        /// operator is "In", and the values array contains only "value". The requirements are ANDed.
-        #[serde(
-            rename = "matchLabels",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub match_labels: ::core::option::Option<
-            ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-        >,
-    }
-    /// A label selector requirement is a selector that contains values, a key, and an operator that
-    /// relates the key and values.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersAllowedRoutesNamespacesSelectorMatchExpressions {
-        /// key is the label key that the selector applies to.
-        pub key: ::std::string::String,
-        /// operator represents a key's relationship to a set of values.
-        /// Valid operators are In, NotIn, Exists and DoesNotExist.
-        pub operator: ::std::string::String,
-        /// values is an array of string values. If the operator is In or NotIn,
-        /// the values array must be non-empty. If the operator is Exists or DoesNotExist,
-        /// the values array must be empty. This array is replaced during a strategic
-        /// merge patch.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub values: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
+    pub enum AllowedRoutesNamespacesFrom {
+        /// `All`
+        #[serde(rename = "All")]
+        All,
+        /// `Selector`
+        #[serde(rename = "Selector")]
+        Selector,
+        /// `Same`
+        #[serde(rename = "Same")]
+        #[default]
+        Same,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// TLS is the TLS configuration for the Listener. This field is required if
     /// the Protocol field is "HTTPS" or "TLS". It is invalid to set this field
@@ -2870,12 +2577,10 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersTls {
+    pub struct ListenersTls {
         /// CertificateRefs contains a series of references to Kubernetes objects that
         /// contains TLS certificates and private keys. These certificates are used to
         /// establish a TLS handshake for requests that match the hostname of the
@@ -2905,9 +2610,7 @@ pub mod v1beta1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub certificate_refs: ::core::option::Option<
-            ::std::vec::Vec<GatewaySpecListenersTlsCertificateRefs>,
-        >,
+        pub certificate_refs: ::core::option::Option<::std::vec::Vec<CertificateRefs>>,
         /// Mode defines the TLS behavior for the TLS session initiated by the client.
         /// There are two possible modes:
         ///
@@ -2924,7 +2627,7 @@ pub mod v1beta1 {
         ///
         /// Defaults to `"Terminate"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<GatewaySpecListenersTlsMode>,
+        pub mode: ::core::option::Option<TlsMode>,
         /// Options are a list of key/value pairs to enable extended TLS
         /// configuration for each implementation. For example, configuring the
         /// minimum TLS version or supported cipher suites.
@@ -2940,26 +2643,15 @@ pub mod v1beta1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
-    /// SecretObjectReference identifies an API object including its namespace,
-    /// defaulting to Secret.
-    ///
-    /// The API object must be valid in the cluster; the Group and Kind must
-    /// be registered in the cluster for this reference to be valid.
-    ///
-    /// References to objects with invalid Group and Kind are not valid, and must
-    /// be rejected by the implementation, with appropriate Conditions set
-    /// on the containing object.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecListenersTlsCertificateRefs {
+    pub struct CertificateRefs {
         /// Group is the group of the referent. For example, "gateway.networking.k8s.io".
         /// When unspecified or empty string, core API group is inferred.
         ///
@@ -3002,20 +2694,25 @@ pub mod v1beta1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewaySpecListenersTlsMode {
+    pub enum TlsMode {
+        /// `Terminate`
         #[serde(rename = "Terminate")]
+        #[default]
         Terminate,
+        /// `Passthrough`
         #[serde(rename = "Passthrough")]
         Passthrough,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// TLS specifies frontend and backend tls configuration for entire gateway.
     ///
@@ -3026,11 +2723,9 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewaySpecTls {
         /// Backend describes TLS configuration for gateway when connecting
         /// to backends.
@@ -3041,11 +2736,11 @@ pub mod v1beta1 {
         ///
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub backend: ::core::option::Option<GatewaySpecTlsBackend>,
+        pub backend: ::core::option::Option<Backend>,
         /// Frontend describes TLS config when client connects to Gateway.
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub frontend: ::core::option::Option<GatewaySpecTlsFrontend>,
+        pub frontend: ::core::option::Option<Frontend>,
     }
     /// Backend describes TLS configuration for gateway when connecting
     /// to backends.
@@ -3061,12 +2756,10 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsBackend {
+    pub struct Backend {
         /// ClientCertificateRef references an object that contains a client certificate
         /// and its associated private key. It can reference standard Kubernetes resources,
         /// i.e., Secret, or implementation-specific custom resources.
@@ -3096,69 +2789,7 @@ pub mod v1beta1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub client_certificate_ref: ::core::option::Option<
-            GatewaySpecTlsBackendClientCertificateRef,
-        >,
-    }
-    /// ClientCertificateRef references an object that contains a client certificate
-    /// and its associated private key. It can reference standard Kubernetes resources,
-    /// i.e., Secret, or implementation-specific custom resources.
-    ///
-    /// A ClientCertificateRef is considered invalid if:
-    ///
-    /// * It refers to a resource that cannot be resolved (e.g., the referenced resource
-    /// does not exist) or is misconfigured (e.g., a Secret does not contain the keys
-    /// named `tls.crt` and `tls.key`). In this case, the `ResolvedRefs` condition
-    /// on the Gateway MUST be set to False with the Reason `InvalidClientCertificateRef`
-    /// and the Message of the Condition MUST indicate why the reference is invalid.
-    ///
-    /// * It refers to a resource in another namespace UNLESS there is a ReferenceGrant
-    /// in the target namespace that allows the certificate to be attached.
-    /// If a ReferenceGrant does not allow this reference, the `ResolvedRefs` condition
-    /// on the Gateway MUST be set to False with the Reason `RefNotPermitted`.
-    ///
-    /// Implementations MAY choose to perform further validation of the certificate
-    /// content (e.g., checking expiry or enforcing specific formats). In such cases,
-    /// an implementation-specific Reason and Message MUST be set.
-    ///
-    /// Support: Core - Reference to a Kubernetes TLS Secret (with the type `kubernetes.io/tls`).
-    /// Support: Implementation-specific - Other resource kinds or Secrets with a
-    /// different type (e.g., `Opaque`).
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsBackendClientCertificateRef {
-        /// Group is the group of the referent. For example, "gateway.networking.k8s.io".
-        /// When unspecified or empty string, core API group is inferred.
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub group: ::core::option::Option<::std::string::String>,
-        /// Kind is kind of the referent. For example "Secret".
-        ///
-        /// Defaults to `"Secret"` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kind: ::core::option::Option<::std::string::String>,
-        /// Name is the name of the referent.
-        pub name: ::std::string::String,
-        /// Namespace is the namespace of the referenced object. When unspecified, the local
-        /// namespace is inferred.
-        ///
-        /// Note that when a namespace different than the local namespace is specified,
-        /// a ReferenceGrant object is required in the referent namespace to allow that
-        /// namespace's owner to accept the reference. See the ReferenceGrant
-        /// documentation for details.
-        ///
-        /// Support: Core
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespace: ::core::option::Option<::std::string::String>,
+        pub client_certificate_ref: ::core::option::Option<CertificateRefs>,
     }
     /// Frontend describes TLS config when client connects to Gateway.
     /// Support: Core
@@ -3167,18 +2798,16 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontend {
+    pub struct Frontend {
         /// Default specifies the default client certificate validation configuration
         /// for all Listeners handling HTTPS traffic, unless a per-port configuration
         /// is defined.
         ///
         /// support: Core
-        pub default: GatewaySpecTlsFrontendDefault,
+        pub default: FrontendDefault,
         /// PerPort specifies tls configuration assigned per port.
         /// Per port configuration is optional. Once set this configuration overrides
         /// the default configuration for all Listeners handling HTTPS traffic
@@ -3187,27 +2816,18 @@ pub mod v1beta1 {
         ///
         /// support: Core
         #[serde(rename = "perPort", default, skip_serializing_if = "Option::is_none")]
-        pub per_port: ::core::option::Option<
-            ::std::vec::Vec<GatewaySpecTlsFrontendPerPort>,
-        >,
+        pub per_port: ::core::option::Option<::std::vec::Vec<PerPort>>,
     }
-    /// Default specifies the default client certificate validation configuration
-    /// for all Listeners handling HTTPS traffic, unless a per-port configuration
-    /// is defined.
-    ///
-    /// support: Core
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendDefault {
+    pub struct FrontendDefault {
         /// Validation holds configuration information for validating the frontend (client).
         /// Setting this field will result in mutual authentication when connecting to the gateway.
         /// In browsers this may result in a dialog appearing
@@ -3216,7 +2836,7 @@ pub mod v1beta1 {
         ///
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub validation: ::core::option::Option<GatewaySpecTlsFrontendDefaultValidation>,
+        pub validation: ::core::option::Option<Validation>,
     }
     /// Validation holds configuration information for validating the frontend (client).
     /// Setting this field will result in mutual authentication when connecting to the gateway.
@@ -3230,12 +2850,10 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendDefaultValidation {
+    pub struct Validation {
         /// CACertificateRefs contains one or more references to Kubernetes
         /// objects that contain a PEM-encoded TLS CA certificate bundle, which
         /// is used as a trust anchor to validate the certificates presented by
@@ -3280,9 +2898,7 @@ pub mod v1beta1 {
         /// Support: Implementation-specific - More than one reference, other kinds
         /// of resources, or a single reference that includes multiple certificates.
         #[serde(rename = "caCertificateRefs")]
-        pub ca_certificate_refs: ::std::vec::Vec<
-            GatewaySpecTlsFrontendDefaultValidationCaCertificateRefs,
-        >,
+        pub ca_certificate_refs: ::std::vec::Vec<CaCertificateRefs>,
         /// FrontendValidationMode defines the mode for validating the client certificate.
         /// There are two possible modes:
         ///
@@ -3302,7 +2918,7 @@ pub mod v1beta1 {
         ///
         /// Defaults to `"AllowValidOnly"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<GatewaySpecTlsFrontendDefaultValidationMode>,
+        pub mode: ::core::option::Option<ValidationMode>,
     }
     /// ObjectReference identifies an API object including its namespace.
     ///
@@ -3317,12 +2933,10 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendDefaultValidationCaCertificateRefs {
+    pub struct CaCertificateRefs {
         /// Group is the group of the referent. For example, "gateway.networking.k8s.io".
         /// When set to the empty string, core API group is inferred.
         pub group: ::std::string::String,
@@ -3362,32 +2976,35 @@ pub mod v1beta1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewaySpecTlsFrontendDefaultValidationMode {
+    pub enum ValidationMode {
+        /// `AllowValidOnly`
         #[serde(rename = "AllowValidOnly")]
+        #[default]
         AllowValidOnly,
+        /// `AllowInsecureFallback`
         #[serde(rename = "AllowInsecureFallback")]
         AllowInsecureFallback,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendPerPort {
+    pub struct PerPort {
         /// The Port indicates the Port Number to which the TLS configuration will be
         /// applied. This configuration will be applied to all Listeners handling HTTPS
         /// traffic that match this port.
@@ -3398,194 +3015,7 @@ pub mod v1beta1 {
         /// HTTPS traffic and matching given port.
         ///
         /// Support: Core
-        pub tls: GatewaySpecTlsFrontendPerPortTls,
-    }
-    /// TLS store the configuration that will be applied to all Listeners handling
-    /// HTTPS traffic and matching given port.
-    ///
-    /// Support: Core
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendPerPortTls {
-        /// Validation holds configuration information for validating the frontend (client).
-        /// Setting this field will result in mutual authentication when connecting to the gateway.
-        /// In browsers this may result in a dialog appearing
-        /// that requests a user to specify the client certificate.
-        /// The maximum depth of a certificate chain accepted in verification is Implementation specific.
-        ///
-        /// Support: Core
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub validation: ::core::option::Option<
-            GatewaySpecTlsFrontendPerPortTlsValidation,
-        >,
-    }
-    /// Validation holds configuration information for validating the frontend (client).
-    /// Setting this field will result in mutual authentication when connecting to the gateway.
-    /// In browsers this may result in a dialog appearing
-    /// that requests a user to specify the client certificate.
-    /// The maximum depth of a certificate chain accepted in verification is Implementation specific.
-    ///
-    /// Support: Core
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendPerPortTlsValidation {
-        /// CACertificateRefs contains one or more references to Kubernetes
-        /// objects that contain a PEM-encoded TLS CA certificate bundle, which
-        /// is used as a trust anchor to validate the certificates presented by
-        /// the client.
-        ///
-        /// A CACertificateRef is invalid if:
-        ///
-        /// * It refers to a resource that cannot be resolved (e.g., the
-        /// referenced resource does not exist) or is misconfigured (e.g., a
-        /// ConfigMap does not contain a key named `ca.crt`). In this case, the
-        /// Reason on all matching HTTPS listeners must be set to `InvalidCACertificateRef`
-        /// and the Message of the Condition must indicate which reference is invalid and why.
-        ///
-        /// * It refers to an unknown or unsupported kind of resource. In this
-        /// case, the Reason on all matching HTTPS listeners must be set to
-        /// `InvalidCACertificateKind` and the Message of the Condition must explain
-        /// which kind of resource is unknown or unsupported.
-        ///
-        /// * It refers to a resource in another namespace UNLESS there is a
-        /// ReferenceGrant in the target namespace that allows the CA
-        /// certificate to be attached. If a ReferenceGrant does not allow this
-        /// reference, the `ResolvedRefs` on all matching HTTPS listeners condition
-        /// MUST be set with the Reason `RefNotPermitted`.
-        ///
-        /// Implementations MAY choose to perform further validation of the
-        /// certificate content (e.g., checking expiry or enforcing specific formats).
-        /// In such cases, an implementation-specific Reason and Message MUST be set.
-        ///
-        /// In all cases, the implementation MUST ensure that the `ResolvedRefs`
-        /// condition is set to `status: False` on all targeted listeners (i.e.,
-        /// listeners serving HTTPS on a matching port). The condition MUST
-        /// include a Reason and Message that indicate the cause of the error. If
-        /// ALL CACertificateRefs are invalid, the implementation MUST also ensure
-        /// the `Accepted` condition on the listener is set to `status: False`, with
-        /// the Reason `NoValidCACertificate`.
-        /// Implementations MAY choose to support attaching multiple CA certificates
-        /// to a listener, but this behavior is implementation-specific.
-        ///
-        /// Support: Core - A single reference to a Kubernetes ConfigMap, with the
-        /// CA certificate in a key named `ca.crt`.
-        ///
-        /// Support: Implementation-specific - More than one reference, other kinds
-        /// of resources, or a single reference that includes multiple certificates.
-        #[serde(rename = "caCertificateRefs")]
-        pub ca_certificate_refs: ::std::vec::Vec<
-            GatewaySpecTlsFrontendPerPortTlsValidationCaCertificateRefs,
-        >,
-        /// FrontendValidationMode defines the mode for validating the client certificate.
-        /// There are two possible modes:
-        ///
-        /// - AllowValidOnly: In this mode, the gateway will accept connections only if
-        /// the client presents a valid certificate. This certificate must successfully
-        /// pass validation against the CA certificates specified in `CACertificateRefs`.
-        /// - AllowInsecureFallback: In this mode, the gateway will accept connections
-        /// even if the client certificate is not presented or fails verification.
-        ///
-        /// This approach delegates client authorization to the backend and introduce
-        /// a significant security risk. It should be used in testing environments or
-        /// on a temporary basis in non-testing environments.
-        ///
-        /// Defaults to AllowValidOnly.
-        ///
-        /// Support: Core
-        ///
-        /// Defaults to `"AllowValidOnly"` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<GatewaySpecTlsFrontendPerPortTlsValidationMode>,
-    }
-    /// ObjectReference identifies an API object including its namespace.
-    ///
-    /// The API object must be valid in the cluster; the Group and Kind must
-    /// be registered in the cluster for this reference to be valid.
-    ///
-    /// References to objects with invalid Group and Kind are not valid, and must
-    /// be rejected by the implementation, with appropriate Conditions set
-    /// on the containing object.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewaySpecTlsFrontendPerPortTlsValidationCaCertificateRefs {
-        /// Group is the group of the referent. For example, "gateway.networking.k8s.io".
-        /// When set to the empty string, core API group is inferred.
-        pub group: ::std::string::String,
-        /// Kind is kind of the referent. For example "ConfigMap" or "Service".
-        pub kind: ::std::string::String,
-        /// Name is the name of the referent.
-        pub name: ::std::string::String,
-        /// Namespace is the namespace of the referenced object. When unspecified, the local
-        /// namespace is inferred.
-        ///
-        /// Note that when a namespace different than the local namespace is specified,
-        /// a ReferenceGrant object is required in the referent namespace to allow that
-        /// namespace's owner to accept the reference. See the ReferenceGrant
-        /// documentation for details.
-        ///
-        /// Support: Core
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespace: ::core::option::Option<::std::string::String>,
-    }
-    /// FrontendValidationMode defines the mode for validating the client certificate.
-    /// There are two possible modes:
-    ///
-    /// - AllowValidOnly: In this mode, the gateway will accept connections only if
-    /// the client presents a valid certificate. This certificate must successfully
-    /// pass validation against the CA certificates specified in `CACertificateRefs`.
-    /// - AllowInsecureFallback: In this mode, the gateway will accept connections
-    /// even if the client certificate is not presented or fails verification.
-    ///
-    /// This approach delegates client authorization to the backend and introduce
-    /// a significant security risk. It should be used in testing environments or
-    /// on a temporary basis in non-testing environments.
-    ///
-    /// Defaults to AllowValidOnly.
-    ///
-    /// Support: Core
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewaySpecTlsFrontendPerPortTlsValidationMode {
-        #[serde(rename = "AllowValidOnly")]
-        AllowValidOnly,
-        #[serde(rename = "AllowInsecureFallback")]
-        AllowInsecureFallback,
+        pub tls: FrontendDefault,
     }
     /// Status defines the current state of Gateway.
     #[derive(
@@ -3594,11 +3024,9 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewayStatus {
         /// Addresses lists the network addresses that have been bound to the
         /// Gateway.
@@ -3642,7 +3070,7 @@ pub mod v1beta1 {
         ///
         /// Defaults to `[{"lastTransitionTime":"1970-01-01T00:00:00Z","message":"Waiting for controller","reason":"Pending","status":"Unknown","type":"Accepted"},{"lastTransitionTime":"1970-01-01T00:00:00Z","message":"Waiting for controller","reason":"Pending","status":"Unknown","type":"Programmed"}]` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<::std::vec::Vec<GatewayStatusConditions>>,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         /// Listeners provide status for each unique listener port defined in the Spec.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub listeners: ::core::option::Option<::std::vec::Vec<GatewayStatusListeners>>,
@@ -3653,11 +3081,9 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewayStatusAddresses {
         /// Type of the address.
         ///
@@ -3676,12 +3102,10 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewayStatusConditions {
+    pub struct Conditions {
         /// lastTransitionTime is the last time the condition transitioned from one status to another.
         /// This should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.
         #[serde(rename = "lastTransitionTime")]
@@ -3705,7 +3129,7 @@ pub mod v1beta1 {
         /// This field may not be empty.
         pub reason: ::std::string::String,
         /// status of the condition, one of True, False, Unknown.
-        pub status: GatewayStatusConditionsStatus,
+        pub status: ConditionsStatus,
         /// type of condition in CamelCase or in foo.example.com/CamelCase.
         pub r#type: ::std::string::String,
     }
@@ -3714,22 +3138,26 @@ pub mod v1beta1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewayStatusConditionsStatus {
+    pub enum ConditionsStatus {
+        /// `True`
         #[serde(rename = "True")]
         True,
+        /// `False`
         #[serde(rename = "False")]
         False,
+        /// `Unknown`
         #[serde(rename = "Unknown")]
         Unknown,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// ListenerStatus is the status associated with a Listener.
     #[derive(
@@ -3737,11 +3165,9 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct GatewayStatusListeners {
         /// AttachedRoutes represents the total number of Routes that have been
         /// successfully attached to this Listener.
@@ -3766,7 +3192,7 @@ pub mod v1beta1 {
         #[serde(rename = "attachedRoutes")]
         pub attached_routes: i32,
         /// Conditions describe the current condition of this listener.
-        pub conditions: ::std::vec::Vec<GatewayStatusListenersConditions>,
+        pub conditions: ::std::vec::Vec<Conditions>,
         /// Name is the name of the Listener that this status corresponds to.
         pub name: ::std::string::String,
         /// SupportedKinds is the list indicating the Kinds supported by this
@@ -3783,90 +3209,7 @@ pub mod v1beta1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub supported_kinds: ::core::option::Option<
-            ::std::vec::Vec<GatewayStatusListenersSupportedKinds>,
-        >,
-    }
-    /// Condition contains details for one aspect of the current state of this API Resource.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewayStatusListenersConditions {
-        /// lastTransitionTime is the last time the condition transitioned from one status to another.
-        /// This should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.
-        #[serde(rename = "lastTransitionTime")]
-        pub last_transition_time: ::std::string::String,
-        /// message is a human readable message indicating details about the transition.
-        /// This may be an empty string.
-        pub message: ::std::string::String,
-        /// observedGeneration represents the .metadata.generation that the condition was set based upon.
-        /// For instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date
-        /// with respect to the current state of the instance.
-        #[serde(
-            rename = "observedGeneration",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub observed_generation: ::core::option::Option<i64>,
-        /// reason contains a programmatic identifier indicating the reason for the condition's last transition.
-        /// Producers of specific condition types may define expected values and meanings for this field,
-        /// and whether the values are considered a guaranteed API.
-        /// The value should be a CamelCase string.
-        /// This field may not be empty.
-        pub reason: ::std::string::String,
-        /// status of the condition, one of True, False, Unknown.
-        pub status: GatewayStatusListenersConditionsStatus,
-        /// type of condition in CamelCase or in foo.example.com/CamelCase.
-        pub r#type: ::std::string::String,
-    }
-    /// status of the condition, one of True, False, Unknown.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum GatewayStatusListenersConditionsStatus {
-        #[serde(rename = "True")]
-        True,
-        #[serde(rename = "False")]
-        False,
-        #[serde(rename = "Unknown")]
-        Unknown,
-    }
-    /// RouteGroupKind indicates the group and kind of a Route resource.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct GatewayStatusListenersSupportedKinds {
-        /// Group is the group of the Route.
-        ///
-        /// Defaults to `"gateway.networking.k8s.io"` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub group: ::core::option::Option<::std::string::String>,
-        /// Kind is the kind of the Route.
-        pub kind: ::std::string::String,
+        pub supported_kinds: ::core::option::Option<::std::vec::Vec<Kinds>>,
     }
     /// The shared informer of `gateway.networking.k8s.io/v1beta1` `Gateway`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -3875,6 +3218,7 @@ pub mod v1beta1 {
     }
     impl GatewayInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -3883,16 +3227,19 @@ pub mod v1beta1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Gateway> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> GatewayLister {
             GatewayLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<Gateway>,
@@ -3903,6 +3250,7 @@ pub mod v1beta1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -3914,6 +3262,7 @@ pub mod v1beta1 {
     }
     impl GatewayLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -3923,6 +3272,7 @@ pub mod v1beta1 {
     }
     impl GatewayLister {
         /// The `Gateway` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn gateways(&self, namespace: &str) -> GatewayNamespaceLister {
             GatewayNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -3935,6 +3285,7 @@ pub mod v1beta1 {
     }
     impl GatewayNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -3942,6 +3293,7 @@ pub mod v1beta1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -3951,6 +3303,7 @@ pub mod v1beta1 {
     }
     impl Gateway {
         /// The shared `Gateway` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -3960,6 +3313,7 @@ pub mod v1beta1 {
             GatewayInformer::new(factory)
         }
         /// The shared metadata-only `Gateway` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

@@ -2,41 +2,162 @@
 
 //! Types, informers and listers of the custom resource `kustomizations.kustomize.toolkit.fluxcd.io` (`kustomize.toolkit.fluxcd.io`, kind `Kustomization`), generated from `crds/flux-kustomize-controller/kustomize.toolkit.fluxcd.io_kustomizations.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.21.0\",\"kustomize.toolkit.fluxcd.io/substitute\":\"disabled\"},\"name\":\"kustomizations.kustomize.toolkit.fluxcd.io\"},\"spec\":{\"group\":\"kustomize.toolkit.fluxcd.io\",\"names\":{\"categories\":[\"all\",\"fluxcd\",\"fluxcd-appliers\"],\"kind\":\"Kustomization\",\"listKind\":\"KustomizationList\",\"plural\":\"kustomizations\",\"shortNames\":[\"ks\"],\"singular\":\"kustomization\"},\"scope\":\"Namespaced\",\"versions\":[{\"additionalPrinterColumns\":[{\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Ready\\\")].status\",\"name\":\"Ready\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Ready\\\")].message\",\"name\":\"Status\",\"type\":\"string\"}],\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"Kustomization is the Schema for the kustomizations API.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"KustomizationSpec defines the configuration to calculate the desired state\\nfrom a Source using Kustomize.\",\"properties\":{\"buildMetadata\":{\"description\":\"BuildMetadata specifies which kustomize build metadata should be added\\nto the built resources. The allowed values are 'originAnnotations' to\\nannotate resources with their source origin, and 'transformerAnnotations'\\nto annotate resources with the transformers that produced them.\",\"items\":{\"description\":\"BuildMetadataOption defines the supported buildMetadata options.\",\"enum\":[\"originAnnotations\",\"transformerAnnotations\"],\"type\":\"string\"},\"type\":\"array\"},\"commonMetadata\":{\"description\":\"CommonMetadata specifies the common labels and annotations that are\\napplied to all resources. Any existing label or annotation will be\\noverridden if its key matches a common one.\",\"properties\":{\"annotations\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Annotations to be added to the object's metadata.\",\"type\":\"object\"},\"labels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Labels to be added to the object's metadata.\",\"type\":\"object\"}},\"type\":\"object\"},\"components\":{\"description\":\"Components specifies relative paths to kustomize Components.\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"decryption\":{\"description\":\"Decrypt Kubernetes secrets before applying them on the cluster.\",\"properties\":{\"provider\":{\"description\":\"Provider is the name of the decryption engine.\",\"enum\":[\"sops\"],\"type\":\"string\"},\"secretRef\":{\"description\":\"The secret name containing the private OpenPGP keys used for decryption.\\nA static credential for a cloud provider defined inside the Secret\\ntakes priority to secret-less authentication with the ServiceAccountName\\nfield.\",\"properties\":{\"name\":{\"description\":\"Name of the referent.\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"serviceAccountName\":{\"description\":\"ServiceAccountName is the name of the service account used to\\nauthenticate with KMS services from cloud providers. If a\\nstatic credential for a given cloud provider is defined\\ninside the Secret referenced by SecretRef, that static\\ncredential takes priority.\",\"type\":\"string\"}},\"required\":[\"provider\"],\"type\":\"object\"},\"deletionPolicy\":{\"description\":\"DeletionPolicy can be used to control garbage collection when this\\nKustomization is deleted. Valid values are ('MirrorPrune', 'Delete',\\n'WaitForTermination', 'Orphan'). 'MirrorPrune' mirrors the Prune field\\n(orphan if false, delete if true). Defaults to 'MirrorPrune'.\",\"enum\":[\"MirrorPrune\",\"Delete\",\"WaitForTermination\",\"Orphan\"],\"type\":\"string\"},\"dependsOn\":{\"description\":\"DependsOn may contain a DependencyReference slice\\nwith references to Kustomization resources that must be ready before this\\nKustomization can be reconciled.\",\"items\":{\"description\":\"DependencyReference contains enough information to locate the referenced Kubernetes resource object\\nand optional CEL expression to assess its readiness.\",\"properties\":{\"name\":{\"description\":\"Name of the referent.\",\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace of the referent, defaults to the namespace of the resource\\nobject that contains the reference.\",\"type\":\"string\"},\"readyExpr\":{\"description\":\"ReadyExpr is a CEL expression that can be used to assess the readiness\\nof a dependency. When specified, the built-in readiness check\\nis replaced by the logic defined in the CEL expression.\\nTo make the CEL expression additive to the built-in readiness check,\\nthe feature gate `AdditiveCELDependencyCheck` must be set to `true`.\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"type\":\"array\"},\"force\":{\"default\":false,\"description\":\"Force instructs the controller to recreate resources\\nwhen patching fails due to an immutable field change.\",\"type\":\"boolean\"},\"healthCheckExprs\":{\"description\":\"HealthCheckExprs is a list of healthcheck expressions for evaluating the\\nhealth of custom resources using Common Expression Language (CEL).\\nThe expressions are evaluated only when Wait or HealthChecks are specified.\",\"items\":{\"description\":\"CustomHealthCheck defines the health check for custom resources.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion of the custom resource under evaluation.\",\"type\":\"string\"},\"current\":{\"description\":\"Current is the CEL expression that determines if the status\\nof the custom resource has reached the desired state.\",\"type\":\"string\"},\"failed\":{\"description\":\"Failed is the CEL expression that determines if the status\\nof the custom resource has failed to reach the desired state.\",\"type\":\"string\"},\"inProgress\":{\"description\":\"InProgress is the CEL expression that determines if the status\\nof the custom resource has not yet reached the desired state.\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind of the custom resource under evaluation.\",\"type\":\"string\"}},\"required\":[\"apiVersion\",\"current\"],\"type\":\"object\"},\"type\":\"array\"},\"healthChecks\":{\"description\":\"A list of resources to be included in the health assessment.\",\"items\":{\"description\":\"NamespacedObjectKindReference contains enough information to locate the typed referenced Kubernetes resource object\\nin any namespace.\",\"properties\":{\"apiVersion\":{\"description\":\"API version of the referent, if not specified the Kubernetes preferred version will be used.\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind of the referent.\",\"type\":\"string\"},\"name\":{\"description\":\"Name of the referent.\",\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace of the referent, when not specified it acts as LocalObjectReference.\",\"type\":\"string\"}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"type\":\"array\"},\"ignore\":{\"description\":\"Ignore is a list of rules for specifying which changes to ignore\\nduring drift detection. These rules are applied to the resources managed\\nby the Kustomization and are used to exclude specific JSON pointer paths\\nfrom the drift detection and apply process.\",\"items\":{\"description\":\"IgnoreRule defines a rule to selectively disregard specific changes during\\nthe drift detection process.\",\"properties\":{\"paths\":{\"description\":\"Paths is a list of JSON Pointer (RFC 6901) paths to be excluded from\\nconsideration in a Kubernetes object.\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"target\":{\"description\":\"Target is a selector for specifying Kubernetes objects to which this\\nrule applies.\\nIf Target is not set, the Paths will be ignored for all Kubernetes\\nobjects within the manifest of the Kustomization.\",\"properties\":{\"annotationSelector\":{\"description\":\"AnnotationSelector is a string that follows the label selection expression\\nhttps://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#api\\nIt matches with the resource annotations.\",\"type\":\"string\"},\"group\":{\"description\":\"Group is the API group to select resources from.\\nTogether with Version and Kind it is capable of unambiguously identifying and/or selecting resources.\\nhttps://github.com/kubernetes/community/blob/master/contributors/design-proposals/api-machinery/api-group.md\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind of the API Group to select resources from.\\nTogether with Group and Version it is capable of unambiguously\\nidentifying and/or selecting resources.\\nhttps://github.com/kubernetes/community/blob/master/contributors/design-proposals/api-machinery/api-group.md\",\"type\":\"string\"},\"labelSelector\":{\"description\":\"LabelSelector is a string that follows the label selection expression\\nhttps://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#api\\nIt matches with the resource labels.\",\"type\":\"string\"},\"name\":{\"description\":\"Name to match resources with.\",\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace to select resources from.\",\"type\":\"string\"},\"version\":{\"description\":\"Version of the API Group to select resources from.\\nTogether with Group and Kind it is capable of unambiguously identifying and/or selecting resources.\\nhttps://github.com/kubernetes/community/blob/master/contributors/design-proposals/api-machinery/api-group.md\",\"type\":\"string\"}},\"type\":\"object\"}},\"required\":[\"paths\"],\"type\":\"object\"},\"type\":\"array\"},\"ignoreMissingComponents\":{\"description\":\"IgnoreMissingComponents instructs the controller to ignore Components paths\\nnot found in source by removing them from the generated kustomization.yaml\\nbefore running kustomize build.\",\"type\":\"boolean\"},\"images\":{\"description\":\"Images is a list of (image name, new name, new tag or digest)\\nfor changing image names, tags or digests. This can also be achieved with a\\npatch, but this operator is simpler to specify.\",\"items\":{\"description\":\"Image contains an image name, a new name, a new tag or digest, which will replace the original name and tag.\",\"properties\":{\"digest\":{\"description\":\"Digest is the value used to replace the original image tag.\\nIf digest is present NewTag value is ignored.\",\"type\":\"string\"},\"name\":{\"description\":\"Name is a tag-less image name.\",\"type\":\"string\"},\"newName\":{\"description\":\"NewName is the value used to replace the original name.\",\"type\":\"string\"},\"newTag\":{\"description\":\"NewTag is the value used to replace the original tag.\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"type\":\"array\"},\"interval\":{\"description\":\"The interval at which to reconcile the Kustomization.\\nThis interval is approximate and may be subject to jitter to ensure\\nefficient use of resources.\",\"pattern\":\"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\",\"type\":\"string\"},\"kubeConfig\":{\"description\":\"The KubeConfig for reconciling the Kustomization on a remote cluster.\\nWhen used in combination with KustomizationSpec.ServiceAccountName,\\nforces the controller to act on behalf of that Service Account at the\\ntarget cluster.\\nIf the --default-service-account flag is set, its value will be used as\\na controller level fallback for when KustomizationSpec.ServiceAccountName\\nis empty.\",\"properties\":{\"configMapRef\":{\"description\":\"ConfigMapRef holds an optional name of a ConfigMap that contains\\nthe following keys:\\n\\n- `provider`: the provider to use. One of `aws`, `azure`, `gcp`, or\\n   `generic`. Required.\\n- `cluster`: the fully qualified resource name of the Kubernetes\\n   cluster in the cloud provider API. Not used by the `generic`\\n   provider. Required when one of `address` or `ca.crt` is not set.\\n- `address`: the address of the Kubernetes API server. Required\\n   for `generic`. For the other providers, if not specified, the\\n   first address in the cluster resource will be used, and if\\n   specified, it must match one of the addresses in the cluster\\n   resource.\\n   If audiences is not set, will be used as the audience for the\\n   `generic` provider.\\n- `ca.crt`: the optional PEM-encoded CA certificate for the\\n   Kubernetes API server. If not set, the controller will use the\\n   CA certificate from the cluster resource.\\n- `audiences`: the optional audiences as a list of\\n   line-break-separated strings for the Kubernetes ServiceAccount\\n   token. Defaults to the `address` for the `generic` provider, or\\n   to specific values for the other providers depending on the\\n   provider.\\n-  `serviceAccountName`: the optional name of the Kubernetes\\n   ServiceAccount in the same namespace that should be used\\n   for authentication. If not specified, the controller\\n   ServiceAccount will be used.\\n\\nMutually exclusive with SecretRef.\",\"properties\":{\"name\":{\"description\":\"Name of the referent.\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"secretRef\":{\"description\":\"SecretRef holds an optional name of a secret that contains a key with\\nthe kubeconfig file as the value. If no key is set, the key will default\\nto 'value'. Mutually exclusive with ConfigMapRef.\\nIt is recommended that the kubeconfig is self-contained, and the secret\\nis regularly updated if credentials such as a cloud-access-token expire.\\nCloud specific `cmd-path` auth helpers will not function without adding\\nbinaries and credentials to the Pod that is responsible for reconciling\\nKubernetes resources. Supported only for the generic provider.\",\"properties\":{\"key\":{\"description\":\"Key in the Secret, when not specified an implementation-specific default key is used.\",\"type\":\"string\"},\"name\":{\"description\":\"Name of the Secret.\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"exactly one of spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be specified\",\"rule\":\"has(self.configMapRef) || has(self.secretRef)\"},{\"message\":\"exactly one of spec.kubeConfig.configMapRef or spec.kubeConfig.secretRef must be specified\",\"rule\":\"!has(self.configMapRef) || !has(self.secretRef)\"}]},\"namePrefix\":{\"description\":\"NamePrefix will prefix the names of all managed resources.\",\"maxLength\":200,\"minLength\":1,\"type\":\"string\"},\"nameSuffix\":{\"description\":\"NameSuffix will suffix the names of all managed resources.\",\"maxLength\":200,\"minLength\":1,\"type\":\"string\"},\"patches\":{\"description\":\"Strategic merge and JSON patches, defined as inline YAML objects,\\ncapable of targeting objects based on kind, label and annotation selectors.\",\"items\":{\"description\":\"Patch contains an inline StrategicMerge or JSON6902 patch, and the target the patch should\\nbe applied to.\",\"properties\":{\"patch\":{\"description\":\"Patch contains an inline StrategicMerge patch or an inline JSON6902 patch with\\nan array of operation objects.\",\"type\":\"string\"},\"target\":{\"description\":\"Target points to the resources that the patch document should be applied to.\",\"properties\":{\"annotationSelector\":{\"description\":\"AnnotationSelector is a string that follows the label selection expression\\nhttps://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#api\\nIt matches with the resource annotations.\",\"type\":\"string\"},\"group\":{\"description\":\"Group is the API group to select resources from.\\nTogether with Version and Kind it is capable of unambiguously identifying and/or selecting resources.\\nhttps://github.com/kubernetes/community/blob/master/contributors/design-proposals/api-machinery/api-group.md\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind of the API Group to select resources from.\\nTogether with Group and Version it is capable of unambiguously\\nidentifying and/or selecting resources.\\nhttps://github.com/kubernetes/community/blob/master/contributors/design-proposals/api-machinery/api-group.md\",\"type\":\"string\"},\"labelSelector\":{\"description\":\"LabelSelector is a string that follows the label selection expression\\nhttps://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#api\\nIt matches with the resource labels.\",\"type\":\"string\"},\"name\":{\"description\":\"Name to match resources with.\",\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace to select resources from.\",\"type\":\"string\"},\"version\":{\"description\":\"Version of the API Group to select resources from.\\nTogether with Group and Kind it is capable of unambiguously identifying and/or selecting resources.\\nhttps://github.com/kubernetes/community/blob/master/contributors/design-proposals/api-machinery/api-group.md\",\"type\":\"string\"}},\"type\":\"object\"}},\"required\":[\"patch\"],\"type\":\"object\"},\"type\":\"array\"},\"path\":{\"description\":\"Path to the directory containing the kustomization.yaml file, or the\\nset of plain YAMLs a kustomization.yaml should be generated for.\\nDefaults to 'None', which translates to the root path of the SourceRef.\",\"type\":\"string\"},\"postBuild\":{\"description\":\"PostBuild describes which actions to perform on the YAML manifest\\ngenerated by building the kustomize overlay.\",\"properties\":{\"substitute\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Substitute holds a map of key/value pairs.\\nThe variables defined in your YAML manifests that match any of the keys\\ndefined in the map will be substituted with the set value.\\nIncludes support for bash string replacement functions\\ne.g. ${var:=default}, ${var:position} and ${var/substring/replacement}.\",\"type\":\"object\"},\"substituteFrom\":{\"description\":\"SubstituteFrom holds references to ConfigMaps and Secrets containing\\nthe variables and their values to be substituted in the YAML manifests.\\nThe ConfigMap and the Secret data keys represent the var names, and they\\nmust match the vars declared in the manifests for the substitution to\\nhappen.\",\"items\":{\"description\":\"SubstituteReference contains a reference to a resource containing\\nthe variables name and value.\",\"properties\":{\"kind\":{\"description\":\"Kind of the values referent, valid values are ('Secret', 'ConfigMap').\",\"enum\":[\"Secret\",\"ConfigMap\"],\"type\":\"string\"},\"name\":{\"description\":\"Name of the values referent. Should reside in the same namespace as the\\nreferring resource.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"optional\":{\"default\":false,\"description\":\"Optional indicates whether the referenced resource must exist, or whether to\\ntolerate its absence. If true and the referenced resource is absent, proceed\\nas if the resource was present but empty, without any variables defined.\",\"type\":\"boolean\"}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"type\":\"array\"},\"substituteStrategy\":{\"description\":\"SubstituteStrategy defines the strategy for substituting variables in the YAML manifests.\\nValid values are:\\n\\n - WithVariables (the default): require at least one variable to be defined,\\n   either through the inline map or through the resolved references to ConfigMaps\\n   and Secrets.\\n - Always: perform the substitution even if no variables are defined.\",\"enum\":[\"WithVariables\",\"Always\"],\"type\":\"string\"}},\"type\":\"object\"},\"prune\":{\"description\":\"Prune enables garbage collection.\",\"type\":\"boolean\"},\"retryInterval\":{\"description\":\"The interval at which to retry a previously failed reconciliation.\\nWhen not specified, the controller uses the KustomizationSpec.Interval\\nvalue to retry failures.\",\"pattern\":\"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\",\"type\":\"string\"},\"serviceAccountName\":{\"description\":\"The name of the Kubernetes service account to impersonate\\nwhen reconciling this Kustomization.\",\"type\":\"string\"},\"sourceRef\":{\"description\":\"Reference of the source where the kustomization file is.\",\"properties\":{\"apiVersion\":{\"description\":\"API version of the referent.\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind of the referent.\",\"enum\":[\"OCIRepository\",\"GitRepository\",\"Bucket\",\"ExternalArtifact\"],\"type\":\"string\"},\"name\":{\"description\":\"Name of the referent.\",\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace of the referent, defaults to the namespace of the Kubernetes\\nresource object that contains the reference.\",\"type\":\"string\"}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"suspend\":{\"description\":\"This flag tells the controller to suspend subsequent kustomize executions,\\nit does not apply to already started executions. Defaults to false.\",\"type\":\"boolean\"},\"targetNamespace\":{\"description\":\"TargetNamespace sets or overrides the namespace in the\\nkustomization.yaml file.\",\"maxLength\":63,\"minLength\":1,\"type\":\"string\"},\"timeout\":{\"description\":\"Timeout for validation, apply and health checking operations.\\nDefaults to 'Interval' duration.\",\"pattern\":\"^([0-9]+(\\\\.[0-9]+)?(ms|s|m|h))+$\",\"type\":\"string\"},\"wait\":{\"description\":\"Wait instructs the controller to check the health of all the reconciled\\nresources. When enabled, the HealthChecks are ignored. Defaults to false.\",\"type\":\"boolean\"}},\"required\":[\"interval\",\"prune\",\"sourceRef\"],\"type\":\"object\"},\"status\":{\"default\":{\"observedGeneration\":-1},\"description\":\"KustomizationStatus defines the observed state of a kustomization.\",\"properties\":{\"conditions\":{\"items\":{\"description\":\"Condition contains details for one aspect of the current state of this API Resource.\",\"properties\":{\"lastTransitionTime\":{\"description\":\"lastTransitionTime is the last time the condition transitioned from one status to another.\\nThis should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"message is a human readable message indicating details about the transition.\\nThis may be an empty string.\",\"maxLength\":32768,\"type\":\"string\"},\"observedGeneration\":{\"description\":\"observedGeneration represents the .metadata.generation that the condition was set based upon.\\nFor instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date\\nwith respect to the current state of the instance.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"reason\":{\"description\":\"reason contains a programmatic identifier indicating the reason for the condition's last transition.\\nProducers of specific condition types may define expected values and meanings for this field,\\nand whether the values are considered a guaranteed API.\\nThe value should be a CamelCase string.\\nThis field may not be empty.\",\"maxLength\":1024,\"minLength\":1,\"pattern\":\"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$\",\"type\":\"string\"},\"status\":{\"description\":\"status of the condition, one of True, False, Unknown.\",\"enum\":[\"True\",\"False\",\"Unknown\"],\"type\":\"string\"},\"type\":{\"description\":\"type of condition in CamelCase or in foo.example.com/CamelCase.\",\"maxLength\":316,\"pattern\":\"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$\",\"type\":\"string\"}},\"required\":[\"lastTransitionTime\",\"message\",\"reason\",\"status\",\"type\"],\"type\":\"object\"},\"type\":\"array\"},\"history\":{\"description\":\"History contains a set of snapshots of the last reconciliation attempts\\ntracking the revision, the state and the duration of each attempt.\",\"items\":{\"description\":\"Snapshot represents a point-in-time record of a group of resources reconciliation,\\nincluding timing information, status, and a unique digest identifier.\",\"properties\":{\"digest\":{\"description\":\"Digest is the checksum in the format `<algo>:<hex>` of the resources in this snapshot.\",\"type\":\"string\"},\"firstReconciled\":{\"description\":\"FirstReconciled is the time when this revision was first reconciled to the cluster.\",\"format\":\"date-time\",\"type\":\"string\"},\"lastReconciled\":{\"description\":\"LastReconciled is the time when this revision was last reconciled to the cluster.\",\"format\":\"date-time\",\"type\":\"string\"},\"lastReconciledDuration\":{\"description\":\"LastReconciledDuration is time it took to reconcile the resources in this revision.\",\"type\":\"string\"},\"lastReconciledStatus\":{\"description\":\"LastReconciledStatus is the status of the last reconciliation.\",\"type\":\"string\"},\"metadata\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Metadata contains additional information about the snapshot.\",\"type\":\"object\"},\"totalReconciliations\":{\"description\":\"TotalReconciliations is the total number of reconciliations that have occurred for this snapshot.\",\"format\":\"int64\",\"type\":\"integer\"}},\"required\":[\"digest\",\"firstReconciled\",\"lastReconciled\",\"lastReconciledDuration\",\"lastReconciledStatus\",\"totalReconciliations\"],\"type\":\"object\"},\"type\":\"array\"},\"inventory\":{\"description\":\"Inventory contains the list of Kubernetes resource object references that\\nhave been successfully applied.\",\"properties\":{\"entries\":{\"description\":\"Entries of Kubernetes resource object references.\",\"items\":{\"description\":\"ResourceRef contains the information necessary to locate a resource within a cluster.\",\"properties\":{\"id\":{\"description\":\"ID is the string representation of the Kubernetes resource object's metadata,\\nin the format '<namespace>_<name>_<group>_<kind>'.\",\"type\":\"string\"},\"v\":{\"description\":\"Version is the API version of the Kubernetes resource object's kind.\",\"type\":\"string\"}},\"required\":[\"id\",\"v\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"entries\"],\"type\":\"object\"},\"lastAppliedOriginRevision\":{\"description\":\"The last successfully applied origin revision.\\nEquals the origin revision of the applied Artifact from the referenced Source.\\nUsually present on the Metadata of the applied Artifact and depends on the\\nSource type, e.g. for OCI it's the value associated with the key\\n\\\"org.opencontainers.image.revision\\\".\",\"type\":\"string\"},\"lastAppliedRevision\":{\"description\":\"The last successfully applied revision.\\nEquals the Revision of the applied Artifact from the referenced Source.\",\"type\":\"string\"},\"lastAttemptedRevision\":{\"description\":\"LastAttemptedRevision is the revision of the last reconciliation attempt.\",\"type\":\"string\"},\"lastHandledReconcileAt\":{\"description\":\"LastHandledReconcileAt holds the value of the most recent\\nreconcile request value, so a change of the annotation value\\ncan be detected.\",\"type\":\"string\"},\"observedGeneration\":{\"description\":\"ObservedGeneration is the last reconciled generation.\",\"format\":\"int64\",\"type\":\"integer\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `kustomize.toolkit.fluxcd.io/v1` `Kustomization`, the storage version.
 pub mod v1 {
+    /// Kustomization is the Schema for the kustomizations API.
+    ///
+    /// `kustomize.toolkit.fluxcd.io/v1` `Kustomization`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct Kustomization {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// KustomizationSpec defines the configuration to calculate the desired state
+        /// from a Source using Kustomize.
+        pub spec: KustomizationSpec,
+        /// KustomizationStatus defines the observed state of a kustomization.
+        pub status: ::core::option::Option<KustomizationStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "Kustomization")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: KustomizationSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<KustomizationStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for Kustomization {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for Kustomization {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for Kustomization {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for Kustomization {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("Kustomization")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("kustomize.toolkit.fluxcd.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("kustomize.toolkit.fluxcd.io/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("kustomizations")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for Kustomization {
+        type Spec = KustomizationSpec;
+        fn spec(&self) -> &KustomizationSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut KustomizationSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for Kustomization {
+        type Status = KustomizationStatus;
+        fn status(&self) -> ::core::option::Option<&KustomizationStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<KustomizationStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for Kustomization {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "kustomizations.kustomize.toolkit.fluxcd.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["ks"]
+        }
+    }
+    impl Kustomization {
+        /// A `Kustomization` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: KustomizationSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// KustomizationSpec defines the configuration to calculate the desired state
     /// from a Source using Kustomize.
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "kustomize.toolkit.fluxcd.io",
-        version = "v1",
-        kind = "Kustomization",
-        plural = "kustomizations",
-        namespaced,
-        status = "KustomizationStatus",
-        shortname = "ks",
-        category = "all",
-        category = "fluxcd",
-        category = "fluxcd-appliers",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct KustomizationSpec {
         /// BuildMetadata specifies which kustomize build metadata should be added
         /// to the built resources. The allowed values are 'originAnnotations' to
@@ -58,13 +179,13 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub common_metadata: ::core::option::Option<KustomizationSpecCommonMetadata>,
+        pub common_metadata: ::core::option::Option<CommonMetadata>,
         /// Components specifies relative paths to kustomize Components.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub components: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         /// Decrypt Kubernetes secrets before applying them on the cluster.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub decryption: ::core::option::Option<KustomizationSpecDecryption>,
+        pub decryption: ::core::option::Option<Decryption>,
         /// DeletionPolicy can be used to control garbage collection when this
         /// Kustomization is deleted. Valid values are ('MirrorPrune', 'Delete',
         /// 'WaitForTermination', 'Orphan'). 'MirrorPrune' mirrors the Prune field
@@ -79,9 +200,7 @@ pub mod v1 {
         /// with references to Kustomization resources that must be ready before this
         /// Kustomization can be reconciled.
         #[serde(rename = "dependsOn", default, skip_serializing_if = "Option::is_none")]
-        pub depends_on: ::core::option::Option<
-            ::std::vec::Vec<KustomizationSpecDependsOn>,
-        >,
+        pub depends_on: ::core::option::Option<::std::vec::Vec<DependsOn>>,
         /// Force instructs the controller to recreate resources
         /// when patching fails due to an immutable field change.
         ///
@@ -97,7 +216,7 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub health_check_exprs: ::core::option::Option<
-            ::std::vec::Vec<KustomizationSpecHealthCheckExprs>,
+            ::std::vec::Vec<HealthCheckExprs>,
         >,
         /// A list of resources to be included in the health assessment.
         #[serde(
@@ -105,15 +224,13 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub health_checks: ::core::option::Option<
-            ::std::vec::Vec<KustomizationSpecHealthChecks>,
-        >,
+        pub health_checks: ::core::option::Option<::std::vec::Vec<HealthChecks>>,
         /// Ignore is a list of rules for specifying which changes to ignore
         /// during drift detection. These rules are applied to the resources managed
         /// by the Kustomization and are used to exclude specific JSON pointer paths
         /// from the drift detection and apply process.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub ignore: ::core::option::Option<::std::vec::Vec<KustomizationSpecIgnore>>,
+        pub ignore: ::core::option::Option<::std::vec::Vec<Ignore>>,
         /// IgnoreMissingComponents instructs the controller to ignore Components paths
         /// not found in source by removing them from the generated kustomization.yaml
         /// before running kustomize build.
@@ -127,7 +244,7 @@ pub mod v1 {
         /// for changing image names, tags or digests. This can also be achieved with a
         /// patch, but this operator is simpler to specify.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub images: ::core::option::Option<::std::vec::Vec<KustomizationSpecImages>>,
+        pub images: ::core::option::Option<::std::vec::Vec<Images>>,
         /// The interval at which to reconcile the Kustomization.
         /// This interval is approximate and may be subject to jitter to ensure
         /// efficient use of resources.
@@ -140,7 +257,7 @@ pub mod v1 {
         /// a controller level fallback for when KustomizationSpec.ServiceAccountName
         /// is empty.
         #[serde(rename = "kubeConfig", default, skip_serializing_if = "Option::is_none")]
-        pub kube_config: ::core::option::Option<KustomizationSpecKubeConfig>,
+        pub kube_config: ::core::option::Option<KubeConfig>,
         /// NamePrefix will prefix the names of all managed resources.
         #[serde(rename = "namePrefix", default, skip_serializing_if = "Option::is_none")]
         pub name_prefix: ::core::option::Option<::std::string::String>,
@@ -150,7 +267,7 @@ pub mod v1 {
         /// Strategic merge and JSON patches, defined as inline YAML objects,
         /// capable of targeting objects based on kind, label and annotation selectors.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub patches: ::core::option::Option<::std::vec::Vec<KustomizationSpecPatches>>,
+        pub patches: ::core::option::Option<::std::vec::Vec<Patches>>,
         /// Path to the directory containing the kustomization.yaml file, or the
         /// set of plain YAMLs a kustomization.yaml should be generated for.
         /// Defaults to 'None', which translates to the root path of the SourceRef.
@@ -159,7 +276,7 @@ pub mod v1 {
         /// PostBuild describes which actions to perform on the YAML manifest
         /// generated by building the kustomize overlay.
         #[serde(rename = "postBuild", default, skip_serializing_if = "Option::is_none")]
-        pub post_build: ::core::option::Option<KustomizationSpecPostBuild>,
+        pub post_build: ::core::option::Option<PostBuild>,
         /// Prune enables garbage collection.
         pub prune: bool,
         /// The interval at which to retry a previously failed reconciliation.
@@ -181,7 +298,7 @@ pub mod v1 {
         pub service_account_name: ::core::option::Option<::std::string::String>,
         /// Reference of the source where the kustomization file is.
         #[serde(rename = "sourceRef")]
-        pub source_ref: KustomizationSpecSourceRef,
+        pub source_ref: SourceRef,
         /// This flag tells the controller to suspend subsequent kustomize executions,
         /// it does not apply to already started executions. Defaults to false.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -208,20 +325,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum KustomizationSpecBuildMetadata {
+        /// `originAnnotations`
         #[serde(rename = "originAnnotations")]
         OriginAnnotations,
+        /// `transformerAnnotations`
         #[serde(rename = "transformerAnnotations")]
         TransformerAnnotations,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// CommonMetadata specifies the common labels and annotations that are
     /// applied to all resources. Any existing label or annotation will be
@@ -232,12 +352,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecCommonMetadata {
+    pub struct CommonMetadata {
         /// Annotations to be added to the object's metadata.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub annotations: ::core::option::Option<
@@ -255,20 +373,18 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecDecryption {
+    pub struct Decryption {
         /// Provider is the name of the decryption engine.
-        pub provider: KustomizationSpecDecryptionProvider,
+        pub provider: DecryptionProvider,
         /// The secret name containing the private OpenPGP keys used for decryption.
         /// A static credential for a cloud provider defined inside the Secret
         /// takes priority to secret-less authentication with the ServiceAccountName
         /// field.
         #[serde(rename = "secretRef", default, skip_serializing_if = "Option::is_none")]
-        pub secret_ref: ::core::option::Option<KustomizationSpecDecryptionSecretRef>,
+        pub secret_ref: ::core::option::Option<Ref>,
         /// ServiceAccountName is the name of the service account used to
         /// authenticate with KMS services from cloud providers. If a
         /// static credential for a given cloud provider is defined
@@ -286,34 +402,30 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum KustomizationSpecDecryptionProvider {
+    pub enum DecryptionProvider {
+        /// `sops`
         #[serde(rename = "sops")]
         Sops,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
-    /// The secret name containing the private OpenPGP keys used for decryption.
-    /// A static credential for a cloud provider defined inside the Secret
-    /// takes priority to secret-less authentication with the ServiceAccountName
-    /// field.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecDecryptionSecretRef {
+    pub struct Ref {
         /// Name of the referent.
         pub name: ::std::string::String,
     }
@@ -325,24 +437,29 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum KustomizationSpecDeletionPolicy {
+        /// `MirrorPrune`
         #[serde(rename = "MirrorPrune")]
         MirrorPrune,
+        /// `Delete`
         #[serde(rename = "Delete")]
         Delete,
+        /// `WaitForTermination`
         #[serde(rename = "WaitForTermination")]
         WaitForTermination,
+        /// `Orphan`
         #[serde(rename = "Orphan")]
         Orphan,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// DependencyReference contains enough information to locate the referenced Kubernetes resource object
     /// and optional CEL expression to assess its readiness.
@@ -351,12 +468,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecDependsOn {
+    pub struct DependsOn {
         /// Name of the referent.
         pub name: ::std::string::String,
         /// Namespace of the referent, defaults to the namespace of the resource
@@ -377,12 +492,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecHealthCheckExprs {
+    pub struct HealthCheckExprs {
         /// APIVersion of the custom resource under evaluation.
         #[serde(rename = "apiVersion")]
         pub api_version: ::std::string::String,
@@ -408,12 +521,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecHealthChecks {
+    pub struct HealthChecks {
         /// API version of the referent, if not specified the Kubernetes preferred version will be used.
         #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
         pub api_version: ::core::option::Option<::std::string::String>,
@@ -432,12 +543,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecIgnore {
+    pub struct Ignore {
         /// Paths is a list of JSON Pointer (RFC 6901) paths to be excluded from
         /// consideration in a Kubernetes object.
         pub paths: ::std::vec::Vec<::std::string::String>,
@@ -446,24 +555,18 @@ pub mod v1 {
         /// If Target is not set, the Paths will be ignored for all Kubernetes
         /// objects within the manifest of the Kustomization.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub target: ::core::option::Option<KustomizationSpecIgnoreTarget>,
+        pub target: ::core::option::Option<Target>,
     }
-    /// Target is a selector for specifying Kubernetes objects to which this
-    /// rule applies.
-    /// If Target is not set, the Paths will be ignored for all Kubernetes
-    /// objects within the manifest of the Kustomization.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecIgnoreTarget {
+    pub struct Target {
         /// AnnotationSelector is a string that follows the label selection expression
         /// https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#api
         /// It matches with the resource annotations.
@@ -511,12 +614,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecImages {
+    pub struct Images {
         /// Digest is the value used to replace the original image tag.
         /// If digest is present NewTag value is ignored.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -543,12 +644,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecKubeConfig {
+    pub struct KubeConfig {
         /// ConfigMapRef holds an optional name of a ConfigMap that contains
         /// the following keys:
         ///
@@ -583,9 +682,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub config_map_ref: ::core::option::Option<
-            KustomizationSpecKubeConfigConfigMapRef,
-        >,
+        pub config_map_ref: ::core::option::Option<Ref>,
         /// SecretRef holds an optional name of a secret that contains a key with
         /// the kubeconfig file as the value. If no key is set, the key will default
         /// to 'value'. Mutually exclusive with ConfigMapRef.
@@ -595,50 +692,7 @@ pub mod v1 {
         /// binaries and credentials to the Pod that is responsible for reconciling
         /// Kubernetes resources. Supported only for the generic provider.
         #[serde(rename = "secretRef", default, skip_serializing_if = "Option::is_none")]
-        pub secret_ref: ::core::option::Option<KustomizationSpecKubeConfigSecretRef>,
-    }
-    /// ConfigMapRef holds an optional name of a ConfigMap that contains
-    /// the following keys:
-    ///
-    /// - `provider`: the provider to use. One of `aws`, `azure`, `gcp`, or
-    /// `generic`. Required.
-    /// - `cluster`: the fully qualified resource name of the Kubernetes
-    /// cluster in the cloud provider API. Not used by the `generic`
-    /// provider. Required when one of `address` or `ca.crt` is not set.
-    /// - `address`: the address of the Kubernetes API server. Required
-    /// for `generic`. For the other providers, if not specified, the
-    /// first address in the cluster resource will be used, and if
-    /// specified, it must match one of the addresses in the cluster
-    /// resource.
-    /// If audiences is not set, will be used as the audience for the
-    /// `generic` provider.
-    /// - `ca.crt`: the optional PEM-encoded CA certificate for the
-    /// Kubernetes API server. If not set, the controller will use the
-    /// CA certificate from the cluster resource.
-    /// - `audiences`: the optional audiences as a list of
-    /// line-break-separated strings for the Kubernetes ServiceAccount
-    /// token. Defaults to the `address` for the `generic` provider, or
-    /// to specific values for the other providers depending on the
-    /// provider.
-    /// -  `serviceAccountName`: the optional name of the Kubernetes
-    /// ServiceAccount in the same namespace that should be used
-    /// for authentication. If not specified, the controller
-    /// ServiceAccount will be used.
-    ///
-    /// Mutually exclusive with SecretRef.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecKubeConfigConfigMapRef {
-        /// Name of the referent.
-        pub name: ::std::string::String,
+        pub secret_ref: ::core::option::Option<SecretRef>,
     }
     /// SecretRef holds an optional name of a secret that contains a key with
     /// the kubeconfig file as the value. If no key is set, the key will default
@@ -653,12 +707,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecKubeConfigSecretRef {
+    pub struct SecretRef {
         /// Key in the Secret, when not specified an implementation-specific default key is used.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub key: ::core::option::Option<::std::string::String>,
@@ -672,72 +724,16 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecPatches {
+    pub struct Patches {
         /// Patch contains an inline StrategicMerge patch or an inline JSON6902 patch with
         /// an array of operation objects.
         pub patch: ::std::string::String,
         /// Target points to the resources that the patch document should be applied to.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub target: ::core::option::Option<KustomizationSpecPatchesTarget>,
-    }
-    /// Target points to the resources that the patch document should be applied to.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecPatchesTarget {
-        /// AnnotationSelector is a string that follows the label selection expression
-        /// https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#api
-        /// It matches with the resource annotations.
-        #[serde(
-            rename = "annotationSelector",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub annotation_selector: ::core::option::Option<::std::string::String>,
-        /// Group is the API group to select resources from.
-        /// Together with Version and Kind it is capable of unambiguously identifying and/or selecting resources.
-        /// https://github.com/kubernetes/community/blob/master/contributors/design-proposals/api-machinery/api-group.md
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub group: ::core::option::Option<::std::string::String>,
-        /// Kind of the API Group to select resources from.
-        /// Together with Group and Version it is capable of unambiguously
-        /// identifying and/or selecting resources.
-        /// https://github.com/kubernetes/community/blob/master/contributors/design-proposals/api-machinery/api-group.md
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kind: ::core::option::Option<::std::string::String>,
-        /// LabelSelector is a string that follows the label selection expression
-        /// https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#api
-        /// It matches with the resource labels.
-        #[serde(
-            rename = "labelSelector",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub label_selector: ::core::option::Option<::std::string::String>,
-        /// Name to match resources with.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Namespace to select resources from.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespace: ::core::option::Option<::std::string::String>,
-        /// Version of the API Group to select resources from.
-        /// Together with Group and Kind it is capable of unambiguously identifying and/or selecting resources.
-        /// https://github.com/kubernetes/community/blob/master/contributors/design-proposals/api-machinery/api-group.md
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub version: ::core::option::Option<::std::string::String>,
+        pub target: ::core::option::Option<Target>,
     }
     /// PostBuild describes which actions to perform on the YAML manifest
     /// generated by building the kustomize overlay.
@@ -747,12 +743,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecPostBuild {
+    pub struct PostBuild {
         /// Substitute holds a map of key/value pairs.
         /// The variables defined in your YAML manifests that match any of the keys
         /// defined in the map will be substituted with the set value.
@@ -772,9 +766,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub substitute_from: ::core::option::Option<
-            ::std::vec::Vec<KustomizationSpecPostBuildSubstituteFrom>,
-        >,
+        pub substitute_from: ::core::option::Option<::std::vec::Vec<SubstituteFrom>>,
         /// SubstituteStrategy defines the strategy for substituting variables in the YAML manifests.
         /// Valid values are:
         ///
@@ -787,9 +779,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub substitute_strategy: ::core::option::Option<
-            KustomizationSpecPostBuildSubstituteStrategy,
-        >,
+        pub substitute_strategy: ::core::option::Option<PostBuildSubstituteStrategy>,
     }
     /// SubstituteReference contains a reference to a resource containing
     /// the variables name and value.
@@ -798,14 +788,12 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecPostBuildSubstituteFrom {
+    pub struct SubstituteFrom {
         /// Kind of the values referent, valid values are ('Secret', 'ConfigMap').
-        pub kind: KustomizationSpecPostBuildSubstituteFromKind,
+        pub kind: SubstituteFromKind,
         /// Name of the values referent. Should reside in the same namespace as the
         /// referring resource.
         pub name: ::std::string::String,
@@ -822,20 +810,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum KustomizationSpecPostBuildSubstituteFromKind {
+    pub enum SubstituteFromKind {
+        /// `Secret`
         #[serde(rename = "Secret")]
         Secret,
+        /// `ConfigMap`
         #[serde(rename = "ConfigMap")]
         ConfigMap,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// SubstituteStrategy defines the strategy for substituting variables in the YAML manifests.
     /// Valid values are:
@@ -848,20 +839,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum KustomizationSpecPostBuildSubstituteStrategy {
+    pub enum PostBuildSubstituteStrategy {
+        /// `WithVariables`
         #[serde(rename = "WithVariables")]
         WithVariables,
+        /// `Always`
         #[serde(rename = "Always")]
         Always,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Reference of the source where the kustomization file is.
     #[derive(
@@ -869,17 +863,15 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationSpecSourceRef {
+    pub struct SourceRef {
         /// API version of the referent.
         #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
         pub api_version: ::core::option::Option<::std::string::String>,
         /// Kind of the referent.
-        pub kind: KustomizationSpecSourceRefKind,
+        pub kind: SourceRefKind,
         /// Name of the referent.
         pub name: ::std::string::String,
         /// Namespace of the referent, defaults to the namespace of the Kubernetes
@@ -892,24 +884,29 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum KustomizationSpecSourceRefKind {
+    pub enum SourceRefKind {
+        /// `OCIRepository`
         #[serde(rename = "OCIRepository")]
         OciRepository,
+        /// `GitRepository`
         #[serde(rename = "GitRepository")]
         GitRepository,
+        /// `Bucket`
         #[serde(rename = "Bucket")]
         Bucket,
+        /// `ExternalArtifact`
         #[serde(rename = "ExternalArtifact")]
         ExternalArtifact,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// KustomizationStatus defines the observed state of a kustomization.
     #[derive(
@@ -918,24 +915,20 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct KustomizationStatus {
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<
-            ::std::vec::Vec<KustomizationStatusConditions>,
-        >,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         /// History contains a set of snapshots of the last reconciliation attempts
         /// tracking the revision, the state and the duration of each attempt.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub history: ::core::option::Option<::std::vec::Vec<KustomizationStatusHistory>>,
+        pub history: ::core::option::Option<::std::vec::Vec<History>>,
         /// Inventory contains the list of Kubernetes resource object references that
         /// have been successfully applied.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub inventory: ::core::option::Option<KustomizationStatusInventory>,
+        pub inventory: ::core::option::Option<Inventory>,
         /// The last successfully applied origin revision.
         /// Equals the origin revision of the applied Artifact from the referenced Source.
         /// Usually present on the Metadata of the applied Artifact and depends on the
@@ -985,12 +978,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationStatusConditions {
+    pub struct Conditions {
         /// lastTransitionTime is the last time the condition transitioned from one status to another.
         /// This should be when the underlying condition changed.  If that is not known, then using the time when the API field changed is acceptable.
         #[serde(rename = "lastTransitionTime")]
@@ -1014,7 +1005,7 @@ pub mod v1 {
         /// This field may not be empty.
         pub reason: ::std::string::String,
         /// status of the condition, one of True, False, Unknown.
-        pub status: KustomizationStatusConditionsStatus,
+        pub status: ConditionsStatus,
         /// type of condition in CamelCase or in foo.example.com/CamelCase.
         pub r#type: ::std::string::String,
     }
@@ -1023,22 +1014,26 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum KustomizationStatusConditionsStatus {
+    pub enum ConditionsStatus {
+        /// `True`
         #[serde(rename = "True")]
         True,
+        /// `False`
         #[serde(rename = "False")]
         False,
+        /// `Unknown`
         #[serde(rename = "Unknown")]
         Unknown,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Snapshot represents a point-in-time record of a group of resources reconciliation,
     /// including timing information, status, and a unique digest identifier.
@@ -1047,12 +1042,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationStatusHistory {
+    pub struct History {
         /// Digest is the checksum in the format `<algo>:<hex>` of the resources in this snapshot.
         pub digest: ::std::string::String,
         /// FirstReconciled is the time when this revision was first reconciled to the cluster.
@@ -1083,14 +1076,12 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationStatusInventory {
+    pub struct Inventory {
         /// Entries of Kubernetes resource object references.
-        pub entries: ::std::vec::Vec<KustomizationStatusInventoryEntries>,
+        pub entries: ::std::vec::Vec<Entries>,
     }
     /// ResourceRef contains the information necessary to locate a resource within a cluster.
     #[derive(
@@ -1098,12 +1089,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct KustomizationStatusInventoryEntries {
+    pub struct Entries {
         /// ID is the string representation of the Kubernetes resource object's metadata,
         /// in the format '<namespace>_<name>_<group>_<kind>'.
         pub id: ::std::string::String,
@@ -1117,6 +1106,7 @@ pub mod v1 {
     }
     impl KustomizationInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -1125,18 +1115,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<Kustomization> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> KustomizationLister {
             KustomizationLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<Kustomization>,
@@ -1147,6 +1140,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -1158,6 +1152,7 @@ pub mod v1 {
     }
     impl KustomizationLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -1167,6 +1162,7 @@ pub mod v1 {
     }
     impl KustomizationLister {
         /// The `Kustomization` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn kustomizations(&self, namespace: &str) -> KustomizationNamespaceLister {
             KustomizationNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -1179,6 +1175,7 @@ pub mod v1 {
     }
     impl KustomizationNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -1186,6 +1183,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -1195,6 +1193,7 @@ pub mod v1 {
     }
     impl Kustomization {
         /// The shared `Kustomization` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -1204,6 +1203,7 @@ pub mod v1 {
             KustomizationInformer::new(factory)
         }
         /// The shared metadata-only `Kustomization` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

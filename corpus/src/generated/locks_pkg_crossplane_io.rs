@@ -2,151 +2,146 @@
 
 //! Types, informers and listers of the custom resource `locks.pkg.crossplane.io` (`pkg.crossplane.io`, kind `Lock`), generated from `crds/crossplane/pkg.crossplane.io_locks.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.20.1\"},\"name\":\"locks.pkg.crossplane.io\"},\"spec\":{\"group\":\"pkg.crossplane.io\",\"names\":{\"kind\":\"Lock\",\"listKind\":\"LockList\",\"plural\":\"locks\",\"singular\":\"lock\"},\"scope\":\"Cluster\",\"versions\":[{\"additionalPrinterColumns\":[{\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"AGE\",\"type\":\"date\"}],\"name\":\"v1beta1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"Lock is the CRD type that tracks package dependencies.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"packages\":{\"items\":{\"description\":\"LockPackage is a package that is in the lock.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion of the package.\",\"type\":\"string\"},\"dependencies\":{\"description\":\"Dependencies are the list of dependencies of this package. The order of\\nthe dependencies will dictate the order in which they are resolved.\",\"items\":{\"description\":\"A Dependency is a dependency of a package in the lock.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion of the package.\",\"type\":\"string\"},\"constraints\":{\"description\":\"Constraints is a valid semver range or a digest, which will be used to select a valid\\ndependency version.\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind of the package (not the kind of the package revision).\",\"type\":\"string\"},\"package\":{\"description\":\"Package is the OCI image name without a tag or digest.\",\"type\":\"string\"},\"type\":{\"description\":\"Type is the type of package. Can be either Configuration or Provider.\\n\\nDeprecated: Specify an apiVersion and kind instead.\",\"enum\":[\"Configuration\",\"Provider\",\"Function\"],\"type\":\"string\"}},\"required\":[\"constraints\",\"package\"],\"type\":\"object\"},\"type\":\"array\"},\"kind\":{\"description\":\"Kind of the package (not the kind of the package revision).\",\"type\":\"string\"},\"name\":{\"description\":\"Name corresponds to the name of the package revision for this package.\",\"type\":\"string\"},\"source\":{\"description\":\"Source is the OCI image name without a tag or digest.\",\"type\":\"string\"},\"type\":{\"description\":\"Type is the type of package.\\n\\nDeprecated: Specify an apiVersion and kind instead.\",\"enum\":[\"Configuration\",\"Provider\",\"Function\"],\"type\":\"string\"},\"version\":{\"description\":\"Version is the tag or digest of the OCI image.\",\"type\":\"string\"}},\"required\":[\"dependencies\",\"name\",\"source\",\"version\"],\"type\":\"object\"},\"type\":\"array\"},\"status\":{\"description\":\"Status of the Lock.\",\"properties\":{\"conditions\":{\"description\":\"Conditions of the resource.\",\"items\":{\"description\":\"A Condition that may apply to a resource.\",\"properties\":{\"lastTransitionTime\":{\"description\":\"LastTransitionTime is the last time this condition transitioned from one\\nstatus to another.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"A Message containing details about this condition's last transition from\\none status to another, if any.\",\"type\":\"string\"},\"observedGeneration\":{\"description\":\"ObservedGeneration represents the .metadata.generation that the condition was set based upon.\\nFor instance, if .metadata.generation is currently 12, but the .status.conditions[x].observedGeneration is 9, the condition is out of date\\nwith respect to the current state of the instance.\",\"format\":\"int64\",\"type\":\"integer\"},\"reason\":{\"description\":\"A Reason for this condition's last transition from one status to another.\",\"type\":\"string\"},\"status\":{\"description\":\"Status of this condition; is it currently True, False, or Unknown?\",\"type\":\"string\"},\"type\":{\"description\":\"Type of this condition. At most one of each condition type may apply to\\na resource at any point in time.\",\"type\":\"string\"}},\"required\":[\"lastTransitionTime\",\"reason\",\"status\",\"type\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"type\"],\"x-kubernetes-list-type\":\"map\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `pkg.crossplane.io/v1beta1` `Lock`, the storage version.
 pub mod v1beta1 {
     /// Lock is the CRD type that tracks package dependencies.
+    ///
+    /// `pkg.crossplane.io/v1beta1` `Lock`, cluster-scoped.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
     #[derive(
-        ::kinformer::kube::CustomResource,
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
-    #[kube(
-        group = "pkg.crossplane.io",
-        version = "v1beta1",
-        kind = "Lock",
-        plural = "locks",
-        no_spec,
-        status = "LockStatus",
-        derive = "PartialEq",
-        derive = "Default",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct LockFields {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub packages: ::core::option::Option<::std::vec::Vec<LockFieldsPackages>>,
+    pub struct Lock {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// Status of the Lock.
+        pub status: ::core::option::Option<LockStatus>,
+        pub packages: ::core::option::Option<::std::vec::Vec<Packages>>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
     }
-    /// LockPackage is a package that is in the lock.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct LockFieldsPackages {
-        /// APIVersion of the package.
-        #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
-        pub api_version: ::core::option::Option<::std::string::String>,
-        /// Dependencies are the list of dependencies of this package. The order of
-        /// the dependencies will dictate the order in which they are resolved.
-        pub dependencies: ::std::vec::Vec<LockFieldsPackagesDependencies>,
-        /// Kind of the package (not the kind of the package revision).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kind: ::core::option::Option<::std::string::String>,
-        /// Name corresponds to the name of the package revision for this package.
-        pub name: ::std::string::String,
-        /// Source is the OCI image name without a tag or digest.
-        pub source: ::std::string::String,
-        /// Type is the type of package.
-        ///
-        /// Deprecated: Specify an apiVersion and kind instead.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub r#type: ::core::option::Option<LockFieldsPackagesType>,
-        /// Version is the tag or digest of the OCI image.
-        pub version: ::std::string::String,
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "Lock")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<LockStatus>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub packages: ::core::option::Option<::std::vec::Vec<Packages>>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for Lock {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for Lock {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for Lock {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for Lock {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::ClusterResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("Lock")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("pkg.crossplane.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1beta1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("pkg.crossplane.io/v1beta1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("locks")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
     }
-    /// A Dependency is a dependency of a package in the lock.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct LockFieldsPackagesDependencies {
-        /// APIVersion of the package.
-        #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
-        pub api_version: ::core::option::Option<::std::string::String>,
-        /// Constraints is a valid semver range or a digest, which will be used to select a valid
-        /// dependency version.
-        pub constraints: ::std::string::String,
-        /// Kind of the package (not the kind of the package revision).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kind: ::core::option::Option<::std::string::String>,
-        /// Package is the OCI image name without a tag or digest.
-        pub package: ::std::string::String,
-        /// Type is the type of package. Can be either Configuration or Provider.
-        ///
-        /// Deprecated: Specify an apiVersion and kind instead.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub r#type: ::core::option::Option<LockFieldsPackagesDependenciesType>,
+    impl ::kinformer::kube::core::object::HasStatus for Lock {
+        type Status = LockStatus;
+        fn status(&self) -> ::core::option::Option<&LockStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<LockStatus> {
+            &mut self.status
+        }
     }
-    /// Type is the type of package. Can be either Configuration or Provider.
-    ///
-    /// Deprecated: Specify an apiVersion and kind instead.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum LockFieldsPackagesDependenciesType {
-        #[serde(rename = "Configuration")]
-        Configuration,
-        #[serde(rename = "Provider")]
-        Provider,
-        #[serde(rename = "Function")]
-        Function,
+    impl ::kinformer::kube::CustomResourceExt for Lock {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "locks.pkg.crossplane.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &[]
+        }
     }
-    /// Type is the type of package.
-    ///
-    /// Deprecated: Specify an apiVersion and kind instead.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum LockFieldsPackagesType {
-        #[serde(rename = "Configuration")]
-        Configuration,
-        #[serde(rename = "Provider")]
-        Provider,
-        #[serde(rename = "Function")]
-        Function,
+    impl Lock {
+        /// A `Lock` named `name`: no namespace, no status, no other field.
+        pub fn new(name: &str) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                status: ::core::option::Option::None,
+                packages: ::core::default::Default::default(),
+                extra: ::core::default::Default::default(),
+            }
+        }
     }
     /// Status of the Lock.
     #[derive(
@@ -155,15 +150,13 @@ pub mod v1beta1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct LockStatus {
         /// Conditions of the resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<::std::vec::Vec<LockStatusConditions>>,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
     }
     /// A Condition that may apply to a resource.
     #[derive(
@@ -171,12 +164,10 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct LockStatusConditions {
+    pub struct Conditions {
         /// LastTransitionTime is the last time this condition transitioned from one
         /// status to another.
         #[serde(rename = "lastTransitionTime")]
@@ -202,6 +193,89 @@ pub mod v1beta1 {
         /// a resource at any point in time.
         pub r#type: ::std::string::String,
     }
+    /// LockPackage is a package that is in the lock.
+    #[derive(
+        ::kinformer::serde::Serialize,
+        ::kinformer::serde::Deserialize,
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq
+    )]
+    #[serde(crate = "::kinformer::serde")]
+    pub struct Packages {
+        /// APIVersion of the package.
+        #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
+        pub api_version: ::core::option::Option<::std::string::String>,
+        /// Dependencies are the list of dependencies of this package. The order of
+        /// the dependencies will dictate the order in which they are resolved.
+        pub dependencies: ::std::vec::Vec<Dependencies>,
+        /// Kind of the package (not the kind of the package revision).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub kind: ::core::option::Option<::std::string::String>,
+        /// Name corresponds to the name of the package revision for this package.
+        pub name: ::std::string::String,
+        /// Source is the OCI image name without a tag or digest.
+        pub source: ::std::string::String,
+        /// Type is the type of package.
+        ///
+        /// Deprecated: Specify an apiVersion and kind instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub r#type: ::core::option::Option<PackagesType>,
+        /// Version is the tag or digest of the OCI image.
+        pub version: ::std::string::String,
+    }
+    /// A Dependency is a dependency of a package in the lock.
+    #[derive(
+        ::kinformer::serde::Serialize,
+        ::kinformer::serde::Deserialize,
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq
+    )]
+    #[serde(crate = "::kinformer::serde")]
+    pub struct Dependencies {
+        /// APIVersion of the package.
+        #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
+        pub api_version: ::core::option::Option<::std::string::String>,
+        /// Constraints is a valid semver range or a digest, which will be used to select a valid
+        /// dependency version.
+        pub constraints: ::std::string::String,
+        /// Kind of the package (not the kind of the package revision).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub kind: ::core::option::Option<::std::string::String>,
+        /// Package is the OCI image name without a tag or digest.
+        pub package: ::std::string::String,
+        /// Type is the type of package. Can be either Configuration or Provider.
+        ///
+        /// Deprecated: Specify an apiVersion and kind instead.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub r#type: ::core::option::Option<PackagesType>,
+    }
+    #[derive(
+        ::kinformer::serde::Serialize,
+        ::kinformer::serde::Deserialize,
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::cmp::Eq,
+        ::core::hash::Hash
+    )]
+    #[serde(crate = "::kinformer::serde")]
+    pub enum PackagesType {
+        /// `Configuration`
+        #[serde(rename = "Configuration")]
+        Configuration,
+        /// `Provider`
+        #[serde(rename = "Provider")]
+        Provider,
+        /// `Function`
+        #[serde(rename = "Function")]
+        Function,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
+    }
     /// The shared informer of `pkg.crossplane.io/v1beta1` `Lock`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
     pub struct LockInformer {
@@ -209,6 +283,7 @@ pub mod v1beta1 {
     }
     impl LockInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -217,16 +292,19 @@ pub mod v1beta1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Lock> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> LockLister {
             LockLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<Lock>,
@@ -237,6 +315,7 @@ pub mod v1beta1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -248,6 +327,7 @@ pub mod v1beta1 {
     }
     impl LockLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -257,18 +337,21 @@ pub mod v1beta1 {
     }
     impl LockLister {
         /// The object named `name`, if cached.
+        #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<Lock>> {
             self.lister.get(name)
         }
     }
     impl Lock {
         /// The shared `Lock` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<LockInformer, ::kinformer::factory::FactoryError> {
             LockInformer::new(factory)
         }
         /// The shared metadata-only `Lock` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

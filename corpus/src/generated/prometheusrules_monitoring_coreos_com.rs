@@ -2,44 +2,178 @@
 
 //! Types, informers and listers of the custom resource `prometheusrules.monitoring.coreos.com` (`monitoring.coreos.com`, kind `PrometheusRule`), generated from `crds/prometheus-operator/monitoring.coreos.com_prometheusrules.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.21.0\",\"operator.prometheus.io/version\":\"0.93.0\"},\"name\":\"prometheusrules.monitoring.coreos.com\"},\"spec\":{\"group\":\"monitoring.coreos.com\",\"names\":{\"categories\":[\"prometheus-operator\"],\"kind\":\"PrometheusRule\",\"listKind\":\"PrometheusRuleList\",\"plural\":\"prometheusrules\",\"shortNames\":[\"promrule\"],\"singular\":\"prometheusrule\"},\"scope\":\"Namespaced\",\"versions\":[{\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"The `PrometheusRule` custom resource definition (CRD) defines [alerting](https://prometheus.io/docs/prometheus/latest/configuration/alerting_rules/) and [recording](https://prometheus.io/docs/prometheus/latest/configuration/recording_rules/) rules to be evaluated by `Prometheus` or `ThanosRuler` objects.\\n\\n`Prometheus` and `ThanosRuler` objects select `PrometheusRule` objects using label and namespace selectors.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"spec defines the specification of desired alerting rule definitions for Prometheus.\",\"properties\":{\"groups\":{\"description\":\"groups defines the content of Prometheus rule file\",\"items\":{\"description\":\"RuleGroup is a list of sequentially evaluated recording and alerting rules.\",\"properties\":{\"interval\":{\"description\":\"interval defines how often rules in the group are evaluated.\",\"pattern\":\"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$\",\"type\":\"string\"},\"labels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"labels define the labels to add or overwrite before storing the result for its rules.\\nThe labels defined at the rule level take precedence.\\n\\nIt requires Prometheus >= 3.0.0.\\nThe field is ignored for Thanos Ruler.\",\"type\":\"object\"},\"limit\":{\"description\":\"limit defines the number of alerts an alerting rule and series a recording\\nrule can produce.\\nLimit is supported starting with Prometheus >= 2.31 and Thanos Ruler >= 0.24.\",\"type\":\"integer\"},\"name\":{\"description\":\"name defines the name of the rule group.\",\"minLength\":1,\"type\":\"string\"},\"partial_response_strategy\":{\"description\":\"partial_response_strategy is only used by ThanosRuler and will\\nbe ignored by Prometheus instances.\\nMore info: https://github.com/thanos-io/thanos/blob/main/docs/components/rule.md#partial-response\",\"pattern\":\"^(?i)(abort|warn)?$\",\"type\":\"string\"},\"query_offset\":{\"description\":\"query_offset defines the offset the rule evaluation timestamp of this particular group by the specified duration into the past.\\n\\nIt requires Prometheus >= v2.53.0.\\nIt is not supported for ThanosRuler.\",\"pattern\":\"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$\",\"type\":\"string\"},\"rules\":{\"description\":\"rules defines the list of alerting and recording rules.\",\"items\":{\"description\":\"Rule describes an alerting or recording rule\\nSee Prometheus documentation: [alerting](https://www.prometheus.io/docs/prometheus/latest/configuration/alerting_rules/) or [recording](https://www.prometheus.io/docs/prometheus/latest/configuration/recording_rules/#recording-rules) rule\",\"properties\":{\"alert\":{\"description\":\"alert defines the name of the alert. Must be a valid label value.\\nOnly one of `record` and `alert` must be set.\",\"type\":\"string\"},\"annotations\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"annotations defines annotations to add to each alert.\\nOnly valid for alerting rules.\",\"type\":\"object\"},\"expr\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"description\":\"expr defines the PromQL expression to evaluate.\",\"x-kubernetes-int-or-string\":true},\"for\":{\"description\":\"for defines how alerts are considered firing once they have been returned for this long.\",\"pattern\":\"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$\",\"type\":\"string\"},\"keep_firing_for\":{\"description\":\"keep_firing_for defines how long an alert will continue firing after the condition that triggered it has cleared.\",\"minLength\":1,\"pattern\":\"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$\",\"type\":\"string\"},\"labels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"labels defines labels to add or overwrite.\",\"type\":\"object\"},\"record\":{\"description\":\"record defines the name of the time series to output to. Must be a valid metric name.\\nOnly one of `record` and `alert` must be set.\",\"type\":\"string\"}},\"required\":[\"expr\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"name\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"name\"],\"x-kubernetes-list-type\":\"map\"}},\"type\":\"object\"},\"status\":{\"description\":\"status defines the status subresource. It is under active development and is updated only when the\\n\\\"StatusForConfigurationResources\\\" feature gate is enabled.\\n\\nMost recent observed status of the PrometheusRule. Read-only.\\nMore info:\\nhttps://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#spec-and-status\",\"properties\":{\"bindings\":{\"description\":\"bindings defines the list of workload resources (Prometheus, PrometheusAgent, ThanosRuler or Alertmanager) which select the configuration resource.\",\"items\":{\"description\":\"WorkloadBinding is a link between a configuration resource and a workload resource.\",\"properties\":{\"conditions\":{\"description\":\"conditions defines the current state of the configuration resource when bound to the referenced Workload object.\",\"items\":{\"description\":\"ConfigResourceCondition describes the status of configuration resources linked to Prometheus, PrometheusAgent, Alertmanager or ThanosRuler.\",\"properties\":{\"lastTransitionTime\":{\"description\":\"lastTransitionTime defines the time of the last update to the current status property.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"message defines the human-readable message indicating details for the condition's last transition.\",\"type\":\"string\"},\"observedGeneration\":{\"description\":\"observedGeneration defines the .metadata.generation that the\\ncondition was set based upon. For instance, if `.metadata.generation` is\\ncurrently 12, but the `.status.conditions[].observedGeneration` is 9, the\\ncondition is out of date with respect to the current state of the object.\",\"format\":\"int64\",\"type\":\"integer\"},\"reason\":{\"description\":\"reason for the condition's last transition.\",\"type\":\"string\"},\"status\":{\"description\":\"status of the condition.\",\"minLength\":1,\"type\":\"string\"},\"type\":{\"description\":\"type of the condition being reported.\\nCurrently, only \\\"Accepted\\\" is supported.\",\"enum\":[\"Accepted\"],\"minLength\":1,\"type\":\"string\"}},\"required\":[\"lastTransitionTime\",\"status\",\"type\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"type\"],\"x-kubernetes-list-type\":\"map\"},\"group\":{\"description\":\"group defines the group of the referenced resource.\",\"enum\":[\"monitoring.coreos.com\"],\"type\":\"string\"},\"name\":{\"description\":\"name defines the name of the referenced object.\",\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"namespace defines the namespace of the referenced object.\",\"minLength\":1,\"type\":\"string\"},\"resource\":{\"description\":\"resource defines the type of resource being referenced (e.g. Prometheus, PrometheusAgent, ThanosRuler or Alertmanager).\",\"enum\":[\"prometheuses\",\"prometheusagents\",\"thanosrulers\",\"alertmanagers\"],\"type\":\"string\"}},\"required\":[\"group\",\"name\",\"namespace\",\"resource\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"group\",\"resource\",\"name\",\"namespace\"],\"x-kubernetes-list-type\":\"map\"}},\"type\":\"object\"}},\"required\":[\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `monitoring.coreos.com/v1` `PrometheusRule`, the storage version.
 pub mod v1 {
+    /// The `PrometheusRule` custom resource definition (CRD) defines [alerting](https://prometheus.io/docs/prometheus/latest/configuration/alerting_rules/) and [recording](https://prometheus.io/docs/prometheus/latest/configuration/recording_rules/) rules to be evaluated by `Prometheus` or `ThanosRuler` objects.
+    ///
+    /// `Prometheus` and `ThanosRuler` objects select `PrometheusRule` objects using label and namespace selectors.
+    ///
+    /// `monitoring.coreos.com/v1` `PrometheusRule`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::default::Default
+    )]
+    pub struct PrometheusRule {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// spec defines the specification of desired alerting rule definitions for Prometheus.
+        pub spec: PrometheusRuleSpec,
+        /// status defines the status subresource. It is under active development and is updated only when the
+        /// "StatusForConfigurationResources" feature gate is enabled.
+        ///
+        /// Most recent observed status of the PrometheusRule. Read-only.
+        /// More info:
+        /// https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
+        pub status: ::core::option::Option<PrometheusRuleStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "PrometheusRule")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            #[serde(default)]
+            pub spec: PrometheusRuleSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<PrometheusRuleStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for PrometheusRule {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for PrometheusRule {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for PrometheusRule {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for PrometheusRule {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("PrometheusRule")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("monitoring.coreos.com")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("monitoring.coreos.com/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("prometheusrules")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for PrometheusRule {
+        type Spec = PrometheusRuleSpec;
+        fn spec(&self) -> &PrometheusRuleSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut PrometheusRuleSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for PrometheusRule {
+        type Status = PrometheusRuleStatus;
+        fn status(&self) -> ::core::option::Option<&PrometheusRuleStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<PrometheusRuleStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for PrometheusRule {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "prometheusrules.monitoring.coreos.com"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["promrule"]
+        }
+    }
+    impl PrometheusRule {
+        /// A `PrometheusRule` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: PrometheusRuleSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// spec defines the specification of desired alerting rule definitions for Prometheus.
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
-    #[kube(
-        group = "monitoring.coreos.com",
-        version = "v1",
-        kind = "PrometheusRule",
-        plural = "prometheusrules",
-        namespaced,
-        status = "PrometheusRuleStatus",
-        shortname = "promrule",
-        category = "prometheus-operator",
-        derive = "PartialEq",
-        derive = "Default",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
-    )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct PrometheusRuleSpec {
         /// groups defines the content of Prometheus rule file
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub groups: ::core::option::Option<::std::vec::Vec<PrometheusRuleSpecGroups>>,
+        pub groups: ::core::option::Option<::std::vec::Vec<Groups>>,
     }
     /// RuleGroup is a list of sequentially evaluated recording and alerting rules.
     #[derive(
@@ -47,12 +181,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct PrometheusRuleSpecGroups {
+    pub struct Groups {
         /// interval defines how often rules in the group are evaluated.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub interval: ::core::option::Option<::std::string::String>,
@@ -85,9 +217,7 @@ pub mod v1 {
         pub query_offset: ::core::option::Option<::std::string::String>,
         /// rules defines the list of alerting and recording rules.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub rules: ::core::option::Option<
-            ::std::vec::Vec<PrometheusRuleSpecGroupsRules>,
-        >,
+        pub rules: ::core::option::Option<::std::vec::Vec<Rules>>,
     }
     /// Rule describes an alerting or recording rule
     /// See Prometheus documentation: [alerting](https://www.prometheus.io/docs/prometheus/latest/configuration/alerting_rules/) or [recording](https://www.prometheus.io/docs/prometheus/latest/configuration/recording_rules/#recording-rules) rule
@@ -96,12 +226,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct PrometheusRuleSpecGroupsRules {
+    pub struct Rules {
         /// alert defines the name of the alert. Must be a valid label value.
         /// Only one of `record` and `alert` must be set.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,7 +241,6 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
         /// expr defines the PromQL expression to evaluate.
-        #[schemars(schema_with = "::kinformer::__codegen::int_or_string_schema")]
         pub expr: ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
         /// for defines how alerts are considered firing once they have been returned for this long.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -143,17 +270,13 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct PrometheusRuleStatus {
         /// bindings defines the list of workload resources (Prometheus, PrometheusAgent, ThanosRuler or Alertmanager) which select the configuration resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub bindings: ::core::option::Option<
-            ::std::vec::Vec<PrometheusRuleStatusBindings>,
-        >,
+        pub bindings: ::core::option::Option<::std::vec::Vec<Bindings>>,
     }
     /// WorkloadBinding is a link between a configuration resource and a workload resource.
     #[derive(
@@ -161,25 +284,21 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct PrometheusRuleStatusBindings {
+    pub struct Bindings {
         /// conditions defines the current state of the configuration resource when bound to the referenced Workload object.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<
-            ::std::vec::Vec<PrometheusRuleStatusBindingsConditions>,
-        >,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         /// group defines the group of the referenced resource.
-        pub group: PrometheusRuleStatusBindingsGroup,
+        pub group: BindingsGroup,
         /// name defines the name of the referenced object.
         pub name: ::std::string::String,
         /// namespace defines the namespace of the referenced object.
         pub namespace: ::std::string::String,
         /// resource defines the type of resource being referenced (e.g. Prometheus, PrometheusAgent, ThanosRuler or Alertmanager).
-        pub resource: PrometheusRuleStatusBindingsResource,
+        pub resource: BindingsResource,
     }
     /// ConfigResourceCondition describes the status of configuration resources linked to Prometheus, PrometheusAgent, Alertmanager or ThanosRuler.
     #[derive(
@@ -187,12 +306,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct PrometheusRuleStatusBindingsConditions {
+    pub struct Conditions {
         /// lastTransitionTime defines the time of the last update to the current status property.
         #[serde(rename = "lastTransitionTime")]
         pub last_transition_time: ::std::string::String,
@@ -216,7 +333,7 @@ pub mod v1 {
         pub status: ::std::string::String,
         /// type of the condition being reported.
         /// Currently, only "Accepted" is supported.
-        pub r#type: PrometheusRuleStatusBindingsConditionsType,
+        pub r#type: ConditionsType,
     }
     /// type of the condition being reported.
     /// Currently, only "Accepted" is supported.
@@ -224,60 +341,69 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum PrometheusRuleStatusBindingsConditionsType {
+    pub enum ConditionsType {
+        /// `Accepted`
         #[serde(rename = "Accepted")]
         Accepted,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// group defines the group of the referenced resource.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum PrometheusRuleStatusBindingsGroup {
+    pub enum BindingsGroup {
+        /// `monitoring.coreos.com`
         #[serde(rename = "monitoring.coreos.com")]
         MonitoringCoreosCom,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// resource defines the type of resource being referenced (e.g. Prometheus, PrometheusAgent, ThanosRuler or Alertmanager).
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum PrometheusRuleStatusBindingsResource {
+    pub enum BindingsResource {
+        /// `prometheuses`
         #[serde(rename = "prometheuses")]
         Prometheuses,
+        /// `prometheusagents`
         #[serde(rename = "prometheusagents")]
         Prometheusagents,
+        /// `thanosrulers`
         #[serde(rename = "thanosrulers")]
         Thanosrulers,
+        /// `alertmanagers`
         #[serde(rename = "alertmanagers")]
         Alertmanagers,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// The shared informer of `monitoring.coreos.com/v1` `PrometheusRule`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -286,6 +412,7 @@ pub mod v1 {
     }
     impl PrometheusRuleInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -294,18 +421,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<PrometheusRule> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> PrometheusRuleLister {
             PrometheusRuleLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<PrometheusRule>,
@@ -316,6 +446,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -327,6 +458,7 @@ pub mod v1 {
     }
     impl PrometheusRuleLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -336,6 +468,7 @@ pub mod v1 {
     }
     impl PrometheusRuleLister {
         /// The `PrometheusRule` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn prometheusrules(&self, namespace: &str) -> PrometheusRuleNamespaceLister {
             PrometheusRuleNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -348,6 +481,7 @@ pub mod v1 {
     }
     impl PrometheusRuleNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -355,6 +489,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -364,6 +499,7 @@ pub mod v1 {
     }
     impl PrometheusRule {
         /// The shared `PrometheusRule` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -373,6 +509,7 @@ pub mod v1 {
             PrometheusRuleInformer::new(factory)
         }
         /// The shared metadata-only `PrometheusRule` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

@@ -2,37 +2,160 @@
 
 //! Types, informers and listers of the custom resource `referencegrants.gateway.networking.k8s.io` (`gateway.networking.k8s.io`, kind `ReferenceGrant`), generated from `crds/gateway-api/gateway.networking.k8s.io_referencegrants.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"api-approved.kubernetes.io\":\"https://github.com/kubernetes-sigs/gateway-api/pull/4530\",\"gateway.networking.k8s.io/bundle-version\":\"v0.0.0-dev\",\"gateway.networking.k8s.io/channel\":\"standard\"},\"name\":\"referencegrants.gateway.networking.k8s.io\"},\"spec\":{\"group\":\"gateway.networking.k8s.io\",\"names\":{\"categories\":[\"gateway-api\"],\"kind\":\"ReferenceGrant\",\"listKind\":\"ReferenceGrantList\",\"plural\":\"referencegrants\",\"shortNames\":[\"refgrant\"],\"singular\":\"referencegrant\"},\"scope\":\"Namespaced\",\"versions\":[{\"additionalPrinterColumns\":[{\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"}],\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"ReferenceGrant identifies kinds of resources in other namespaces that are\\ntrusted to reference the specified kinds of resources in the same namespace\\nas the policy.\\n\\nEach ReferenceGrant can be used to represent a unique trust relationship.\\nAdditional Reference Grants can be used to add to the set of trusted\\nsources of inbound references for the namespace they are defined within.\\n\\nAll cross-namespace references in Gateway API (with the exception of cross-namespace\\nGateway-route attachment) require a ReferenceGrant.\\n\\nReferenceGrant is a form of runtime verification allowing users to assert\\nwhich cross-namespace object references are permitted. Implementations that\\nsupport ReferenceGrant MUST NOT permit cross-namespace references which have\\nno grant, and MUST respond to the removal of a grant by revoking the access\\nthat the grant allowed.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"Spec defines the desired state of ReferenceGrant.\",\"properties\":{\"from\":{\"description\":\"From describes the trusted namespaces and kinds that can reference the\\nresources described in \\\"To\\\". Each entry in this list MUST be considered\\nto be an additional place that references can be valid from, or to put\\nthis another way, entries MUST be combined using OR.\\n\\nSupport: Core\",\"items\":{\"description\":\"ReferenceGrantFrom describes trusted namespaces and kinds.\",\"properties\":{\"group\":{\"description\":\"Group is the group of the referent.\\nWhen empty, the Kubernetes core API group is inferred.\\n\\nSupport: Core\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is the kind of the referent. Although implementations may support\\nadditional resources, the following types are part of the \\\"Core\\\"\\nsupport level for this field.\\n\\nWhen used to permit a SecretObjectReference:\\n\\n* Gateway\\n\\nWhen used to permit a BackendObjectReference:\\n\\n* GRPCRoute\\n* HTTPRoute\\n* TCPRoute\\n* TLSRoute\\n* UDPRoute\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace is the namespace of the referent.\\n\\nSupport: Core\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"type\":\"string\"}},\"required\":[\"group\",\"kind\",\"namespace\"],\"type\":\"object\"},\"maxItems\":16,\"minItems\":1,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"to\":{\"description\":\"To describes the resources that may be referenced by the resources\\ndescribed in \\\"From\\\". Each entry in this list MUST be considered to be an\\nadditional place that references can be valid to, or to put this another\\nway, entries MUST be combined using OR.\\n\\nSupport: Core\",\"items\":{\"description\":\"ReferenceGrantTo describes what Kinds are allowed as targets of the\\nreferences.\",\"properties\":{\"group\":{\"description\":\"Group is the group of the referent.\\nWhen empty, the Kubernetes core API group is inferred.\\n\\nSupport: Core\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is the kind of the referent. Although implementations may support\\nadditional resources, the following types are part of the \\\"Core\\\"\\nsupport level for this field:\\n\\n* Secret when used to permit a SecretObjectReference\\n* Service when used to permit a BackendObjectReference\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent. When unspecified, this policy\\nrefers to all resources of the specified Group and Kind in the local\\nnamespace.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"}},\"required\":[\"group\",\"kind\"],\"type\":\"object\"},\"maxItems\":16,\"minItems\":1,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"from\",\"to\"],\"type\":\"object\"}},\"required\":[\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":false,\"subresources\":{}},{\"additionalPrinterColumns\":[{\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"}],\"name\":\"v1beta1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"ReferenceGrant identifies kinds of resources in other namespaces that are\\ntrusted to reference the specified kinds of resources in the same namespace\\nas the policy.\\n\\nEach ReferenceGrant can be used to represent a unique trust relationship.\\nAdditional Reference Grants can be used to add to the set of trusted\\nsources of inbound references for the namespace they are defined within.\\n\\nAll cross-namespace references in Gateway API (with the exception of cross-namespace\\nGateway-route attachment) require a ReferenceGrant.\\n\\nReferenceGrant is a form of runtime verification allowing users to assert\\nwhich cross-namespace object references are permitted. Implementations that\\nsupport ReferenceGrant MUST NOT permit cross-namespace references which have\\nno grant, and MUST respond to the removal of a grant by revoking the access\\nthat the grant allowed.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"Spec defines the desired state of ReferenceGrant.\",\"properties\":{\"from\":{\"description\":\"From describes the trusted namespaces and kinds that can reference the\\nresources described in \\\"To\\\". Each entry in this list MUST be considered\\nto be an additional place that references can be valid from, or to put\\nthis another way, entries MUST be combined using OR.\\n\\nSupport: Core\",\"items\":{\"description\":\"ReferenceGrantFrom describes trusted namespaces and kinds.\",\"properties\":{\"group\":{\"description\":\"Group is the group of the referent.\\nWhen empty, the Kubernetes core API group is inferred.\\n\\nSupport: Core\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is the kind of the referent. Although implementations may support\\nadditional resources, the following types are part of the \\\"Core\\\"\\nsupport level for this field.\\n\\nWhen used to permit a SecretObjectReference:\\n\\n* Gateway\\n\\nWhen used to permit a BackendObjectReference:\\n\\n* GRPCRoute\\n* HTTPRoute\\n* TCPRoute\\n* TLSRoute\\n* UDPRoute\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"namespace\":{\"description\":\"Namespace is the namespace of the referent.\\n\\nSupport: Core\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\",\"type\":\"string\"}},\"required\":[\"group\",\"kind\",\"namespace\"],\"type\":\"object\"},\"maxItems\":16,\"minItems\":1,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"to\":{\"description\":\"To describes the resources that may be referenced by the resources\\ndescribed in \\\"From\\\". Each entry in this list MUST be considered to be an\\nadditional place that references can be valid to, or to put this another\\nway, entries MUST be combined using OR.\\n\\nSupport: Core\",\"items\":{\"description\":\"ReferenceGrantTo describes what Kinds are allowed as targets of the\\nreferences.\",\"properties\":{\"group\":{\"description\":\"Group is the group of the referent.\\nWhen empty, the Kubernetes core API group is inferred.\\n\\nSupport: Core\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is the kind of the referent. Although implementations may support\\nadditional resources, the following types are part of the \\\"Core\\\"\\nsupport level for this field:\\n\\n* Secret when used to permit a SecretObjectReference\\n* Service when used to permit a BackendObjectReference\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of the referent. When unspecified, this policy\\nrefers to all resources of the specified Group and Kind in the local\\nnamespace.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"}},\"required\":[\"group\",\"kind\"],\"type\":\"object\"},\"maxItems\":16,\"minItems\":1,\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"from\",\"to\"],\"type\":\"object\"}},\"required\":[\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{}}]}}";
 /// `gateway.networking.k8s.io/v1` `ReferenceGrant`.
 pub mod v1 {
+    /// ReferenceGrant identifies kinds of resources in other namespaces that are
+    /// trusted to reference the specified kinds of resources in the same namespace
+    /// as the policy.
+    ///
+    /// Each ReferenceGrant can be used to represent a unique trust relationship.
+    /// Additional Reference Grants can be used to add to the set of trusted
+    /// sources of inbound references for the namespace they are defined within.
+    ///
+    /// All cross-namespace references in Gateway API (with the exception of cross-namespace
+    /// Gateway-route attachment) require a ReferenceGrant.
+    ///
+    /// ReferenceGrant is a form of runtime verification allowing users to assert
+    /// which cross-namespace object references are permitted. Implementations that
+    /// support ReferenceGrant MUST NOT permit cross-namespace references which have
+    /// no grant, and MUST respond to the removal of a grant by revoking the access
+    /// that the grant allowed.
+    ///
+    /// `gateway.networking.k8s.io/v1` `ReferenceGrant`, namespaced.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct ReferenceGrant {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// Spec defines the desired state of ReferenceGrant.
+        pub spec: ReferenceGrantSpec,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "ReferenceGrant")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: ReferenceGrantSpec,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for ReferenceGrant {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for ReferenceGrant {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for ReferenceGrant {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for ReferenceGrant {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("ReferenceGrant")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("gateway.networking.k8s.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("gateway.networking.k8s.io/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("referencegrants")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for ReferenceGrant {
+        type Spec = ReferenceGrantSpec;
+        fn spec(&self) -> &ReferenceGrantSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut ReferenceGrantSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for ReferenceGrant {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "referencegrants.gateway.networking.k8s.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["refgrant"]
+        }
+    }
+    impl ReferenceGrant {
+        /// A `ReferenceGrant` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: ReferenceGrantSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// Spec defines the desired state of ReferenceGrant.
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "gateway.networking.k8s.io",
-        version = "v1",
-        kind = "ReferenceGrant",
-        plural = "referencegrants",
-        namespaced,
-        shortname = "refgrant",
-        category = "gateway-api",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ReferenceGrantSpec {
         /// From describes the trusted namespaces and kinds that can reference the
         /// resources described in "To". Each entry in this list MUST be considered
@@ -47,7 +170,7 @@ pub mod v1 {
         /// way, entries MUST be combined using OR.
         ///
         /// Support: Core
-        pub to: ::std::vec::Vec<ReferenceGrantSpecTo>,
+        pub to: ::std::vec::Vec<To>,
     }
     /// ReferenceGrantFrom describes trusted namespaces and kinds.
     #[derive(
@@ -55,11 +178,9 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ReferenceGrantSpecFrom {
         /// Group is the group of the referent.
         /// When empty, the Kubernetes core API group is inferred.
@@ -94,12 +215,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ReferenceGrantSpecTo {
+    pub struct To {
         /// Group is the group of the referent.
         /// When empty, the Kubernetes core API group is inferred.
         ///
@@ -125,6 +244,7 @@ pub mod v1 {
     }
     impl ReferenceGrantInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -133,18 +253,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<ReferenceGrant> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ReferenceGrantLister {
             ReferenceGrantLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<ReferenceGrant>,
@@ -155,6 +278,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -166,6 +290,7 @@ pub mod v1 {
     }
     impl ReferenceGrantLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -175,6 +300,7 @@ pub mod v1 {
     }
     impl ReferenceGrantLister {
         /// The `ReferenceGrant` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn referencegrants(&self, namespace: &str) -> ReferenceGrantNamespaceLister {
             ReferenceGrantNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -187,6 +313,7 @@ pub mod v1 {
     }
     impl ReferenceGrantNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -194,6 +321,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -203,6 +331,7 @@ pub mod v1 {
     }
     impl ReferenceGrant {
         /// The shared `ReferenceGrant` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -212,6 +341,7 @@ pub mod v1 {
             ReferenceGrantInformer::new(factory)
         }
         /// The shared metadata-only `ReferenceGrant` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -226,35 +356,156 @@ pub mod v1 {
 }
 /// `gateway.networking.k8s.io/v1beta1` `ReferenceGrant`, the storage version.
 pub mod v1beta1 {
+    /// ReferenceGrant identifies kinds of resources in other namespaces that are
+    /// trusted to reference the specified kinds of resources in the same namespace
+    /// as the policy.
+    ///
+    /// Each ReferenceGrant can be used to represent a unique trust relationship.
+    /// Additional Reference Grants can be used to add to the set of trusted
+    /// sources of inbound references for the namespace they are defined within.
+    ///
+    /// All cross-namespace references in Gateway API (with the exception of cross-namespace
+    /// Gateway-route attachment) require a ReferenceGrant.
+    ///
+    /// ReferenceGrant is a form of runtime verification allowing users to assert
+    /// which cross-namespace object references are permitted. Implementations that
+    /// support ReferenceGrant MUST NOT permit cross-namespace references which have
+    /// no grant, and MUST respond to the removal of a grant by revoking the access
+    /// that the grant allowed.
+    ///
+    /// `gateway.networking.k8s.io/v1beta1` `ReferenceGrant`, namespaced.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct ReferenceGrant {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// Spec defines the desired state of ReferenceGrant.
+        pub spec: ReferenceGrantSpec,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "ReferenceGrant")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: ReferenceGrantSpec,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for ReferenceGrant {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for ReferenceGrant {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for ReferenceGrant {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for ReferenceGrant {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("ReferenceGrant")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("gateway.networking.k8s.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1beta1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("gateway.networking.k8s.io/v1beta1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("referencegrants")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for ReferenceGrant {
+        type Spec = ReferenceGrantSpec;
+        fn spec(&self) -> &ReferenceGrantSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut ReferenceGrantSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for ReferenceGrant {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "referencegrants.gateway.networking.k8s.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["refgrant"]
+        }
+    }
+    impl ReferenceGrant {
+        /// A `ReferenceGrant` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: ReferenceGrantSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// Spec defines the desired state of ReferenceGrant.
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "gateway.networking.k8s.io",
-        version = "v1beta1",
-        kind = "ReferenceGrant",
-        plural = "referencegrants",
-        namespaced,
-        shortname = "refgrant",
-        category = "gateway-api",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ReferenceGrantSpec {
         /// From describes the trusted namespaces and kinds that can reference the
         /// resources described in "To". Each entry in this list MUST be considered
@@ -269,7 +520,7 @@ pub mod v1beta1 {
         /// way, entries MUST be combined using OR.
         ///
         /// Support: Core
-        pub to: ::std::vec::Vec<ReferenceGrantSpecTo>,
+        pub to: ::std::vec::Vec<To>,
     }
     /// ReferenceGrantFrom describes trusted namespaces and kinds.
     #[derive(
@@ -277,11 +528,9 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ReferenceGrantSpecFrom {
         /// Group is the group of the referent.
         /// When empty, the Kubernetes core API group is inferred.
@@ -316,12 +565,10 @@ pub mod v1beta1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ReferenceGrantSpecTo {
+    pub struct To {
         /// Group is the group of the referent.
         /// When empty, the Kubernetes core API group is inferred.
         ///
@@ -347,6 +594,7 @@ pub mod v1beta1 {
     }
     impl ReferenceGrantInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -355,18 +603,21 @@ pub mod v1beta1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<ReferenceGrant> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ReferenceGrantLister {
             ReferenceGrantLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<ReferenceGrant>,
@@ -377,6 +628,7 @@ pub mod v1beta1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -388,6 +640,7 @@ pub mod v1beta1 {
     }
     impl ReferenceGrantLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -397,6 +650,7 @@ pub mod v1beta1 {
     }
     impl ReferenceGrantLister {
         /// The `ReferenceGrant` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn referencegrants(&self, namespace: &str) -> ReferenceGrantNamespaceLister {
             ReferenceGrantNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -409,6 +663,7 @@ pub mod v1beta1 {
     }
     impl ReferenceGrantNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -416,6 +671,7 @@ pub mod v1beta1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -425,6 +681,7 @@ pub mod v1beta1 {
     }
     impl ReferenceGrant {
         /// The shared `ReferenceGrant` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -434,6 +691,7 @@ pub mod v1beta1 {
             ReferenceGrantInformer::new(factory)
         }
         /// The shared metadata-only `ReferenceGrant` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

@@ -2,41 +2,164 @@
 
 //! Types, informers and listers of the custom resource `scaledobjects.keda.sh` (`keda.sh`, kind `ScaledObject`), generated from `crds/keda/keda.sh_scaledobjects.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.20.1\"},\"name\":\"scaledobjects.keda.sh\"},\"spec\":{\"group\":\"keda.sh\",\"names\":{\"kind\":\"ScaledObject\",\"listKind\":\"ScaledObjectList\",\"plural\":\"scaledobjects\",\"shortNames\":[\"so\"],\"singular\":\"scaledobject\"},\"scope\":\"Namespaced\",\"versions\":[{\"additionalPrinterColumns\":[{\"jsonPath\":\".status.scaleTargetKind\",\"name\":\"ScaleTargetKind\",\"type\":\"string\"},{\"jsonPath\":\".spec.scaleTargetRef.name\",\"name\":\"ScaleTargetName\",\"type\":\"string\"},{\"jsonPath\":\".spec.minReplicaCount\",\"name\":\"Min\",\"type\":\"integer\"},{\"jsonPath\":\".spec.maxReplicaCount\",\"name\":\"Max\",\"type\":\"integer\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Ready\\\")].status\",\"name\":\"Ready\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Active\\\")].status\",\"name\":\"Active\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Fallback\\\")].status\",\"name\":\"Fallback\",\"type\":\"string\"},{\"jsonPath\":\".status.conditions[?(@.type==\\\"Paused\\\")].status\",\"name\":\"Paused\",\"type\":\"string\"},{\"jsonPath\":\".status.triggersTypes\",\"name\":\"Triggers\",\"type\":\"string\"},{\"jsonPath\":\".status.authenticationsTypes\",\"name\":\"Authentications\",\"type\":\"string\"},{\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"}],\"name\":\"v1alpha1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"ScaledObject is a specification for a ScaledObject resource\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"ScaledObjectSpec is the spec for a ScaledObject resource\",\"properties\":{\"advanced\":{\"description\":\"AdvancedConfig specifies advance scaling options\",\"properties\":{\"horizontalPodAutoscalerConfig\":{\"description\":\"HorizontalPodAutoscalerConfig specifies horizontal scale config\",\"properties\":{\"behavior\":{\"description\":\"HorizontalPodAutoscalerBehavior configures the scaling behavior of the target\\nin both Up and Down directions (scaleUp and scaleDown fields respectively).\",\"properties\":{\"scaleDown\":{\"description\":\"scaleDown is scaling policy for scaling Down.\\nIf not set, the default value is to allow to scale down to minReplicas pods, with a\\n300 second stabilization window (i.e., the highest recommendation for\\nthe last 300sec is used).\",\"properties\":{\"policies\":{\"description\":\"policies is a list of potential scaling polices which can be used during scaling.\\nIf not set, use the default values:\\n- For scale up: allow doubling the number of pods, or an absolute change of 4 pods in a 15s window.\\n- For scale down: allow all pods to be removed in a 15s window.\",\"items\":{\"description\":\"HPAScalingPolicy is a single policy which must hold true for a specified past interval.\",\"properties\":{\"periodSeconds\":{\"description\":\"periodSeconds specifies the window of time for which the policy should hold true.\\nPeriodSeconds must be greater than zero and less than or equal to 1800 (30 min).\",\"format\":\"int32\",\"type\":\"integer\"},\"type\":{\"description\":\"type is used to specify the scaling policy.\",\"type\":\"string\"},\"value\":{\"description\":\"value contains the amount of change which is permitted by the policy.\\nIt must be greater than zero\",\"format\":\"int32\",\"type\":\"integer\"}},\"required\":[\"periodSeconds\",\"type\",\"value\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"selectPolicy\":{\"description\":\"selectPolicy is used to specify which policy should be used.\\nIf not set, the default value Max is used.\",\"type\":\"string\"},\"stabilizationWindowSeconds\":{\"description\":\"stabilizationWindowSeconds is the number of seconds for which past recommendations should be\\nconsidered while scaling up or scaling down.\\nStabilizationWindowSeconds must be greater than or equal to zero and less than or equal to 3600 (one hour).\\nIf not set, use the default values:\\n- For scale up: 0 (i.e. no stabilization is done).\\n- For scale down: 300 (i.e. the stabilization window is 300 seconds long).\",\"format\":\"int32\",\"type\":\"integer\"},\"tolerance\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"description\":\"tolerance is the tolerance on the ratio between the current and desired\\nmetric value under which no updates are made to the desired number of\\nreplicas (e.g. 0.01 for 1%). Must be greater than or equal to zero. If not\\nset, the default cluster-wide tolerance is applied (by default 10%).\\n\\nFor example, if autoscaling is configured with a memory consumption target of 100Mi,\\nand scale-down and scale-up tolerances of 5% and 1% respectively, scaling will be\\ntriggered when the actual consumption falls below 95Mi or exceeds 101Mi.\\n\\nThis is an beta field and requires the HPAConfigurableTolerance feature\\ngate to be enabled.\",\"pattern\":\"^(\\\\+|-)?(([0-9]+(\\\\.[0-9]*)?)|(\\\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\\\+|-)?(([0-9]+(\\\\.[0-9]*)?)|(\\\\.[0-9]+))))?$\",\"x-kubernetes-int-or-string\":true}},\"type\":\"object\"},\"scaleUp\":{\"description\":\"scaleUp is scaling policy for scaling Up.\\nIf not set, the default value is the higher of:\\n  * increase no more than 4 pods per 60 seconds\\n  * double the number of pods per 60 seconds\\nNo stabilization is used.\",\"properties\":{\"policies\":{\"description\":\"policies is a list of potential scaling polices which can be used during scaling.\\nIf not set, use the default values:\\n- For scale up: allow doubling the number of pods, or an absolute change of 4 pods in a 15s window.\\n- For scale down: allow all pods to be removed in a 15s window.\",\"items\":{\"description\":\"HPAScalingPolicy is a single policy which must hold true for a specified past interval.\",\"properties\":{\"periodSeconds\":{\"description\":\"periodSeconds specifies the window of time for which the policy should hold true.\\nPeriodSeconds must be greater than zero and less than or equal to 1800 (30 min).\",\"format\":\"int32\",\"type\":\"integer\"},\"type\":{\"description\":\"type is used to specify the scaling policy.\",\"type\":\"string\"},\"value\":{\"description\":\"value contains the amount of change which is permitted by the policy.\\nIt must be greater than zero\",\"format\":\"int32\",\"type\":\"integer\"}},\"required\":[\"periodSeconds\",\"type\",\"value\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"selectPolicy\":{\"description\":\"selectPolicy is used to specify which policy should be used.\\nIf not set, the default value Max is used.\",\"type\":\"string\"},\"stabilizationWindowSeconds\":{\"description\":\"stabilizationWindowSeconds is the number of seconds for which past recommendations should be\\nconsidered while scaling up or scaling down.\\nStabilizationWindowSeconds must be greater than or equal to zero and less than or equal to 3600 (one hour).\\nIf not set, use the default values:\\n- For scale up: 0 (i.e. no stabilization is done).\\n- For scale down: 300 (i.e. the stabilization window is 300 seconds long).\",\"format\":\"int32\",\"type\":\"integer\"},\"tolerance\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"description\":\"tolerance is the tolerance on the ratio between the current and desired\\nmetric value under which no updates are made to the desired number of\\nreplicas (e.g. 0.01 for 1%). Must be greater than or equal to zero. If not\\nset, the default cluster-wide tolerance is applied (by default 10%).\\n\\nFor example, if autoscaling is configured with a memory consumption target of 100Mi,\\nand scale-down and scale-up tolerances of 5% and 1% respectively, scaling will be\\ntriggered when the actual consumption falls below 95Mi or exceeds 101Mi.\\n\\nThis is an beta field and requires the HPAConfigurableTolerance feature\\ngate to be enabled.\",\"pattern\":\"^(\\\\+|-)?(([0-9]+(\\\\.[0-9]*)?)|(\\\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\\\+|-)?(([0-9]+(\\\\.[0-9]*)?)|(\\\\.[0-9]+))))?$\",\"x-kubernetes-int-or-string\":true}},\"type\":\"object\"}},\"type\":\"object\"},\"name\":{\"type\":\"string\"}},\"type\":\"object\"},\"restoreToOriginalReplicaCount\":{\"type\":\"boolean\"},\"scalingModifiers\":{\"description\":\"ScalingModifiers describes advanced scaling logic options like formula\",\"properties\":{\"activationTarget\":{\"type\":\"string\"},\"formula\":{\"type\":\"string\"},\"metricType\":{\"description\":\"MetricTargetType specifies the type of metric being targeted, and should be either\\n\\\"Value\\\", \\\"AverageValue\\\", or \\\"Utilization\\\"\",\"enum\":[\"AverageValue\",\"Value\"],\"type\":\"string\"},\"target\":{\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"},\"cooldownPeriod\":{\"format\":\"int32\",\"minimum\":0,\"type\":\"integer\"},\"fallback\":{\"description\":\"Fallback is the spec for fallback options\",\"properties\":{\"behavior\":{\"default\":\"static\",\"enum\":[\"static\",\"currentReplicas\",\"currentReplicasIfHigher\",\"currentReplicasIfLower\",\"scalingModifiers\"],\"type\":\"string\"},\"failureThreshold\":{\"format\":\"int32\",\"minimum\":0,\"type\":\"integer\"},\"replicas\":{\"format\":\"int32\",\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"failureThreshold\",\"replicas\"],\"type\":\"object\"},\"idleReplicaCount\":{\"format\":\"int32\",\"minimum\":0,\"type\":\"integer\"},\"initialCooldownPeriod\":{\"format\":\"int32\",\"minimum\":0,\"type\":\"integer\"},\"maxReplicaCount\":{\"format\":\"int32\",\"minimum\":1,\"type\":\"integer\"},\"minReplicaCount\":{\"format\":\"int32\",\"minimum\":0,\"type\":\"integer\"},\"pollingInterval\":{\"format\":\"int32\",\"minimum\":1,\"type\":\"integer\"},\"scaleTargetRef\":{\"description\":\"ScaleTarget holds the reference to the scale target Object\",\"properties\":{\"apiVersion\":{\"type\":\"string\"},\"envSourceContainerName\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"},\"name\":{\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"triggers\":{\"items\":{\"description\":\"ScaleTriggers reference the scaler that will be used\",\"properties\":{\"authenticationRef\":{\"description\":\"AuthenticationRef points to the TriggerAuthentication or ClusterTriggerAuthentication object that\\nis used to authenticate the scaler with the environment\",\"properties\":{\"kind\":{\"description\":\"Kind of the resource being referred to. Defaults to TriggerAuthentication.\",\"enum\":[\"TriggerAuthentication\",\"ClusterTriggerAuthentication\"],\"type\":\"string\"},\"name\":{\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"metadata\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"},\"metricType\":{\"description\":\"MetricTargetType specifies the type of metric being targeted, and should be either\\n\\\"Value\\\", \\\"AverageValue\\\", or \\\"Utilization\\\"\",\"type\":\"string\"},\"name\":{\"type\":\"string\"},\"type\":{\"minLength\":1,\"type\":\"string\"},\"useCachedMetrics\":{\"type\":\"boolean\"}},\"required\":[\"metadata\",\"type\"],\"type\":\"object\"},\"minItems\":1,\"type\":\"array\"}},\"required\":[\"scaleTargetRef\",\"triggers\"],\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"minReplicaCount must be less than or equal to maxReplicaCount\",\"rule\":\"!has(self.minReplicaCount) || self.minReplicaCount <= (has(self.maxReplicaCount) ? self.maxReplicaCount : 100)\"}]},\"status\":{\"description\":\"ScaledObjectStatus is the status for a ScaledObject resource\",\"properties\":{\"authenticationsTypes\":{\"type\":\"string\"},\"compositeScalerName\":{\"type\":\"string\"},\"conditions\":{\"description\":\"Conditions an array representation to store multiple Conditions\",\"items\":{\"description\":\"Condition to store the condition state\",\"properties\":{\"message\":{\"description\":\"A human readable message indicating details about the transition.\",\"type\":\"string\"},\"reason\":{\"description\":\"The reason for the condition's last transition.\",\"type\":\"string\"},\"status\":{\"description\":\"Status of the condition, one of True, False, Unknown.\",\"type\":\"string\"},\"type\":{\"description\":\"Type of condition\",\"type\":\"string\"}},\"required\":[\"status\",\"type\"],\"type\":\"object\"},\"type\":\"array\"},\"externalMetricNames\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"health\":{\"additionalProperties\":{\"description\":\"HealthStatus is the status for a ScaledObject's health\",\"properties\":{\"numberOfFailures\":{\"format\":\"int32\",\"type\":\"integer\"},\"status\":{\"description\":\"HealthStatusType is an indication of whether the health status is happy or failing\",\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"object\"},\"hpaName\":{\"type\":\"string\"},\"lastActiveTime\":{\"format\":\"date-time\",\"type\":\"string\"},\"originalReplicaCount\":{\"format\":\"int32\",\"type\":\"integer\"},\"pausedReplicaCount\":{\"format\":\"int32\",\"type\":\"integer\"},\"resourceMetricNames\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"scaleTargetGVKR\":{\"description\":\"GroupVersionKindResource provides unified structure for schema.GroupVersionKind and Resource\",\"properties\":{\"group\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"},\"resource\":{\"type\":\"string\"},\"version\":{\"type\":\"string\"}},\"required\":[\"group\",\"kind\",\"resource\",\"version\"],\"type\":\"object\"},\"scaleTargetKind\":{\"type\":\"string\"},\"triggersActivity\":{\"additionalProperties\":{\"description\":\"TriggerActivityStatus represents the activity status of an external trigger\",\"properties\":{\"isActive\":{\"type\":\"boolean\"}},\"type\":\"object\"},\"type\":\"object\"},\"triggersTypes\":{\"type\":\"string\"}},\"type\":\"object\"}},\"required\":[\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `keda.sh/v1alpha1` `ScaledObject`, the storage version.
 pub mod v1alpha1 {
+    /// ScaledObject is a specification for a ScaledObject resource
+    ///
+    /// `keda.sh/v1alpha1` `ScaledObject`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct ScaledObject {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// ScaledObjectSpec is the spec for a ScaledObject resource
+        pub spec: ScaledObjectSpec,
+        /// ScaledObjectStatus is the status for a ScaledObject resource
+        pub status: ::core::option::Option<ScaledObjectStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "ScaledObject")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: ScaledObjectSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<ScaledObjectStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for ScaledObject {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for ScaledObject {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for ScaledObject {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for ScaledObject {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("ScaledObject")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("keda.sh")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1alpha1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("keda.sh/v1alpha1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("scaledobjects")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for ScaledObject {
+        type Spec = ScaledObjectSpec;
+        fn spec(&self) -> &ScaledObjectSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut ScaledObjectSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for ScaledObject {
+        type Status = ScaledObjectStatus;
+        fn status(&self) -> ::core::option::Option<&ScaledObjectStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<ScaledObjectStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for ScaledObject {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "scaledobjects.keda.sh"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["so"]
+        }
+    }
+    impl ScaledObject {
+        /// A `ScaledObject` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: ScaledObjectSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// ScaledObjectSpec is the spec for a ScaledObject resource
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "keda.sh",
-        version = "v1alpha1",
-        kind = "ScaledObject",
-        plural = "scaledobjects",
-        namespaced,
-        status = "ScaledObjectStatus",
-        shortname = "so",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ScaledObjectSpec {
         /// AdvancedConfig specifies advance scaling options
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub advanced: ::core::option::Option<ScaledObjectSpecAdvanced>,
+        pub advanced: ::core::option::Option<Advanced>,
         #[serde(
             rename = "cooldownPeriod",
             default,
@@ -45,7 +168,7 @@ pub mod v1alpha1 {
         pub cooldown_period: ::core::option::Option<i32>,
         /// Fallback is the spec for fallback options
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub fallback: ::core::option::Option<ScaledObjectSpecFallback>,
+        pub fallback: ::core::option::Option<Fallback>,
         #[serde(
             rename = "idleReplicaCount",
             default,
@@ -78,8 +201,8 @@ pub mod v1alpha1 {
         pub polling_interval: ::core::option::Option<i32>,
         /// ScaleTarget holds the reference to the scale target Object
         #[serde(rename = "scaleTargetRef")]
-        pub scale_target_ref: ScaledObjectSpecScaleTargetRef,
-        pub triggers: ::std::vec::Vec<ScaledObjectSpecTriggers>,
+        pub scale_target_ref: ScaleTargetRef,
+        pub triggers: ::std::vec::Vec<Triggers>,
     }
     /// AdvancedConfig specifies advance scaling options
     #[derive(
@@ -88,12 +211,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecAdvanced {
+    pub struct Advanced {
         /// HorizontalPodAutoscalerConfig specifies horizontal scale config
         #[serde(
             rename = "horizontalPodAutoscalerConfig",
@@ -101,7 +222,7 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub horizontal_pod_autoscaler_config: ::core::option::Option<
-            ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfig,
+            HorizontalPodAutoscalerConfig,
         >,
         #[serde(
             rename = "restoreToOriginalReplicaCount",
@@ -115,9 +236,7 @@ pub mod v1alpha1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub scaling_modifiers: ::core::option::Option<
-            ScaledObjectSpecAdvancedScalingModifiers,
-        >,
+        pub scaling_modifiers: ::core::option::Option<ScalingModifiers>,
     }
     /// HorizontalPodAutoscalerConfig specifies horizontal scale config
     #[derive(
@@ -126,18 +245,14 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfig {
+    pub struct HorizontalPodAutoscalerConfig {
         /// HorizontalPodAutoscalerBehavior configures the scaling behavior of the target
         /// in both Up and Down directions (scaleUp and scaleDown fields respectively).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub behavior: ::core::option::Option<
-            ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfigBehavior,
-        >,
+        pub behavior: ::core::option::Option<Behavior>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
     }
@@ -149,56 +264,40 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfigBehavior {
+    pub struct Behavior {
         /// scaleDown is scaling policy for scaling Down.
         /// If not set, the default value is to allow to scale down to minReplicas pods, with a
         /// 300 second stabilization window (i.e., the highest recommendation for
         /// the last 300sec is used).
         #[serde(rename = "scaleDown", default, skip_serializing_if = "Option::is_none")]
-        pub scale_down: ::core::option::Option<
-            ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfigBehaviorScaleDown,
-        >,
+        pub scale_down: ::core::option::Option<ScaleDown>,
         /// scaleUp is scaling policy for scaling Up.
         /// If not set, the default value is the higher of:
         /// * increase no more than 4 pods per 60 seconds
         /// * double the number of pods per 60 seconds
         /// No stabilization is used.
         #[serde(rename = "scaleUp", default, skip_serializing_if = "Option::is_none")]
-        pub scale_up: ::core::option::Option<
-            ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfigBehaviorScaleUp,
-        >,
+        pub scale_up: ::core::option::Option<ScaleDown>,
     }
-    /// scaleDown is scaling policy for scaling Down.
-    /// If not set, the default value is to allow to scale down to minReplicas pods, with a
-    /// 300 second stabilization window (i.e., the highest recommendation for
-    /// the last 300sec is used).
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfigBehaviorScaleDown {
+    pub struct ScaleDown {
         /// policies is a list of potential scaling polices which can be used during scaling.
         /// If not set, use the default values:
         /// - For scale up: allow doubling the number of pods, or an absolute change of 4 pods in a 15s window.
         /// - For scale down: allow all pods to be removed in a 15s window.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub policies: ::core::option::Option<
-            ::std::vec::Vec<
-                ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfigBehaviorScaleDownPolicies,
-            >,
-        >,
+        pub policies: ::core::option::Option<::std::vec::Vec<Policies>>,
         /// selectPolicy is used to specify which policy should be used.
         /// If not set, the default value Max is used.
         #[serde(
@@ -231,12 +330,7 @@ pub mod v1alpha1 {
         /// This is an beta field and requires the HPAConfigurableTolerance feature
         /// gate to be enabled.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schemars(
-            schema_with = "::kinformer::__codegen::optional_int_or_string_schema"
-        )]
-        pub tolerance: ::core::option::Option<
-            ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
-        >,
+        pub tolerance: ::core::option::Option<::kinformer::quantity::Quantity>,
     }
     /// HPAScalingPolicy is a single policy which must hold true for a specified past interval.
     #[derive(
@@ -244,100 +338,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfigBehaviorScaleDownPolicies {
-        /// periodSeconds specifies the window of time for which the policy should hold true.
-        /// PeriodSeconds must be greater than zero and less than or equal to 1800 (30 min).
-        #[serde(rename = "periodSeconds")]
-        pub period_seconds: i32,
-        /// type is used to specify the scaling policy.
-        pub r#type: ::std::string::String,
-        /// value contains the amount of change which is permitted by the policy.
-        /// It must be greater than zero
-        pub value: i32,
-    }
-    /// scaleUp is scaling policy for scaling Up.
-    /// If not set, the default value is the higher of:
-    /// * increase no more than 4 pods per 60 seconds
-    /// * double the number of pods per 60 seconds
-    /// No stabilization is used.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfigBehaviorScaleUp {
-        /// policies is a list of potential scaling polices which can be used during scaling.
-        /// If not set, use the default values:
-        /// - For scale up: allow doubling the number of pods, or an absolute change of 4 pods in a 15s window.
-        /// - For scale down: allow all pods to be removed in a 15s window.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub policies: ::core::option::Option<
-            ::std::vec::Vec<
-                ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfigBehaviorScaleUpPolicies,
-            >,
-        >,
-        /// selectPolicy is used to specify which policy should be used.
-        /// If not set, the default value Max is used.
-        #[serde(
-            rename = "selectPolicy",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub select_policy: ::core::option::Option<::std::string::String>,
-        /// stabilizationWindowSeconds is the number of seconds for which past recommendations should be
-        /// considered while scaling up or scaling down.
-        /// StabilizationWindowSeconds must be greater than or equal to zero and less than or equal to 3600 (one hour).
-        /// If not set, use the default values:
-        /// - For scale up: 0 (i.e. no stabilization is done).
-        /// - For scale down: 300 (i.e. the stabilization window is 300 seconds long).
-        #[serde(
-            rename = "stabilizationWindowSeconds",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub stabilization_window_seconds: ::core::option::Option<i32>,
-        /// tolerance is the tolerance on the ratio between the current and desired
-        /// metric value under which no updates are made to the desired number of
-        /// replicas (e.g. 0.01 for 1%). Must be greater than or equal to zero. If not
-        /// set, the default cluster-wide tolerance is applied (by default 10%).
-        ///
-        /// For example, if autoscaling is configured with a memory consumption target of 100Mi,
-        /// and scale-down and scale-up tolerances of 5% and 1% respectively, scaling will be
-        /// triggered when the actual consumption falls below 95Mi or exceeds 101Mi.
-        ///
-        /// This is an beta field and requires the HPAConfigurableTolerance feature
-        /// gate to be enabled.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schemars(
-            schema_with = "::kinformer::__codegen::optional_int_or_string_schema"
-        )]
-        pub tolerance: ::core::option::Option<
-            ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
-        >,
-    }
-    /// HPAScalingPolicy is a single policy which must hold true for a specified past interval.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecAdvancedHorizontalPodAutoscalerConfigBehaviorScaleUpPolicies {
+    pub struct Policies {
         /// periodSeconds specifies the window of time for which the policy should hold true.
         /// PeriodSeconds must be greater than zero and less than or equal to 1800 (30 min).
         #[serde(rename = "periodSeconds")]
@@ -355,12 +359,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecAdvancedScalingModifiers {
+    pub struct ScalingModifiers {
         #[serde(
             rename = "activationTarget",
             default,
@@ -372,9 +374,7 @@ pub mod v1alpha1 {
         /// MetricTargetType specifies the type of metric being targeted, and should be either
         /// "Value", "AverageValue", or "Utilization"
         #[serde(rename = "metricType", default, skip_serializing_if = "Option::is_none")]
-        pub metric_type: ::core::option::Option<
-            ScaledObjectSpecAdvancedScalingModifiersMetricType,
-        >,
+        pub metric_type: ::core::option::Option<ScalingModifiersMetricType>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub target: ::core::option::Option<::std::string::String>,
     }
@@ -384,20 +384,23 @@ pub mod v1alpha1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ScaledObjectSpecAdvancedScalingModifiersMetricType {
+    pub enum ScalingModifiersMetricType {
+        /// `AverageValue`
         #[serde(rename = "AverageValue")]
         AverageValue,
+        /// `Value`
         #[serde(rename = "Value")]
         Value,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Fallback is the spec for fallback options
     #[derive(
@@ -405,15 +408,13 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecFallback {
+    pub struct Fallback {
         /// Defaults to `"static"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub behavior: ::core::option::Option<ScaledObjectSpecFallbackBehavior>,
+        pub behavior: ::core::option::Option<FallbackBehavior>,
         #[serde(rename = "failureThreshold")]
         pub failure_threshold: i32,
         pub replicas: i32,
@@ -422,26 +423,34 @@ pub mod v1alpha1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ScaledObjectSpecFallbackBehavior {
+    pub enum FallbackBehavior {
+        /// `static`
         #[serde(rename = "static")]
+        #[default]
         Static,
+        /// `currentReplicas`
         #[serde(rename = "currentReplicas")]
         CurrentReplicas,
+        /// `currentReplicasIfHigher`
         #[serde(rename = "currentReplicasIfHigher")]
         CurrentReplicasIfHigher,
+        /// `currentReplicasIfLower`
         #[serde(rename = "currentReplicasIfLower")]
         CurrentReplicasIfLower,
+        /// `scalingModifiers`
         #[serde(rename = "scalingModifiers")]
         ScalingModifiers,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// ScaleTarget holds the reference to the scale target Object
     #[derive(
@@ -449,12 +458,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecScaleTargetRef {
+    pub struct ScaleTargetRef {
         #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
         pub api_version: ::core::option::Option<::std::string::String>,
         #[serde(
@@ -473,12 +480,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecTriggers {
+    pub struct Triggers {
         /// AuthenticationRef points to the TriggerAuthentication or ClusterTriggerAuthentication object that
         /// is used to authenticate the scaler with the environment
         #[serde(
@@ -486,9 +491,7 @@ pub mod v1alpha1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub authentication_ref: ::core::option::Option<
-            ScaledObjectSpecTriggersAuthenticationRef,
-        >,
+        pub authentication_ref: ::core::option::Option<AuthenticationRef>,
         pub metadata: ::std::collections::BTreeMap<
             ::std::string::String,
             ::std::string::String,
@@ -514,15 +517,13 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectSpecTriggersAuthenticationRef {
+    pub struct AuthenticationRef {
         /// Kind of the resource being referred to. Defaults to TriggerAuthentication.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub kind: ::core::option::Option<ScaledObjectSpecTriggersAuthenticationRefKind>,
+        pub kind: ::core::option::Option<AuthenticationRefKind>,
         pub name: ::std::string::String,
     }
     /// Kind of the resource being referred to. Defaults to TriggerAuthentication.
@@ -530,20 +531,23 @@ pub mod v1alpha1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ScaledObjectSpecTriggersAuthenticationRefKind {
+    pub enum AuthenticationRefKind {
+        /// `TriggerAuthentication`
         #[serde(rename = "TriggerAuthentication")]
         TriggerAuthentication,
+        /// `ClusterTriggerAuthentication`
         #[serde(rename = "ClusterTriggerAuthentication")]
         ClusterTriggerAuthentication,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// ScaledObjectStatus is the status for a ScaledObject resource
     #[derive(
@@ -552,11 +556,9 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ScaledObjectStatus {
         #[serde(
             rename = "authenticationsTypes",
@@ -572,9 +574,7 @@ pub mod v1alpha1 {
         pub composite_scaler_name: ::core::option::Option<::std::string::String>,
         /// Conditions an array representation to store multiple Conditions
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<
-            ::std::vec::Vec<ScaledObjectStatusConditions>,
-        >,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         #[serde(
             rename = "externalMetricNames",
             default,
@@ -585,7 +585,7 @@ pub mod v1alpha1 {
         >,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub health: ::core::option::Option<
-            ::std::collections::BTreeMap<::std::string::String, ScaledObjectStatusHealth>,
+            ::std::collections::BTreeMap<::std::string::String, Health>,
         >,
         #[serde(rename = "hpaName", default, skip_serializing_if = "Option::is_none")]
         pub hpa_name: ::core::option::Option<::std::string::String>,
@@ -621,7 +621,7 @@ pub mod v1alpha1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub scale_target_gvkr: ::core::option::Option<ScaledObjectStatusScaleTargetGvkr>,
+        pub scale_target_gvkr: ::core::option::Option<ScaleTargetGvkr>,
         #[serde(
             rename = "scaleTargetKind",
             default,
@@ -634,10 +634,7 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub triggers_activity: ::core::option::Option<
-            ::std::collections::BTreeMap<
-                ::std::string::String,
-                ScaledObjectStatusTriggersActivity,
-            >,
+            ::std::collections::BTreeMap<::std::string::String, TriggersActivity>,
         >,
         #[serde(
             rename = "triggersTypes",
@@ -652,12 +649,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectStatusConditions {
+    pub struct Conditions {
         /// A human readable message indicating details about the transition.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub message: ::core::option::Option<::std::string::String>,
@@ -676,12 +671,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectStatusHealth {
+    pub struct Health {
         #[serde(
             rename = "numberOfFailures",
             default,
@@ -698,12 +691,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectStatusScaleTargetGvkr {
+    pub struct ScaleTargetGvkr {
         pub group: ::std::string::String,
         pub kind: ::std::string::String,
         pub resource: ::std::string::String,
@@ -716,12 +707,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScaledObjectStatusTriggersActivity {
+    pub struct TriggersActivity {
         #[serde(rename = "isActive", default, skip_serializing_if = "Option::is_none")]
         pub is_active: ::core::option::Option<bool>,
     }
@@ -732,6 +721,7 @@ pub mod v1alpha1 {
     }
     impl ScaledObjectInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -740,18 +730,21 @@ pub mod v1alpha1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<ScaledObject> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ScaledObjectLister {
             ScaledObjectLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<ScaledObject>,
@@ -762,6 +755,7 @@ pub mod v1alpha1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -773,6 +767,7 @@ pub mod v1alpha1 {
     }
     impl ScaledObjectLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -782,6 +777,7 @@ pub mod v1alpha1 {
     }
     impl ScaledObjectLister {
         /// The `ScaledObject` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn scaledobjects(&self, namespace: &str) -> ScaledObjectNamespaceLister {
             ScaledObjectNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -794,6 +790,7 @@ pub mod v1alpha1 {
     }
     impl ScaledObjectNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -801,6 +798,7 @@ pub mod v1alpha1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -810,6 +808,7 @@ pub mod v1alpha1 {
     }
     impl ScaledObject {
         /// The shared `ScaledObject` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -819,6 +818,7 @@ pub mod v1alpha1 {
             ScaledObjectInformer::new(factory)
         }
         /// The shared metadata-only `ScaledObject` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

@@ -2,37 +2,164 @@
 
 //! Types, informers and listers of the custom resource `scheduledbackups.postgresql.cnpg.io` (`postgresql.cnpg.io`, kind `ScheduledBackup`), generated from `crds/cloudnative-pg/postgresql.cnpg.io_scheduledbackups.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.21.0\"},\"name\":\"scheduledbackups.postgresql.cnpg.io\"},\"spec\":{\"group\":\"postgresql.cnpg.io\",\"names\":{\"kind\":\"ScheduledBackup\",\"listKind\":\"ScheduledBackupList\",\"plural\":\"scheduledbackups\",\"singular\":\"scheduledbackup\"},\"scope\":\"Namespaced\",\"versions\":[{\"additionalPrinterColumns\":[{\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"},{\"jsonPath\":\".spec.cluster.name\",\"name\":\"Cluster\",\"type\":\"string\"},{\"jsonPath\":\".status.lastScheduleTime\",\"name\":\"Last Backup\",\"type\":\"date\"}],\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"ScheduledBackup is the Schema for the scheduledbackups API\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"Specification of the desired behavior of the ScheduledBackup.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status\",\"properties\":{\"backupOwnerReference\":{\"default\":\"none\",\"description\":\"Indicates which ownerReference should be put inside the created backup resources.<br />\\n- none: no owner reference for created backup objects (same behavior as before the field was introduced)<br />\\n- self: sets the Scheduled backup object as owner of the backup<br />\\n- cluster: set the cluster as owner of the backup<br />\",\"enum\":[\"none\",\"self\",\"cluster\"],\"type\":\"string\"},\"cluster\":{\"description\":\"The cluster to backup\",\"properties\":{\"name\":{\"description\":\"Name of the referent.\",\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"cluster reference is immutable after creation\",\"rule\":\"self == oldSelf\"}]},\"immediate\":{\"description\":\"If the first backup has to be immediately start after creation or not\",\"type\":\"boolean\"},\"method\":{\"default\":\"barmanObjectStore\",\"description\":\"The backup method to be used, possible options are `barmanObjectStore`,\\n`volumeSnapshot` or `plugin`. Defaults to: `barmanObjectStore`.\",\"enum\":[\"barmanObjectStore\",\"volumeSnapshot\",\"plugin\"],\"type\":\"string\"},\"online\":{\"description\":\"Whether the default type of backup with volume snapshots is\\nonline/hot (`true`, default) or offline/cold (`false`)\\nOverrides the default setting specified in the cluster field '.spec.backup.volumeSnapshot.online'\",\"type\":\"boolean\"},\"onlineConfiguration\":{\"description\":\"Configuration parameters to control the online/hot backup with volume snapshots\\nOverrides the default settings specified in the cluster '.backup.volumeSnapshot.onlineConfiguration' stanza\",\"properties\":{\"immediateCheckpoint\":{\"description\":\"Control whether the I/O workload for the backup initial checkpoint will\\nbe limited, according to the `checkpoint_completion_target` setting on\\nthe PostgreSQL server. If set to true, an immediate checkpoint will be\\nused, meaning PostgreSQL will complete the checkpoint as soon as\\npossible. `false` by default.\",\"type\":\"boolean\"},\"waitForArchive\":{\"default\":true,\"description\":\"If false, the function will return immediately after the backup is completed,\\nwithout waiting for WAL to be archived.\\nThis behavior is only useful with backup software that independently monitors WAL archiving.\\nOtherwise, WAL required to make the backup consistent might be missing and make the backup useless.\\nBy default, or when this parameter is true, pg_backup_stop will wait for WAL to be archived when archiving is\\nenabled.\\nOn a standby, this means that it will wait only when archive_mode = always.\\nIf write activity on the primary is low, it may be useful to run pg_switch_wal on the primary in order to trigger\\nan immediate segment switch.\",\"type\":\"boolean\"}},\"type\":\"object\"},\"pluginConfiguration\":{\"description\":\"Configuration parameters passed to the plugin managing this backup\",\"properties\":{\"name\":{\"description\":\"Name is the name of the plugin managing this backup\",\"type\":\"string\"},\"parameters\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"Parameters are the configuration parameters passed to the backup\\nplugin for this backup\",\"type\":\"object\"}},\"required\":[\"name\"],\"type\":\"object\"},\"schedule\":{\"description\":\"The schedule does not follow the same format used in Kubernetes CronJobs\\nas it includes an additional seconds specifier,\\nsee https://pkg.go.dev/github.com/robfig/cron#hdr-CRON_Expression_Format\",\"type\":\"string\"},\"suspend\":{\"description\":\"If this backup is suspended or not\",\"type\":\"boolean\"},\"target\":{\"description\":\"The policy to decide which instance should perform this backup. If empty,\\nit defaults to `cluster.spec.backup.target`.\\nAvailable options are empty string, `primary` and `prefer-standby`.\\n`primary` to have backups run always on primary instances,\\n`prefer-standby` to have backups run preferably on the most updated\\nstandby, if available.\",\"enum\":[\"primary\",\"prefer-standby\"],\"type\":\"string\"}},\"required\":[\"cluster\",\"schedule\"],\"type\":\"object\"},\"status\":{\"description\":\"Most recently observed status of the ScheduledBackup. This data may not be up\\nto date. Populated by the system. Read-only.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status\",\"properties\":{\"error\":{\"description\":\"Error is the latest admission validation error\",\"type\":\"string\"},\"lastCheckTime\":{\"description\":\"The latest time the schedule\",\"format\":\"date-time\",\"type\":\"string\"},\"lastScheduleTime\":{\"description\":\"Information when was the last time that backup was successfully scheduled.\",\"format\":\"date-time\",\"type\":\"string\"},\"nextScheduleTime\":{\"description\":\"Next time we will run a backup\",\"format\":\"date-time\",\"type\":\"string\"}},\"type\":\"object\"}},\"required\":[\"metadata\",\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `postgresql.cnpg.io/v1` `ScheduledBackup`, the storage version.
 pub mod v1 {
+    /// ScheduledBackup is the Schema for the scheduledbackups API
+    ///
+    /// `postgresql.cnpg.io/v1` `ScheduledBackup`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct ScheduledBackup {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// Specification of the desired behavior of the ScheduledBackup.
+        /// More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
+        pub spec: ScheduledBackupSpec,
+        /// Most recently observed status of the ScheduledBackup. This data may not be up
+        /// to date. Populated by the system. Read-only.
+        /// More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
+        pub status: ::core::option::Option<ScheduledBackupStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "ScheduledBackup")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: ScheduledBackupSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<ScheduledBackupStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for ScheduledBackup {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for ScheduledBackup {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for ScheduledBackup {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for ScheduledBackup {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("ScheduledBackup")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("postgresql.cnpg.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("postgresql.cnpg.io/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("scheduledbackups")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for ScheduledBackup {
+        type Spec = ScheduledBackupSpec;
+        fn spec(&self) -> &ScheduledBackupSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut ScheduledBackupSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for ScheduledBackup {
+        type Status = ScheduledBackupStatus;
+        fn status(&self) -> ::core::option::Option<&ScheduledBackupStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<ScheduledBackupStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for ScheduledBackup {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "scheduledbackups.postgresql.cnpg.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &[]
+        }
+    }
+    impl ScheduledBackup {
+        /// A `ScheduledBackup` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: ScheduledBackupSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// Specification of the desired behavior of the ScheduledBackup.
     /// More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "postgresql.cnpg.io",
-        version = "v1",
-        kind = "ScheduledBackup",
-        plural = "scheduledbackups",
-        namespaced,
-        status = "ScheduledBackupStatus",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ScheduledBackupSpec {
         /// Indicates which ownerReference should be put inside the created backup resources.<br />
         /// - none: no owner reference for created backup objects (same behavior as before the field was introduced)<br />
@@ -49,7 +176,7 @@ pub mod v1 {
             ScheduledBackupSpecBackupOwnerReference,
         >,
         /// The cluster to backup
-        pub cluster: ScheduledBackupSpecCluster,
+        pub cluster: Cluster,
         /// If the first backup has to be immediately start after creation or not
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub immediate: ::core::option::Option<bool>,
@@ -71,18 +198,14 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub online_configuration: ::core::option::Option<
-            ScheduledBackupSpecOnlineConfiguration,
-        >,
+        pub online_configuration: ::core::option::Option<OnlineConfiguration>,
         /// Configuration parameters passed to the plugin managing this backup
         #[serde(
             rename = "pluginConfiguration",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub plugin_configuration: ::core::option::Option<
-            ScheduledBackupSpecPluginConfiguration,
-        >,
+        pub plugin_configuration: ::core::option::Option<PluginConfiguration>,
         /// The schedule does not follow the same format used in Kubernetes CronJobs
         /// as it includes an additional seconds specifier,
         /// see https://pkg.go.dev/github.com/robfig/cron#hdr-CRON_Expression_Format
@@ -107,22 +230,28 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum ScheduledBackupSpecBackupOwnerReference {
+        /// `none`
         #[serde(rename = "none")]
+        #[default]
         None,
+        /// `self`
         #[serde(rename = "self")]
         Self_,
+        /// `cluster`
         #[serde(rename = "cluster")]
         Cluster,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// The cluster to backup
     #[derive(
@@ -130,12 +259,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduledBackupSpecCluster {
+    pub struct Cluster {
         /// Name of the referent.
         pub name: ::std::string::String,
     }
@@ -145,22 +272,28 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum ScheduledBackupSpecMethod {
+        /// `barmanObjectStore`
         #[serde(rename = "barmanObjectStore")]
+        #[default]
         BarmanObjectStore,
+        /// `volumeSnapshot`
         #[serde(rename = "volumeSnapshot")]
         VolumeSnapshot,
+        /// `plugin`
         #[serde(rename = "plugin")]
         Plugin,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Configuration parameters to control the online/hot backup with volume snapshots
     /// Overrides the default settings specified in the cluster '.backup.volumeSnapshot.onlineConfiguration' stanza
@@ -170,12 +303,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduledBackupSpecOnlineConfiguration {
+    pub struct OnlineConfiguration {
         /// Control whether the I/O workload for the backup initial checkpoint will
         /// be limited, according to the `checkpoint_completion_target` setting on
         /// the PostgreSQL server. If set to true, an immediate checkpoint will be
@@ -211,12 +342,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduledBackupSpecPluginConfiguration {
+    pub struct PluginConfiguration {
         /// Name is the name of the plugin managing this backup
         pub name: ::std::string::String,
         /// Parameters are the configuration parameters passed to the backup
@@ -236,20 +365,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum ScheduledBackupSpecTarget {
+        /// `primary`
         #[serde(rename = "primary")]
         Primary,
+        /// `prefer-standby`
         #[serde(rename = "prefer-standby")]
         PreferStandby,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Most recently observed status of the ScheduledBackup. This data may not be up
     /// to date. Populated by the system. Read-only.
@@ -260,11 +392,9 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ScheduledBackupStatus {
         /// Error is the latest admission validation error
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -298,6 +428,7 @@ pub mod v1 {
     }
     impl ScheduledBackupInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -306,18 +437,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<ScheduledBackup> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ScheduledBackupLister {
             ScheduledBackupLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<ScheduledBackup>,
@@ -328,6 +462,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -339,6 +474,7 @@ pub mod v1 {
     }
     impl ScheduledBackupLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -348,6 +484,7 @@ pub mod v1 {
     }
     impl ScheduledBackupLister {
         /// The `ScheduledBackup` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn scheduledbackups(
             &self,
             namespace: &str,
@@ -363,6 +500,7 @@ pub mod v1 {
     }
     impl ScheduledBackupNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -370,6 +508,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -379,6 +518,7 @@ pub mod v1 {
     }
     impl ScheduledBackup {
         /// The shared `ScheduledBackup` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -388,6 +528,7 @@ pub mod v1 {
             ScheduledBackupInformer::new(factory)
         }
         /// The shared metadata-only `ScheduledBackup` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

@@ -2,36 +2,151 @@
 
 //! Types, informers and listers of the custom resource `schedules.velero.io` (`velero.io`, kind `Schedule`), generated from `crds/velero/velero.io_schedules.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.16.5\"},\"name\":\"schedules.velero.io\"},\"spec\":{\"group\":\"velero.io\",\"names\":{\"kind\":\"Schedule\",\"listKind\":\"ScheduleList\",\"plural\":\"schedules\",\"singular\":\"schedule\"},\"scope\":\"Namespaced\",\"versions\":[{\"additionalPrinterColumns\":[{\"description\":\"Status of the schedule\",\"jsonPath\":\".status.phase\",\"name\":\"Status\",\"type\":\"string\"},{\"description\":\"A Cron expression defining when to run the Backup\",\"jsonPath\":\".spec.schedule\",\"name\":\"Schedule\",\"type\":\"string\"},{\"description\":\"The last time a Backup was run for this schedule\",\"jsonPath\":\".status.lastBackup\",\"name\":\"LastBackup\",\"type\":\"date\"},{\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"},{\"jsonPath\":\".spec.paused\",\"name\":\"Paused\",\"type\":\"boolean\"}],\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"Schedule is a Velero resource that represents a pre-scheduled or\\nperiodic Backup that should be run.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"ScheduleSpec defines the specification for a Velero schedule\",\"properties\":{\"paused\":{\"description\":\"Paused specifies whether the schedule is paused or not\",\"type\":\"boolean\"},\"schedule\":{\"description\":\"Schedule is a Cron expression defining when to run\\nthe Backup.\",\"type\":\"string\"},\"skipImmediately\":{\"description\":\"SkipImmediately specifies whether to skip backup if schedule is due immediately from `schedule.status.lastBackup` timestamp when schedule is unpaused or if schedule is new.\\nIf true, backup will be skipped immediately when schedule is unpaused if it is due based on .Status.LastBackupTimestamp or schedule is new, and will run at next schedule time.\\nIf false, backup will not be skipped immediately when schedule is unpaused, but will run at next schedule time.\\nIf empty, will follow server configuration (default: false).\",\"type\":\"boolean\"},\"template\":{\"description\":\"Template is the definition of the Backup to be run\\non the provided schedule\",\"properties\":{\"csiSnapshotTimeout\":{\"description\":\"CSISnapshotTimeout specifies the time used to wait for CSI VolumeSnapshot status turns to\\nReadyToUse during creation, before returning error as timeout.\\nThe default value is 10 minute.\",\"type\":\"string\"},\"datamover\":{\"description\":\"DataMover specifies the data mover to be used by the backup.\\nIf DataMover is \\\"\\\" or \\\"velero\\\", the built-in data mover will be used.\",\"type\":\"string\"},\"defaultVolumesToFsBackup\":{\"description\":\"DefaultVolumesToFsBackup specifies whether pod volume file system backup should be used\\nfor all volumes by default.\",\"nullable\":true,\"type\":\"boolean\"},\"defaultVolumesToRestic\":{\"description\":\"DefaultVolumesToRestic specifies whether restic should be used to take a\\nbackup of all pod volumes by default.\\n\\nDeprecated: this field is no longer used and will be removed entirely in future. Use DefaultVolumesToFsBackup instead.\",\"nullable\":true,\"type\":\"boolean\"},\"excludedClusterScopedResources\":{\"description\":\"ExcludedClusterScopedResources is a slice of cluster-scoped\\nresource type names to exclude from the backup.\\nIf set to \\\"*\\\", all cluster-scoped resource types are excluded.\\nThe default value is empty.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"excludedNamespaceScopedResources\":{\"description\":\"ExcludedNamespaceScopedResources is a slice of namespace-scoped\\nresource type names to exclude from the backup.\\nIf set to \\\"*\\\", all namespace-scoped resource types are excluded.\\nThe default value is empty.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"excludedNamespaces\":{\"description\":\"ExcludedNamespaces contains a list of namespaces that are not\\nincluded in the backup.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"excludedResources\":{\"description\":\"ExcludedResources is a slice of resource names that are not\\nincluded in the backup.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"hooks\":{\"description\":\"Hooks represent custom behaviors that should be executed at different phases of the backup.\",\"properties\":{\"resources\":{\"description\":\"Resources are hooks that should be executed when backing up individual instances of a resource.\",\"items\":{\"description\":\"BackupResourceHookSpec defines one or more BackupResourceHooks that should be executed based on\\nthe rules defined for namespaces, resources, and label selector.\",\"properties\":{\"excludedNamespaces\":{\"description\":\"ExcludedNamespaces specifies the namespaces to which this hook spec does not apply.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"excludedResources\":{\"description\":\"ExcludedResources specifies the resources to which this hook spec does not apply.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"includedNamespaces\":{\"description\":\"IncludedNamespaces specifies the namespaces to which this hook spec applies. If empty, it applies\\nto all namespaces.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"includedResources\":{\"description\":\"IncludedResources specifies the resources to which this hook spec applies. If empty, it applies\\nto all resources.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"labelSelector\":{\"description\":\"LabelSelector, if specified, filters the resources to which this hook spec applies.\",\"nullable\":true,\"properties\":{\"matchExpressions\":{\"description\":\"matchExpressions is a list of label selector requirements. The requirements are ANDed.\",\"items\":{\"description\":\"A label selector requirement is a selector that contains values, a key, and an operator that\\nrelates the key and values.\",\"properties\":{\"key\":{\"description\":\"key is the label key that the selector applies to.\",\"type\":\"string\"},\"operator\":{\"description\":\"operator represents a key's relationship to a set of values.\\nValid operators are In, NotIn, Exists and DoesNotExist.\",\"type\":\"string\"},\"values\":{\"description\":\"values is an array of string values. If the operator is In or NotIn,\\nthe values array must be non-empty. If the operator is Exists or DoesNotExist,\\nthe values array must be empty. This array is replaced during a strategic\\nmerge patch.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"key\",\"operator\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"matchLabels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels\\nmap is equivalent to an element of matchExpressions, whose key field is \\\"key\\\", the\\noperator is \\\"In\\\", and the values array contains only \\\"value\\\". The requirements are ANDed.\",\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"name\":{\"description\":\"Name is the name of this hook.\",\"type\":\"string\"},\"post\":{\"description\":\"PostHooks is a list of BackupResourceHooks to execute after storing the item in the backup.\\nThese are executed after all \\\"additional items\\\" from item actions are processed.\",\"items\":{\"description\":\"BackupResourceHook defines a hook for a resource.\",\"properties\":{\"exec\":{\"description\":\"Exec defines an exec hook.\",\"properties\":{\"command\":{\"description\":\"Command is the command and arguments to execute.\",\"items\":{\"type\":\"string\"},\"minItems\":1,\"type\":\"array\"},\"container\":{\"description\":\"Container is the container in the pod where the command should be executed. If not specified,\\nthe pod's first container is used.\",\"type\":\"string\"},\"onError\":{\"description\":\"OnError specifies how Velero should behave if it encounters an error executing this hook.\",\"enum\":[\"Continue\",\"Fail\"],\"type\":\"string\"},\"timeout\":{\"description\":\"Timeout defines the maximum amount of time Velero should wait for the hook to complete before\\nconsidering the execution a failure.\",\"type\":\"string\"}},\"required\":[\"command\"],\"type\":\"object\"}},\"required\":[\"exec\"],\"type\":\"object\"},\"type\":\"array\"},\"pre\":{\"description\":\"PreHooks is a list of BackupResourceHooks to execute prior to storing the item in the backup.\\nThese are executed before any \\\"additional items\\\" from item actions are processed.\",\"items\":{\"description\":\"BackupResourceHook defines a hook for a resource.\",\"properties\":{\"exec\":{\"description\":\"Exec defines an exec hook.\",\"properties\":{\"command\":{\"description\":\"Command is the command and arguments to execute.\",\"items\":{\"type\":\"string\"},\"minItems\":1,\"type\":\"array\"},\"container\":{\"description\":\"Container is the container in the pod where the command should be executed. If not specified,\\nthe pod's first container is used.\",\"type\":\"string\"},\"onError\":{\"description\":\"OnError specifies how Velero should behave if it encounters an error executing this hook.\",\"enum\":[\"Continue\",\"Fail\"],\"type\":\"string\"},\"timeout\":{\"description\":\"Timeout defines the maximum amount of time Velero should wait for the hook to complete before\\nconsidering the execution a failure.\",\"type\":\"string\"}},\"required\":[\"command\"],\"type\":\"object\"}},\"required\":[\"exec\"],\"type\":\"object\"},\"type\":\"array\"}},\"required\":[\"name\"],\"type\":\"object\"},\"nullable\":true,\"type\":\"array\"}},\"type\":\"object\"},\"includeClusterResources\":{\"description\":\"IncludeClusterResources specifies whether cluster-scoped resources\\nshould be included for consideration in the backup.\",\"nullable\":true,\"type\":\"boolean\"},\"includedClusterScopedResources\":{\"description\":\"IncludedClusterScopedResources is a slice of cluster-scoped\\nresource type names to include in the backup.\\nIf set to \\\"*\\\", all cluster-scoped resource types are included.\\nThe default value is empty, which means only related\\ncluster-scoped resources are included.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"includedNamespaceScopedResources\":{\"description\":\"IncludedNamespaceScopedResources is a slice of namespace-scoped\\nresource type names to include in the backup.\\nThe default value is \\\"*\\\".\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"includedNamespaces\":{\"description\":\"IncludedNamespaces is a slice of namespace names to include objects\\nfrom. If empty, all namespaces are included.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"includedResources\":{\"description\":\"IncludedResources is a slice of resource names to include\\nin the backup. If empty, all resources are included.\",\"items\":{\"type\":\"string\"},\"nullable\":true,\"type\":\"array\"},\"itemOperationTimeout\":{\"description\":\"ItemOperationTimeout specifies the time used to wait for asynchronous BackupItemAction operations\\nThe default value is 4 hour.\",\"type\":\"string\"},\"labelSelector\":{\"description\":\"LabelSelector is a metav1.LabelSelector to filter with\\nwhen adding individual objects to the backup. If empty\\nor nil, all objects are included. Optional.\",\"nullable\":true,\"properties\":{\"matchExpressions\":{\"description\":\"matchExpressions is a list of label selector requirements. The requirements are ANDed.\",\"items\":{\"description\":\"A label selector requirement is a selector that contains values, a key, and an operator that\\nrelates the key and values.\",\"properties\":{\"key\":{\"description\":\"key is the label key that the selector applies to.\",\"type\":\"string\"},\"operator\":{\"description\":\"operator represents a key's relationship to a set of values.\\nValid operators are In, NotIn, Exists and DoesNotExist.\",\"type\":\"string\"},\"values\":{\"description\":\"values is an array of string values. If the operator is In or NotIn,\\nthe values array must be non-empty. If the operator is Exists or DoesNotExist,\\nthe values array must be empty. This array is replaced during a strategic\\nmerge patch.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"key\",\"operator\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"matchLabels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels\\nmap is equivalent to an element of matchExpressions, whose key field is \\\"key\\\", the\\noperator is \\\"In\\\", and the values array contains only \\\"value\\\". The requirements are ANDed.\",\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"metadata\":{\"properties\":{\"labels\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"}},\"type\":\"object\"},\"orLabelSelectors\":{\"description\":\"OrLabelSelectors is list of metav1.LabelSelector to filter with\\nwhen adding individual objects to the backup. If multiple provided\\nthey will be joined by the OR operator. LabelSelector as well as\\nOrLabelSelectors cannot co-exist in backup request, only one of them\\ncan be used.\",\"items\":{\"description\":\"A label selector is a label query over a set of resources. The result of matchLabels and\\nmatchExpressions are ANDed. An empty label selector matches all objects. A null\\nlabel selector matches no objects.\",\"properties\":{\"matchExpressions\":{\"description\":\"matchExpressions is a list of label selector requirements. The requirements are ANDed.\",\"items\":{\"description\":\"A label selector requirement is a selector that contains values, a key, and an operator that\\nrelates the key and values.\",\"properties\":{\"key\":{\"description\":\"key is the label key that the selector applies to.\",\"type\":\"string\"},\"operator\":{\"description\":\"operator represents a key's relationship to a set of values.\\nValid operators are In, NotIn, Exists and DoesNotExist.\",\"type\":\"string\"},\"values\":{\"description\":\"values is an array of string values. If the operator is In or NotIn,\\nthe values array must be non-empty. If the operator is Exists or DoesNotExist,\\nthe values array must be empty. This array is replaced during a strategic\\nmerge patch.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"key\",\"operator\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"matchLabels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels\\nmap is equivalent to an element of matchExpressions, whose key field is \\\"key\\\", the\\noperator is \\\"In\\\", and the values array contains only \\\"value\\\". The requirements are ANDed.\",\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"nullable\":true,\"type\":\"array\"},\"orderedResources\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"OrderedResources specifies the backup order of resources of specific Kind.\\nThe map key is the resource name and value is a list of object names separated by commas.\\nEach resource name has format \\\"namespace/objectname\\\".  For cluster resources, simply use \\\"objectname\\\".\",\"nullable\":true,\"type\":\"object\"},\"resourcePolicy\":{\"description\":\"ResourcePolicy specifies the referenced resource policies that backup should follow\",\"properties\":{\"apiGroup\":{\"description\":\"APIGroup is the group for the resource being referenced.\\nIf APIGroup is not specified, the specified Kind must be in the core API group.\\nFor any other third-party types, APIGroup is required.\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is the type of resource being referenced\",\"type\":\"string\"},\"name\":{\"description\":\"Name is the name of resource being referenced\",\"type\":\"string\"}},\"required\":[\"kind\",\"name\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"snapshotMoveData\":{\"description\":\"SnapshotMoveData specifies whether snapshot data should be moved\",\"nullable\":true,\"type\":\"boolean\"},\"snapshotVolumes\":{\"description\":\"SnapshotVolumes specifies whether to take snapshots\\nof any PV's referenced in the set of objects included\\nin the Backup.\",\"nullable\":true,\"type\":\"boolean\"},\"storageLocation\":{\"description\":\"StorageLocation is a string containing the name of a BackupStorageLocation where the backup should be stored.\",\"type\":\"string\"},\"ttl\":{\"description\":\"TTL is a time.Duration-parseable string describing how long\\nthe Backup should be retained for.\",\"type\":\"string\"},\"uploaderConfig\":{\"description\":\"UploaderConfig specifies the configuration for the uploader.\",\"nullable\":true,\"properties\":{\"parallelFilesUpload\":{\"description\":\"ParallelFilesUpload is the number of files parallel uploads to perform when using the uploader.\",\"type\":\"integer\"}},\"type\":\"object\"},\"volumeGroupSnapshotLabelKey\":{\"description\":\"VolumeGroupSnapshotLabelKey specifies the label key to group PVCs under a VGS.\",\"type\":\"string\"},\"volumeSnapshotLocations\":{\"description\":\"VolumeSnapshotLocations is a list containing names of VolumeSnapshotLocations associated with this backup.\",\"items\":{\"type\":\"string\"},\"type\":\"array\"}},\"type\":\"object\"},\"useOwnerReferencesInBackup\":{\"description\":\"UseOwnerReferencesBackup specifies whether to use\\nOwnerReferences on backups created by this Schedule.\",\"nullable\":true,\"type\":\"boolean\"}},\"required\":[\"schedule\",\"template\"],\"type\":\"object\"},\"status\":{\"description\":\"ScheduleStatus captures the current state of a Velero schedule\",\"properties\":{\"lastBackup\":{\"description\":\"LastBackup is the last time a Backup was run for this\\nSchedule schedule\",\"format\":\"date-time\",\"nullable\":true,\"type\":\"string\"},\"lastSkipped\":{\"description\":\"LastSkipped is the last time a Schedule was skipped\",\"format\":\"date-time\",\"nullable\":true,\"type\":\"string\"},\"phase\":{\"description\":\"Phase is the current phase of the Schedule\",\"enum\":[\"New\",\"Enabled\",\"FailedValidation\"],\"type\":\"string\"},\"validationErrors\":{\"description\":\"ValidationErrors is a slice of all validation errors (if\\napplicable)\",\"items\":{\"type\":\"string\"},\"type\":\"array\"}},\"type\":\"object\"}},\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{}}]}}";
 /// `velero.io/v1` `Schedule`, the storage version.
 pub mod v1 {
+    /// Schedule is a Velero resource that represents a pre-scheduled or
+    /// periodic Backup that should be run.
+    ///
+    /// `velero.io/v1` `Schedule`, namespaced.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct Schedule {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// ScheduleSpec defines the specification for a Velero schedule
+        pub spec: ScheduleSpec,
+        /// ScheduleStatus captures the current state of a Velero schedule
+        pub status: ::core::option::Option<Status>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "Schedule")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: ScheduleSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<Status>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for Schedule {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for Schedule {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for Schedule {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for Schedule {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("Schedule")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("velero.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("velero.io/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("schedules")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for Schedule {
+        type Spec = ScheduleSpec;
+        fn spec(&self) -> &ScheduleSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut ScheduleSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for Schedule {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "schedules.velero.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &[]
+        }
+    }
+    impl Schedule {
+        /// A `Schedule` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: ScheduleSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::default::Default::default(),
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// ScheduleSpec defines the specification for a Velero schedule
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "velero.io",
-        version = "v1",
-        kind = "Schedule",
-        plural = "schedules",
-        namespaced,
-        status = "ScheduleStatus",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ScheduleSpec {
         /// Paused specifies whether the schedule is paused or not
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,7 +166,7 @@ pub mod v1 {
         pub skip_immediately: ::core::option::Option<bool>,
         /// Template is the definition of the Backup to be run
         /// on the provided schedule
-        pub template: ScheduleSpecTemplate,
+        pub template: Template,
         /// UseOwnerReferencesBackup specifies whether to use
         /// OwnerReferences on backups created by this Schedule.
         #[serde(
@@ -69,12 +184,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplate {
+    pub struct Template {
         /// CSISnapshotTimeout specifies the time used to wait for CSI VolumeSnapshot status turns to
         /// ReadyToUse during creation, before returning error as timeout.
         /// The default value is 10 minute.
@@ -152,7 +265,7 @@ pub mod v1 {
         >,
         /// Hooks represent custom behaviors that should be executed at different phases of the backup.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub hooks: ::core::option::Option<ScheduleSpecTemplateHooks>,
+        pub hooks: ::core::option::Option<Hooks>,
         /// IncludeClusterResources specifies whether cluster-scoped resources
         /// should be included for consideration in the backup.
         #[serde(
@@ -221,9 +334,9 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub label_selector: ::core::option::Option<ScheduleSpecTemplateLabelSelector>,
+        pub label_selector: ::core::option::Option<LabelSelector>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub metadata: ::core::option::Option<ScheduleSpecTemplateMetadata>,
+        pub metadata: ::core::option::Option<Metadata>,
         /// OrLabelSelectors is list of metav1.LabelSelector to filter with
         /// when adding individual objects to the backup. If multiple provided
         /// they will be joined by the OR operator. LabelSelector as well as
@@ -234,9 +347,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub or_label_selectors: ::core::option::Option<
-            ::std::vec::Vec<ScheduleSpecTemplateOrLabelSelectors>,
-        >,
+        pub or_label_selectors: ::core::option::Option<::std::vec::Vec<LabelSelector>>,
         /// OrderedResources specifies the backup order of resources of specific Kind.
         /// The map key is the resource name and value is a list of object names separated by commas.
         /// Each resource name has format "namespace/objectname".  For cluster resources, simply use "objectname".
@@ -254,7 +365,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub resource_policy: ::core::option::Option<ScheduleSpecTemplateResourcePolicy>,
+        pub resource_policy: ::core::option::Option<ResourcePolicy>,
         /// SnapshotMoveData specifies whether snapshot data should be moved
         #[serde(
             rename = "snapshotMoveData",
@@ -288,7 +399,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub uploader_config: ::core::option::Option<ScheduleSpecTemplateUploaderConfig>,
+        pub uploader_config: ::core::option::Option<UploaderConfig>,
         /// VolumeGroupSnapshotLabelKey specifies the label key to group PVCs under a VGS.
         #[serde(
             rename = "volumeGroupSnapshotLabelKey",
@@ -315,17 +426,13 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateHooks {
+    pub struct Hooks {
         /// Resources are hooks that should be executed when backing up individual instances of a resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub resources: ::core::option::Option<
-            ::std::vec::Vec<ScheduleSpecTemplateHooksResources>,
-        >,
+        pub resources: ::core::option::Option<::std::vec::Vec<Resources>>,
     }
     /// BackupResourceHookSpec defines one or more BackupResourceHooks that should be executed based on
     /// the rules defined for namespaces, resources, and label selector.
@@ -334,12 +441,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateHooksResources {
+    pub struct Resources {
         /// ExcludedNamespaces specifies the namespaces to which this hook spec does not apply.
         #[serde(
             rename = "excludedNamespaces",
@@ -384,48 +489,35 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub label_selector: ::core::option::Option<
-            ScheduleSpecTemplateHooksResourcesLabelSelector,
-        >,
+        pub label_selector: ::core::option::Option<LabelSelector>,
         /// Name is the name of this hook.
         pub name: ::std::string::String,
         /// PostHooks is a list of BackupResourceHooks to execute after storing the item in the backup.
         /// These are executed after all "additional items" from item actions are processed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub post: ::core::option::Option<
-            ::std::vec::Vec<ScheduleSpecTemplateHooksResourcesPost>,
-        >,
+        pub post: ::core::option::Option<::std::vec::Vec<Post>>,
         /// PreHooks is a list of BackupResourceHooks to execute prior to storing the item in the backup.
         /// These are executed before any "additional items" from item actions are processed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub pre: ::core::option::Option<
-            ::std::vec::Vec<ScheduleSpecTemplateHooksResourcesPre>,
-        >,
+        pub pre: ::core::option::Option<::std::vec::Vec<Post>>,
     }
-    /// LabelSelector, if specified, filters the resources to which this hook spec applies.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateHooksResourcesLabelSelector {
+    pub struct LabelSelector {
         /// matchExpressions is a list of label selector requirements. The requirements are ANDed.
         #[serde(
             rename = "matchExpressions",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub match_expressions: ::core::option::Option<
-            ::std::vec::Vec<
-                ScheduleSpecTemplateHooksResourcesLabelSelectorMatchExpressions,
-            >,
-        >,
+        pub match_expressions: ::core::option::Option<::std::vec::Vec<MatchExpressions>>,
         /// matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels
         /// map is equivalent to an element of matchExpressions, whose key field is "key", the
         /// operator is "In", and the values array contains only "value". The requirements are ANDed.
@@ -445,12 +537,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateHooksResourcesLabelSelectorMatchExpressions {
+    pub struct MatchExpressions {
         /// key is the label key that the selector applies to.
         pub key: ::std::string::String,
         /// operator represents a key's relationship to a set of values.
@@ -469,14 +559,12 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateHooksResourcesPost {
+    pub struct Post {
         /// Exec defines an exec hook.
-        pub exec: ScheduleSpecTemplateHooksResourcesPostExec,
+        pub exec: Exec,
     }
     /// Exec defines an exec hook.
     #[derive(
@@ -484,12 +572,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateHooksResourcesPostExec {
+    pub struct Exec {
         /// Command is the command and arguments to execute.
         pub command: ::std::vec::Vec<::std::string::String>,
         /// Container is the container in the pod where the command should be executed. If not specified,
@@ -498,9 +584,7 @@ pub mod v1 {
         pub container: ::core::option::Option<::std::string::String>,
         /// OnError specifies how Velero should behave if it encounters an error executing this hook.
         #[serde(rename = "onError", default, skip_serializing_if = "Option::is_none")]
-        pub on_error: ::core::option::Option<
-            ScheduleSpecTemplateHooksResourcesPostExecOnError,
-        >,
+        pub on_error: ::core::option::Option<ExecOnError>,
         /// Timeout defines the maximum amount of time Velero should wait for the hook to complete before
         /// considering the execution a failure.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -511,222 +595,38 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ScheduleSpecTemplateHooksResourcesPostExecOnError {
+    pub enum ExecOnError {
+        /// `Continue`
         #[serde(rename = "Continue")]
         Continue,
+        /// `Fail`
         #[serde(rename = "Fail")]
         Fail,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
-    /// BackupResourceHook defines a hook for a resource.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateHooksResourcesPre {
-        /// Exec defines an exec hook.
-        pub exec: ScheduleSpecTemplateHooksResourcesPreExec,
-    }
-    /// Exec defines an exec hook.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateHooksResourcesPreExec {
-        /// Command is the command and arguments to execute.
-        pub command: ::std::vec::Vec<::std::string::String>,
-        /// Container is the container in the pod where the command should be executed. If not specified,
-        /// the pod's first container is used.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub container: ::core::option::Option<::std::string::String>,
-        /// OnError specifies how Velero should behave if it encounters an error executing this hook.
-        #[serde(rename = "onError", default, skip_serializing_if = "Option::is_none")]
-        pub on_error: ::core::option::Option<
-            ScheduleSpecTemplateHooksResourcesPreExecOnError,
-        >,
-        /// Timeout defines the maximum amount of time Velero should wait for the hook to complete before
-        /// considering the execution a failure.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub timeout: ::core::option::Option<::std::string::String>,
-    }
-    /// OnError specifies how Velero should behave if it encounters an error executing this hook.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ScheduleSpecTemplateHooksResourcesPreExecOnError {
-        #[serde(rename = "Continue")]
-        Continue,
-        #[serde(rename = "Fail")]
-        Fail,
-    }
-    /// LabelSelector is a metav1.LabelSelector to filter with
-    /// when adding individual objects to the backup. If empty
-    /// or nil, all objects are included. Optional.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateLabelSelector {
-        /// matchExpressions is a list of label selector requirements. The requirements are ANDed.
-        #[serde(
-            rename = "matchExpressions",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub match_expressions: ::core::option::Option<
-            ::std::vec::Vec<ScheduleSpecTemplateLabelSelectorMatchExpressions>,
-        >,
-        /// matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels
-        /// map is equivalent to an element of matchExpressions, whose key field is "key", the
-        /// operator is "In", and the values array contains only "value". The requirements are ANDed.
-        #[serde(
-            rename = "matchLabels",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub match_labels: ::core::option::Option<
-            ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-        >,
-    }
-    /// A label selector requirement is a selector that contains values, a key, and an operator that
-    /// relates the key and values.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateLabelSelectorMatchExpressions {
-        /// key is the label key that the selector applies to.
-        pub key: ::std::string::String,
-        /// operator represents a key's relationship to a set of values.
-        /// Valid operators are In, NotIn, Exists and DoesNotExist.
-        pub operator: ::std::string::String,
-        /// values is an array of string values. If the operator is In or NotIn,
-        /// the values array must be non-empty. If the operator is Exists or DoesNotExist,
-        /// the values array must be empty. This array is replaced during a strategic
-        /// merge patch.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub values: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
-    }
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateMetadata {
+    pub struct Metadata {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub labels: ::core::option::Option<
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
-    }
-    /// A label selector is a label query over a set of resources. The result of matchLabels and
-    /// matchExpressions are ANDed. An empty label selector matches all objects. A null
-    /// label selector matches no objects.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateOrLabelSelectors {
-        /// matchExpressions is a list of label selector requirements. The requirements are ANDed.
-        #[serde(
-            rename = "matchExpressions",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub match_expressions: ::core::option::Option<
-            ::std::vec::Vec<ScheduleSpecTemplateOrLabelSelectorsMatchExpressions>,
-        >,
-        /// matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels
-        /// map is equivalent to an element of matchExpressions, whose key field is "key", the
-        /// operator is "In", and the values array contains only "value". The requirements are ANDed.
-        #[serde(
-            rename = "matchLabels",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub match_labels: ::core::option::Option<
-            ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
-        >,
-    }
-    /// A label selector requirement is a selector that contains values, a key, and an operator that
-    /// relates the key and values.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateOrLabelSelectorsMatchExpressions {
-        /// key is the label key that the selector applies to.
-        pub key: ::std::string::String,
-        /// operator represents a key's relationship to a set of values.
-        /// Valid operators are In, NotIn, Exists and DoesNotExist.
-        pub operator: ::std::string::String,
-        /// values is an array of string values. If the operator is In or NotIn,
-        /// the values array must be non-empty. If the operator is Exists or DoesNotExist,
-        /// the values array must be empty. This array is replaced during a strategic
-        /// merge patch.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub values: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
     }
     /// ResourcePolicy specifies the referenced resource policies that backup should follow
     #[derive(
@@ -734,12 +634,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateResourcePolicy {
+    pub struct ResourcePolicy {
         /// APIGroup is the group for the resource being referenced.
         /// If APIGroup is not specified, the specified Kind must be in the core API group.
         /// For any other third-party types, APIGroup is required.
@@ -757,12 +655,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleSpecTemplateUploaderConfig {
+    pub struct UploaderConfig {
         /// ParallelFilesUpload is the number of files parallel uploads to perform when using the uploader.
         #[serde(
             rename = "parallelFilesUpload",
@@ -778,12 +674,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ScheduleStatus {
+    pub struct Status {
         /// LastBackup is the last time a Backup was run for this
         /// Schedule schedule
         #[serde(rename = "lastBackup", default, skip_serializing_if = "Option::is_none")]
@@ -797,7 +691,7 @@ pub mod v1 {
         pub last_skipped: ::core::option::Option<::std::string::String>,
         /// Phase is the current phase of the Schedule
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub phase: ::core::option::Option<ScheduleStatusPhase>,
+        pub phase: ::core::option::Option<StatusPhase>,
         /// ValidationErrors is a slice of all validation errors (if
         /// applicable)
         #[serde(
@@ -814,22 +708,26 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ScheduleStatusPhase {
+    pub enum StatusPhase {
+        /// `New`
         #[serde(rename = "New")]
         New,
+        /// `Enabled`
         #[serde(rename = "Enabled")]
         Enabled,
+        /// `FailedValidation`
         #[serde(rename = "FailedValidation")]
         FailedValidation,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// The shared informer of `velero.io/v1` `Schedule`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -838,6 +736,7 @@ pub mod v1 {
     }
     impl ScheduleInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -846,16 +745,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Schedule> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ScheduleLister {
             ScheduleLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<Schedule>,
@@ -866,6 +768,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -877,6 +780,7 @@ pub mod v1 {
     }
     impl ScheduleLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -886,6 +790,7 @@ pub mod v1 {
     }
     impl ScheduleLister {
         /// The `Schedule` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn schedules(&self, namespace: &str) -> ScheduleNamespaceLister {
             ScheduleNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -898,6 +803,7 @@ pub mod v1 {
     }
     impl ScheduleNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -905,6 +811,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -914,6 +821,7 @@ pub mod v1 {
     }
     impl Schedule {
         /// The shared `Schedule` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -923,6 +831,7 @@ pub mod v1 {
             ScheduleInformer::new(factory)
         }
         /// The shared metadata-only `Schedule` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

@@ -2,39 +2,174 @@
 
 //! Types, informers and listers of the custom resource `servicemonitors.monitoring.coreos.com` (`monitoring.coreos.com`, kind `ServiceMonitor`), generated from `crds/prometheus-operator/monitoring.coreos.com_servicemonitors.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"controller-gen.kubebuilder.io/version\":\"v0.21.0\",\"operator.prometheus.io/version\":\"0.93.0\"},\"name\":\"servicemonitors.monitoring.coreos.com\"},\"spec\":{\"group\":\"monitoring.coreos.com\",\"names\":{\"categories\":[\"prometheus-operator\"],\"kind\":\"ServiceMonitor\",\"listKind\":\"ServiceMonitorList\",\"plural\":\"servicemonitors\",\"shortNames\":[\"smon\"],\"singular\":\"servicemonitor\"},\"scope\":\"Namespaced\",\"versions\":[{\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"The `ServiceMonitor` custom resource definition (CRD) defines how `Prometheus` and `PrometheusAgent` can scrape metrics from a group of services.\\nAmong other things, it allows to specify:\\n* The services to scrape via label selectors.\\n* The container ports to scrape.\\n* Authentication credentials to use.\\n* Target and metric relabeling.\\n\\n`Prometheus` and `PrometheusAgent` objects select `ServiceMonitor` objects using label and namespace selectors.\",\"properties\":{\"apiVersion\":{\"description\":\"APIVersion defines the versioned schema of this representation of an object.\\nServers should convert recognized schemas to the latest internal value, and\\nmay reject unrecognized values.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources\",\"type\":\"string\"},\"kind\":{\"description\":\"Kind is a string value representing the REST resource this object represents.\\nServers may infer this from the endpoint the client submits requests to.\\nCannot be updated.\\nIn CamelCase.\\nMore info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds\",\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"spec defines the specification of desired Service selection for target discovery by\\nPrometheus.\",\"properties\":{\"attachMetadata\":{\"description\":\"attachMetadata defines additional metadata which is added to the\\ndiscovered targets.\\n\\nIt requires Prometheus >= v2.37.0.\",\"properties\":{\"node\":{\"description\":\"node when set to true, Prometheus attaches node metadata to the discovered\\ntargets.\\n\\nThe Prometheus service account must have the `list` and `watch`\\npermissions on the `Nodes` objects.\\n\\nNode metadata labels are not automatically added to scraped metrics. They are\\nexposed as `__meta_kubernetes_node_*` labels and can be copied to timeseries\\nwith relabeling configuration.\",\"type\":\"boolean\"}},\"type\":\"object\"},\"bodySizeLimit\":{\"description\":\"bodySizeLimit when defined, bodySizeLimit specifies a job level limit on the size\\nof uncompressed response body that will be accepted by Prometheus.\\n\\nIt requires Prometheus >= v2.28.0.\",\"pattern\":\"(^0|([0-9]*[.])?[0-9]+((K|M|G|T|E|P)i?)?B)$\",\"type\":\"string\"},\"convertClassicHistogramsToNHCB\":{\"description\":\"convertClassicHistogramsToNHCB defines whether to convert all scraped classic histograms into a native histogram with custom buckets.\\nIt requires Prometheus >= v3.0.0.\",\"type\":\"boolean\"},\"endpoints\":{\"description\":\"endpoints defines the list of endpoints part of this ServiceMonitor.\\nDefines how to scrape metrics from Kubernetes [Endpoints](https://kubernetes.io/docs/concepts/services-networking/service/#endpoints) objects.\\nIn most cases, an Endpoints object is backed by a Kubernetes [Service](https://kubernetes.io/docs/concepts/services-networking/service/) object with the same name and labels.\",\"items\":{\"description\":\"Endpoint defines an endpoint serving Prometheus metrics to be scraped by\\nPrometheus.\",\"properties\":{\"authorization\":{\"description\":\"authorization configures the Authorization header credentials used by\\nthe client.\\n\\nCannot be set at the same time as `basicAuth`, `bearerTokenSecret` or `oauth2`.\",\"properties\":{\"credentials\":{\"description\":\"credentials defines a key of a Secret in the namespace that contains the credentials for authentication.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"type\":{\"description\":\"type defines the authentication type. The value is case-insensitive.\\n\\n\\\"Basic\\\" is not a supported value.\\n\\nDefault: \\\"Bearer\\\"\",\"type\":\"string\"}},\"type\":\"object\"},\"basicAuth\":{\"description\":\"basicAuth defines the Basic Authentication credentials used by the\\nclient.\\n\\nCannot be set at the same time as `authorization`, `bearerTokenSecret` or `oauth2`.\",\"properties\":{\"password\":{\"description\":\"password defines a key of a Secret containing the password for\\nauthentication.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"username\":{\"description\":\"username defines a key of a Secret containing the username for\\nauthentication.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"},\"bearerTokenFile\":{\"description\":\"bearerTokenFile defines the file to read bearer token for scraping the target.\\n\\nDeprecated: use `authorization` instead.\",\"type\":\"string\"},\"bearerTokenSecret\":{\"description\":\"bearerTokenSecret defines a key of a Secret containing the bearer token\\nused by the client for authentication. The secret needs to be in the\\nsame namespace as the custom resource and readable by the Prometheus\\nOperator.\\n\\nCannot be set at the same time as `authorization`, `basicAuth` or `oauth2`.\\n\\nDeprecated: use `authorization` instead.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"enableHttp2\":{\"description\":\"enableHttp2 can be used to disable HTTP2.\",\"type\":\"boolean\"},\"filterRunning\":{\"description\":\"filterRunning when true, the pods which are not running (e.g. either in Failed or\\nSucceeded state) are dropped during the target discovery.\\n\\nIf unset, the filtering is enabled.\\n\\nMore info: https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-phase\",\"type\":\"boolean\"},\"followRedirects\":{\"description\":\"followRedirects defines whether the client should follow HTTP 3xx\\nredirects.\",\"type\":\"boolean\"},\"honorLabels\":{\"description\":\"honorLabels defines when true the metric's labels when they collide\\nwith the target's labels.\",\"type\":\"boolean\"},\"honorTimestamps\":{\"description\":\"honorTimestamps defines whether Prometheus preserves the timestamps\\nwhen exposed by the target.\",\"type\":\"boolean\"},\"interval\":{\"description\":\"interval at which Prometheus scrapes the metrics from the target.\\n\\nIf empty, Prometheus uses the global scrape interval.\",\"pattern\":\"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$\",\"type\":\"string\"},\"metricRelabelings\":{\"description\":\"metricRelabelings defines the relabeling rules to apply to the\\nsamples before ingestion.\",\"items\":{\"description\":\"RelabelConfig allows dynamic rewriting of the label set for targets, alerts,\\nscraped samples and remote write samples.\\n\\nMore info: https://prometheus.io/docs/prometheus/latest/configuration/configuration/#relabel_config\",\"properties\":{\"action\":{\"default\":\"replace\",\"description\":\"action to perform based on the regex matching.\\n\\n`Uppercase` and `Lowercase` actions require Prometheus >= v2.36.0.\\n`DropEqual` and `KeepEqual` actions require Prometheus >= v2.41.0.\\n\\nDefault: \\\"Replace\\\"\",\"enum\":[\"replace\",\"Replace\",\"keep\",\"Keep\",\"drop\",\"Drop\",\"hashmod\",\"HashMod\",\"labelmap\",\"LabelMap\",\"labeldrop\",\"LabelDrop\",\"labelkeep\",\"LabelKeep\",\"lowercase\",\"Lowercase\",\"uppercase\",\"Uppercase\",\"keepequal\",\"KeepEqual\",\"dropequal\",\"DropEqual\"],\"type\":\"string\"},\"modulus\":{\"description\":\"modulus to take of the hash of the source label values.\\n\\nOnly applicable when the action is `HashMod`.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"regex\":{\"description\":\"regex defines the regular expression against which the extracted value is matched.\",\"type\":\"string\"},\"replacement\":{\"description\":\"replacement value against which a Replace action is performed if the\\nregular expression matches.\\n\\nRegex capture groups are available.\",\"type\":\"string\"},\"separator\":{\"description\":\"separator defines the string between concatenated SourceLabels.\",\"type\":\"string\"},\"sourceLabels\":{\"description\":\"sourceLabels defines the source labels select values from existing labels. Their content is\\nconcatenated using the configured Separator and matched against the\\nconfigured regular expression.\",\"items\":{\"description\":\"LabelName is a valid Prometheus label name.\\nFor Prometheus 3.x, a label name is valid if it contains UTF-8 characters.\\nFor Prometheus 2.x, a label name is only valid if it contains ASCII characters, letters, numbers, as well as underscores.\",\"type\":\"string\"},\"type\":\"array\"},\"targetLabel\":{\"description\":\"targetLabel defines the label to which the resulting string is written in a replacement.\\n\\nIt is mandatory for `Replace`, `HashMod`, `Lowercase`, `Uppercase`,\\n`KeepEqual` and `DropEqual` actions.\\n\\nRegex capture groups are available.\",\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\"},\"noProxy\":{\"description\":\"noProxy defines a comma-separated string that can contain IPs, CIDR notation, domain names\\nthat should be excluded from proxying. IP and domain names can\\ncontain port numbers.\\n\\nIt requires Prometheus >= v2.43.0, Alertmanager >= v0.25.0 or Thanos >= v0.32.0.\",\"type\":\"string\"},\"oauth2\":{\"description\":\"oauth2 defines the OAuth2 settings used by the client.\\n\\nIt requires Prometheus >= 2.27.0.\\n\\nCannot be set at the same time as `authorization`, `basicAuth` or `bearerTokenSecret`.\",\"properties\":{\"clientId\":{\"description\":\"clientId defines a key of a Secret or ConfigMap containing the\\nOAuth2 client's ID.\",\"properties\":{\"configMap\":{\"description\":\"configMap defines the ConfigMap containing data to use for the targets.\",\"properties\":{\"key\":{\"description\":\"The key to select.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the ConfigMap or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"secret\":{\"description\":\"secret defines the Secret containing data to use for the targets.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"},\"clientSecret\":{\"description\":\"clientSecret defines a key of a Secret containing the OAuth2\\nclient's secret.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"endpointParams\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"endpointParams configures the HTTP parameters to append to the token\\nURL.\",\"type\":\"object\"},\"noProxy\":{\"description\":\"noProxy defines a comma-separated string that can contain IPs, CIDR notation, domain names\\nthat should be excluded from proxying. IP and domain names can\\ncontain port numbers.\\n\\nIt requires Prometheus >= v2.43.0, Alertmanager >= v0.25.0 or Thanos >= v0.32.0.\",\"type\":\"string\"},\"proxyConnectHeader\":{\"additionalProperties\":{\"items\":{\"description\":\"SecretKeySelector selects a key of a Secret.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"type\":\"array\"},\"description\":\"proxyConnectHeader optionally specifies headers to send to\\nproxies during CONNECT requests.\\n\\nIt requires Prometheus >= v2.43.0, Alertmanager >= v0.25.0 or Thanos >= v0.32.0.\",\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"proxyFromEnvironment\":{\"description\":\"proxyFromEnvironment defines whether to use the proxy configuration defined by environment variables (HTTP_PROXY, HTTPS_PROXY, and NO_PROXY).\\n\\nIt requires Prometheus >= v2.43.0, Alertmanager >= v0.25.0 or Thanos >= v0.32.0.\",\"type\":\"boolean\"},\"proxyUrl\":{\"description\":\"proxyUrl defines the HTTP proxy server to use.\",\"pattern\":\"^(http|https|socks5)://.+$\",\"type\":\"string\"},\"scopes\":{\"description\":\"scopes defines the OAuth2 scopes used for the token request.\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"tlsConfig\":{\"description\":\"tlsConfig defines the TLS configuration to use when connecting to the OAuth2 server.\\nIt requires Prometheus >= v2.43.0.\",\"properties\":{\"ca\":{\"description\":\"ca defines the Certificate authority used when verifying server certificates.\",\"properties\":{\"configMap\":{\"description\":\"configMap defines the ConfigMap containing data to use for the targets.\",\"properties\":{\"key\":{\"description\":\"The key to select.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the ConfigMap or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"secret\":{\"description\":\"secret defines the Secret containing data to use for the targets.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"},\"cert\":{\"description\":\"cert defines the Client certificate to present when doing client-authentication.\",\"properties\":{\"configMap\":{\"description\":\"configMap defines the ConfigMap containing data to use for the targets.\",\"properties\":{\"key\":{\"description\":\"The key to select.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the ConfigMap or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"secret\":{\"description\":\"secret defines the Secret containing data to use for the targets.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"},\"insecureSkipVerify\":{\"description\":\"insecureSkipVerify defines how to disable target certificate validation.\",\"type\":\"boolean\"},\"keySecret\":{\"description\":\"keySecret defines the Secret containing the client key file for the targets.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"maxVersion\":{\"description\":\"maxVersion defines the maximum acceptable TLS version.\\n\\nIt requires Prometheus >= v2.41.0 or Thanos >= v0.31.0.\",\"enum\":[\"TLS10\",\"TLS11\",\"TLS12\",\"TLS13\"],\"type\":\"string\"},\"minVersion\":{\"description\":\"minVersion defines the minimum acceptable TLS version.\\n\\nIt requires Prometheus >= v2.35.0 or Thanos >= v0.28.0.\",\"enum\":[\"TLS10\",\"TLS11\",\"TLS12\",\"TLS13\"],\"type\":\"string\"},\"serverName\":{\"description\":\"serverName is used to verify the hostname for the targets.\",\"type\":\"string\"}},\"type\":\"object\"},\"tokenUrl\":{\"description\":\"tokenUrl defines the URL to fetch the token from.\",\"pattern\":\"^(http|https)://.+$\",\"type\":\"string\"}},\"required\":[\"clientId\",\"clientSecret\",\"tokenUrl\"],\"type\":\"object\"},\"params\":{\"additionalProperties\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"description\":\"params define optional HTTP URL parameters.\",\"type\":\"object\"},\"path\":{\"description\":\"path defines the HTTP path from which to scrape for metrics.\\n\\nIf empty, Prometheus uses the default value (e.g. `/metrics`).\",\"type\":\"string\"},\"port\":{\"description\":\"port defines the name of the Service port which this endpoint refers to\\n(e.g. `.spec.ports[].name`).\\n\\nIt takes precedence over `targetPort`.\",\"type\":\"string\"},\"proxyConnectHeader\":{\"additionalProperties\":{\"items\":{\"description\":\"SecretKeySelector selects a key of a Secret.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"type\":\"array\"},\"description\":\"proxyConnectHeader optionally specifies headers to send to\\nproxies during CONNECT requests.\\n\\nIt requires Prometheus >= v2.43.0, Alertmanager >= v0.25.0 or Thanos >= v0.32.0.\",\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"proxyFromEnvironment\":{\"description\":\"proxyFromEnvironment defines whether to use the proxy configuration defined by environment variables (HTTP_PROXY, HTTPS_PROXY, and NO_PROXY).\\n\\nIt requires Prometheus >= v2.43.0, Alertmanager >= v0.25.0 or Thanos >= v0.32.0.\",\"type\":\"boolean\"},\"proxyUrl\":{\"description\":\"proxyUrl defines the HTTP proxy server to use.\",\"pattern\":\"^(http|https|socks5)://.+$\",\"type\":\"string\"},\"relabelings\":{\"description\":\"relabelings defines the relabeling rules to apply the target's\\nmetadata labels.\\n\\nThe Operator automatically adds relabelings for a few standard Kubernetes fields.\\n\\nThe original scrape job's name is available via the `__tmp_prometheus_job_name` label.\\n\\nMore info: https://prometheus.io/docs/prometheus/latest/configuration/configuration/#relabel_config\",\"items\":{\"description\":\"RelabelConfig allows dynamic rewriting of the label set for targets, alerts,\\nscraped samples and remote write samples.\\n\\nMore info: https://prometheus.io/docs/prometheus/latest/configuration/configuration/#relabel_config\",\"properties\":{\"action\":{\"default\":\"replace\",\"description\":\"action to perform based on the regex matching.\\n\\n`Uppercase` and `Lowercase` actions require Prometheus >= v2.36.0.\\n`DropEqual` and `KeepEqual` actions require Prometheus >= v2.41.0.\\n\\nDefault: \\\"Replace\\\"\",\"enum\":[\"replace\",\"Replace\",\"keep\",\"Keep\",\"drop\",\"Drop\",\"hashmod\",\"HashMod\",\"labelmap\",\"LabelMap\",\"labeldrop\",\"LabelDrop\",\"labelkeep\",\"LabelKeep\",\"lowercase\",\"Lowercase\",\"uppercase\",\"Uppercase\",\"keepequal\",\"KeepEqual\",\"dropequal\",\"DropEqual\"],\"type\":\"string\"},\"modulus\":{\"description\":\"modulus to take of the hash of the source label values.\\n\\nOnly applicable when the action is `HashMod`.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"regex\":{\"description\":\"regex defines the regular expression against which the extracted value is matched.\",\"type\":\"string\"},\"replacement\":{\"description\":\"replacement value against which a Replace action is performed if the\\nregular expression matches.\\n\\nRegex capture groups are available.\",\"type\":\"string\"},\"separator\":{\"description\":\"separator defines the string between concatenated SourceLabels.\",\"type\":\"string\"},\"sourceLabels\":{\"description\":\"sourceLabels defines the source labels select values from existing labels. Their content is\\nconcatenated using the configured Separator and matched against the\\nconfigured regular expression.\",\"items\":{\"description\":\"LabelName is a valid Prometheus label name.\\nFor Prometheus 3.x, a label name is valid if it contains UTF-8 characters.\\nFor Prometheus 2.x, a label name is only valid if it contains ASCII characters, letters, numbers, as well as underscores.\",\"type\":\"string\"},\"type\":\"array\"},\"targetLabel\":{\"description\":\"targetLabel defines the label to which the resulting string is written in a replacement.\\n\\nIt is mandatory for `Replace`, `HashMod`, `Lowercase`, `Uppercase`,\\n`KeepEqual` and `DropEqual` actions.\\n\\nRegex capture groups are available.\",\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\"},\"scheme\":{\"description\":\"scheme defines the HTTP scheme to use when scraping the metrics.\",\"enum\":[\"http\",\"https\",\"HTTP\",\"HTTPS\"],\"type\":\"string\"},\"scrapeTimeout\":{\"description\":\"scrapeTimeout defines the timeout after which Prometheus considers the scrape to be failed.\\n\\nIf empty, Prometheus uses the global scrape timeout unless it is less\\nthan the target's scrape interval value in which the latter is used.\\nThe value cannot be greater than the scrape interval otherwise the operator will reject the resource.\",\"pattern\":\"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$\",\"type\":\"string\"},\"targetPort\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"description\":\"targetPort defines the name or number of a container port on Pods selected\\nby the Service.\\nIf a name, it matches against `.spec.containers[].ports[].name` of the Pods.\\nIf a number, it matches against `.spec.containers[].ports[].containerPort` of the Pods.\",\"x-kubernetes-int-or-string\":true},\"tlsConfig\":{\"description\":\"tlsConfig defines TLS configuration used by the client.\",\"properties\":{\"ca\":{\"description\":\"ca defines the Certificate authority used when verifying server certificates.\",\"properties\":{\"configMap\":{\"description\":\"configMap defines the ConfigMap containing data to use for the targets.\",\"properties\":{\"key\":{\"description\":\"The key to select.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the ConfigMap or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"secret\":{\"description\":\"secret defines the Secret containing data to use for the targets.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"},\"caFile\":{\"description\":\"caFile defines the path to the CA cert in the Prometheus container to use for the targets.\",\"type\":\"string\"},\"cert\":{\"description\":\"cert defines the Client certificate to present when doing client-authentication.\",\"properties\":{\"configMap\":{\"description\":\"configMap defines the ConfigMap containing data to use for the targets.\",\"properties\":{\"key\":{\"description\":\"The key to select.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the ConfigMap or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"secret\":{\"description\":\"secret defines the Secret containing data to use for the targets.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"},\"certFile\":{\"description\":\"certFile defines the path to the client cert file in the Prometheus container for the targets.\",\"type\":\"string\"},\"insecureSkipVerify\":{\"description\":\"insecureSkipVerify defines how to disable target certificate validation.\",\"type\":\"boolean\"},\"keyFile\":{\"description\":\"keyFile defines the path to the client key file in the Prometheus container for the targets.\",\"type\":\"string\"},\"keySecret\":{\"description\":\"keySecret defines the Secret containing the client key file for the targets.\",\"properties\":{\"key\":{\"description\":\"The key of the secret to select from.  Must be a valid secret key.\",\"type\":\"string\"},\"name\":{\"default\":\"\",\"description\":\"Name of the referent.\\nThis field is effectively required, but due to backwards compatibility is\\nallowed to be empty. Instances of this type with an empty value here are\\nalmost certainly wrong.\\nMore info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names\",\"type\":\"string\"},\"optional\":{\"description\":\"Specify whether the Secret or its key must be defined\",\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"maxVersion\":{\"description\":\"maxVersion defines the maximum acceptable TLS version.\\n\\nIt requires Prometheus >= v2.41.0 or Thanos >= v0.31.0.\",\"enum\":[\"TLS10\",\"TLS11\",\"TLS12\",\"TLS13\"],\"type\":\"string\"},\"minVersion\":{\"description\":\"minVersion defines the minimum acceptable TLS version.\\n\\nIt requires Prometheus >= v2.35.0 or Thanos >= v0.28.0.\",\"enum\":[\"TLS10\",\"TLS11\",\"TLS12\",\"TLS13\"],\"type\":\"string\"},\"serverName\":{\"description\":\"serverName is used to verify the hostname for the targets.\",\"type\":\"string\"}},\"type\":\"object\"},\"trackTimestampsStaleness\":{\"description\":\"trackTimestampsStaleness defines whether Prometheus tracks staleness of\\nthe metrics that have an explicit timestamp present in scraped data.\\nHas no effect if `honorTimestamps` is false.\\n\\nIt requires Prometheus >= v2.48.0.\",\"type\":\"boolean\"}},\"type\":\"object\"},\"type\":\"array\"},\"fallbackScrapeProtocol\":{\"description\":\"fallbackScrapeProtocol defines the protocol to use if a scrape returns blank, unparseable, or otherwise invalid Content-Type.\\n\\nIt requires Prometheus >= v3.0.0.\",\"enum\":[\"PrometheusProto\",\"OpenMetricsText0.0.1\",\"OpenMetricsText1.0.0\",\"PrometheusText0.0.4\",\"PrometheusText1.0.0\"],\"type\":\"string\"},\"jobLabel\":{\"description\":\"jobLabel selects the label from the associated Kubernetes `Service`\\nobject which will be used as the `job` label for all metrics.\\n\\nFor example if `jobLabel` is set to `foo` and the Kubernetes `Service`\\nobject is labeled with `foo: bar`, then Prometheus adds the `job=\\\"bar\\\"`\\nlabel to all ingested metrics.\\n\\nIf the value of this field is empty or if the label doesn't exist for\\nthe given Service, the `job` label of the metrics defaults to the name\\nof the associated Kubernetes `Service`.\",\"type\":\"string\"},\"keepDroppedTargets\":{\"description\":\"keepDroppedTargets defines the per-scrape limit on the number of targets dropped by relabeling\\nthat will be kept in memory. 0 means no limit.\\n\\nIt requires Prometheus >= v2.47.0.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"labelLimit\":{\"description\":\"labelLimit defines the per-scrape limit on number of labels that will be accepted for a sample.\\n\\nIt requires Prometheus >= v2.27.0.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"labelNameLengthLimit\":{\"description\":\"labelNameLengthLimit defines the per-scrape limit on length of labels name that will be accepted for a sample.\\n\\nIt requires Prometheus >= v2.27.0.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"labelValueLengthLimit\":{\"description\":\"labelValueLengthLimit defines the per-scrape limit on length of labels value that will be accepted for a sample.\\n\\nIt requires Prometheus >= v2.27.0.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"namespaceSelector\":{\"description\":\"namespaceSelector defines in which namespace(s) Prometheus should discover the services.\\nBy default, the services are discovered in the same namespace as the `ServiceMonitor` object but it is possible to select pods across different/all namespaces.\",\"properties\":{\"any\":{\"description\":\"any defines the boolean describing whether all namespaces are selected in contrast to a\\nlist restricting them.\",\"type\":\"boolean\"},\"matchNames\":{\"description\":\"matchNames defines the list of namespace names to select from.\",\"items\":{\"type\":\"string\"},\"type\":\"array\"}},\"type\":\"object\"},\"nativeHistogramBucketLimit\":{\"description\":\"nativeHistogramBucketLimit defines ff there are more than this many buckets in a native histogram,\\nbuckets will be merged to stay within the limit.\\nIt requires Prometheus >= v2.45.0.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"nativeHistogramMinBucketFactor\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"description\":\"nativeHistogramMinBucketFactor defines if the growth factor of one bucket to the next is smaller than this,\\nbuckets will be merged to increase the factor sufficiently.\\nIt requires Prometheus >= v2.50.0.\",\"pattern\":\"^(\\\\+|-)?(([0-9]+(\\\\.[0-9]*)?)|(\\\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\\\+|-)?(([0-9]+(\\\\.[0-9]*)?)|(\\\\.[0-9]+))))?$\",\"x-kubernetes-int-or-string\":true},\"podTargetLabels\":{\"description\":\"podTargetLabels defines the labels which are transferred from the\\nassociated Kubernetes `Pod` object onto the ingested metrics.\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"sampleLimit\":{\"description\":\"sampleLimit defines a per-scrape limit on the number of scraped samples\\nthat will be accepted.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"},\"scrapeClass\":{\"description\":\"scrapeClass defines the scrape class to apply.\",\"minLength\":1,\"type\":\"string\"},\"scrapeClassicHistograms\":{\"description\":\"scrapeClassicHistograms defines whether to scrape a classic histogram that is also exposed as a native histogram.\\nIt requires Prometheus >= v2.45.0.\\n\\nNotice: `scrapeClassicHistograms` corresponds to the `always_scrape_classic_histograms` field in the Prometheus configuration.\",\"type\":\"boolean\"},\"scrapeNativeHistograms\":{\"description\":\"scrapeNativeHistograms defines whether to enable scraping of native histograms.\\nIt requires Prometheus >= v3.8.0.\",\"type\":\"boolean\"},\"scrapeProtocols\":{\"description\":\"scrapeProtocols defines the protocols to negotiate during a scrape. It tells clients the\\nprotocols supported by Prometheus in order of preference (from most to least preferred).\\n\\nIf unset, Prometheus uses its default value.\\n\\nIt requires Prometheus >= v2.49.0.\",\"items\":{\"description\":\"ScrapeProtocol represents a protocol used by Prometheus for scraping metrics.\\nSupported values are:\\n* `OpenMetricsText0.0.1`\\n* `OpenMetricsText1.0.0`\\n* `PrometheusProto`\\n* `PrometheusText0.0.4`\\n* `PrometheusText1.0.0`\",\"enum\":[\"PrometheusProto\",\"OpenMetricsText0.0.1\",\"OpenMetricsText1.0.0\",\"PrometheusText0.0.4\",\"PrometheusText1.0.0\"],\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"set\"},\"selector\":{\"description\":\"selector defines the label selector to select the Kubernetes `Endpoints` objects to scrape metrics from.\",\"properties\":{\"matchExpressions\":{\"description\":\"matchExpressions is a list of label selector requirements. The requirements are ANDed.\",\"items\":{\"description\":\"A label selector requirement is a selector that contains values, a key, and an operator that\\nrelates the key and values.\",\"properties\":{\"key\":{\"description\":\"key is the label key that the selector applies to.\",\"type\":\"string\"},\"operator\":{\"description\":\"operator represents a key's relationship to a set of values.\\nValid operators are In, NotIn, Exists and DoesNotExist.\",\"type\":\"string\"},\"values\":{\"description\":\"values is an array of string values. If the operator is In or NotIn,\\nthe values array must be non-empty. If the operator is Exists or DoesNotExist,\\nthe values array must be empty. This array is replaced during a strategic\\nmerge patch.\",\"items\":{\"type\":\"string\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"}},\"required\":[\"key\",\"operator\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-type\":\"atomic\"},\"matchLabels\":{\"additionalProperties\":{\"type\":\"string\"},\"description\":\"matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels\\nmap is equivalent to an element of matchExpressions, whose key field is \\\"key\\\", the\\noperator is \\\"In\\\", and the values array contains only \\\"value\\\". The requirements are ANDed.\",\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"selectorMechanism\":{\"description\":\"selectorMechanism defines the mechanism used to select the endpoints to scrape.\\nBy default, the selection process relies on relabel configurations to filter the discovered targets.\\nAlternatively, you can opt in for role selectors, which may offer better efficiency in large clusters.\\nWhich strategy is best for your use case needs to be carefully evaluated.\\n\\nIt requires Prometheus >= v2.17.0.\",\"enum\":[\"RelabelConfig\",\"RoleSelector\"],\"type\":\"string\"},\"serviceDiscoveryRole\":{\"description\":\"serviceDiscoveryRole defines the service discovery role used to discover targets.\\n\\nIf set, the value should be either \\\"Endpoints\\\" or \\\"EndpointSlice\\\".\\nOtherwise it defaults to the value defined in the\\nPrometheus/PrometheusAgent resource.\",\"enum\":[\"Endpoints\",\"EndpointSlice\"],\"type\":\"string\"},\"targetLabels\":{\"description\":\"targetLabels defines the labels which are transferred from the\\nassociated Kubernetes `Service` object onto the ingested metrics.\",\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"targetLimit\":{\"description\":\"targetLimit defines a limit on the number of scraped targets that will\\nbe accepted.\",\"format\":\"int64\",\"minimum\":0,\"type\":\"integer\"}},\"required\":[\"endpoints\",\"selector\"],\"type\":\"object\"},\"status\":{\"description\":\"status defines the status subresource. It is under active development and is updated only when the\\n\\\"StatusForConfigurationResources\\\" feature gate is enabled.\\n\\nMost recent observed status of the ServiceMonitor. Read-only.\\nMore info:\\nhttps://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#spec-and-status\",\"properties\":{\"bindings\":{\"description\":\"bindings defines the list of workload resources (Prometheus, PrometheusAgent, ThanosRuler or Alertmanager) which select the configuration resource.\",\"items\":{\"description\":\"WorkloadBinding is a link between a configuration resource and a workload resource.\",\"properties\":{\"conditions\":{\"description\":\"conditions defines the current state of the configuration resource when bound to the referenced Workload object.\",\"items\":{\"description\":\"ConfigResourceCondition describes the status of configuration resources linked to Prometheus, PrometheusAgent, Alertmanager or ThanosRuler.\",\"properties\":{\"lastTransitionTime\":{\"description\":\"lastTransitionTime defines the time of the last update to the current status property.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"message defines the human-readable message indicating details for the condition's last transition.\",\"type\":\"string\"},\"observedGeneration\":{\"description\":\"observedGeneration defines the .metadata.generation that the\\ncondition was set based upon. For instance, if `.metadata.generation` is\\ncurrently 12, but the `.status.conditions[].observedGeneration` is 9, the\\ncondition is out of date with respect to the current state of the object.\",\"format\":\"int64\",\"type\":\"integer\"},\"reason\":{\"description\":\"reason for the condition's last transition.\",\"type\":\"string\"},\"status\":{\"description\":\"status of the condition.\",\"minLength\":1,\"type\":\"string\"},\"type\":{\"description\":\"type of the condition being reported.\\nCurrently, only \\\"Accepted\\\" is supported.\",\"enum\":[\"Accepted\"],\"minLength\":1,\"type\":\"string\"}},\"required\":[\"lastTransitionTime\",\"status\",\"type\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"type\"],\"x-kubernetes-list-type\":\"map\"},\"group\":{\"description\":\"group defines the group of the referenced resource.\",\"enum\":[\"monitoring.coreos.com\"],\"type\":\"string\"},\"name\":{\"description\":\"name defines the name of the referenced object.\",\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"namespace defines the namespace of the referenced object.\",\"minLength\":1,\"type\":\"string\"},\"resource\":{\"description\":\"resource defines the type of resource being referenced (e.g. Prometheus, PrometheusAgent, ThanosRuler or Alertmanager).\",\"enum\":[\"prometheuses\",\"prometheusagents\",\"thanosrulers\",\"alertmanagers\"],\"type\":\"string\"}},\"required\":[\"group\",\"name\",\"namespace\",\"resource\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"group\",\"resource\",\"name\",\"namespace\"],\"x-kubernetes-list-type\":\"map\"}},\"type\":\"object\"}},\"required\":[\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `monitoring.coreos.com/v1` `ServiceMonitor`, the storage version.
 pub mod v1 {
+    /// The `ServiceMonitor` custom resource definition (CRD) defines how `Prometheus` and `PrometheusAgent` can scrape metrics from a group of services.
+    /// Among other things, it allows to specify:
+    /// * The services to scrape via label selectors.
+    /// * The container ports to scrape.
+    /// * Authentication credentials to use.
+    /// * Target and metric relabeling.
+    ///
+    /// `Prometheus` and `PrometheusAgent` objects select `ServiceMonitor` objects using label and namespace selectors.
+    ///
+    /// `monitoring.coreos.com/v1` `ServiceMonitor`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct ServiceMonitor {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// spec defines the specification of desired Service selection for target discovery by
+        /// Prometheus.
+        pub spec: ServiceMonitorSpec,
+        /// status defines the status subresource. It is under active development and is updated only when the
+        /// "StatusForConfigurationResources" feature gate is enabled.
+        ///
+        /// Most recent observed status of the ServiceMonitor. Read-only.
+        /// More info:
+        /// https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#spec-and-status
+        pub status: ::core::option::Option<ServiceMonitorStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "ServiceMonitor")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: ServiceMonitorSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<ServiceMonitorStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for ServiceMonitor {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for ServiceMonitor {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for ServiceMonitor {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for ServiceMonitor {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("ServiceMonitor")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("monitoring.coreos.com")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("monitoring.coreos.com/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("servicemonitors")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for ServiceMonitor {
+        type Spec = ServiceMonitorSpec;
+        fn spec(&self) -> &ServiceMonitorSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut ServiceMonitorSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for ServiceMonitor {
+        type Status = ServiceMonitorStatus;
+        fn status(&self) -> ::core::option::Option<&ServiceMonitorStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<ServiceMonitorStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for ServiceMonitor {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "servicemonitors.monitoring.coreos.com"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["smon"]
+        }
+    }
+    impl ServiceMonitor {
+        /// A `ServiceMonitor` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: ServiceMonitorSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// spec defines the specification of desired Service selection for target discovery by
     /// Prometheus.
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "monitoring.coreos.com",
-        version = "v1",
-        kind = "ServiceMonitor",
-        plural = "servicemonitors",
-        namespaced,
-        status = "ServiceMonitorStatus",
-        shortname = "smon",
-        category = "prometheus-operator",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ServiceMonitorSpec {
         /// attachMetadata defines additional metadata which is added to the
         /// discovered targets.
@@ -45,7 +180,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub attach_metadata: ::core::option::Option<ServiceMonitorSpecAttachMetadata>,
+        pub attach_metadata: ::core::option::Option<AttachMetadata>,
         /// bodySizeLimit when defined, bodySizeLimit specifies a job level limit on the size
         /// of uncompressed response body that will be accepted by Prometheus.
         ///
@@ -67,7 +202,7 @@ pub mod v1 {
         /// endpoints defines the list of endpoints part of this ServiceMonitor.
         /// Defines how to scrape metrics from Kubernetes [Endpoints](https://kubernetes.io/docs/concepts/services-networking/service/#endpoints) objects.
         /// In most cases, an Endpoints object is backed by a Kubernetes [Service](https://kubernetes.io/docs/concepts/services-networking/service/) object with the same name and labels.
-        pub endpoints: ::std::vec::Vec<ServiceMonitorSpecEndpoints>,
+        pub endpoints: ::std::vec::Vec<Endpoints>,
         /// fallbackScrapeProtocol defines the protocol to use if a scrape returns blank, unparseable, or otherwise invalid Content-Type.
         ///
         /// It requires Prometheus >= v3.0.0.
@@ -131,9 +266,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub namespace_selector: ::core::option::Option<
-            ServiceMonitorSpecNamespaceSelector,
-        >,
+        pub namespace_selector: ::core::option::Option<NamespaceSelector>,
         /// nativeHistogramBucketLimit defines ff there are more than this many buckets in a native histogram,
         /// buckets will be merged to stay within the limit.
         /// It requires Prometheus >= v2.45.0.
@@ -151,11 +284,8 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        #[schemars(
-            schema_with = "::kinformer::__codegen::optional_int_or_string_schema"
-        )]
         pub native_histogram_min_bucket_factor: ::core::option::Option<
-            ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+            ::kinformer::quantity::Quantity,
         >,
         /// podTargetLabels defines the labels which are transferred from the
         /// associated Kubernetes `Pod` object onto the ingested metrics.
@@ -212,10 +342,10 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub scrape_protocols: ::core::option::Option<
-            ::std::vec::Vec<ServiceMonitorSpecScrapeProtocols>,
+            ::std::vec::Vec<ServiceMonitorSpecFallbackScrapeProtocol>,
         >,
         /// selector defines the label selector to select the Kubernetes `Endpoints` objects to scrape metrics from.
-        pub selector: ServiceMonitorSpecSelector,
+        pub selector: Selector,
         /// selectorMechanism defines the mechanism used to select the endpoints to scrape.
         /// By default, the selection process relies on relabel configurations to filter the discovered targets.
         /// Alternatively, you can opt in for role selectors, which may offer better efficiency in large clusters.
@@ -272,12 +402,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecAttachMetadata {
+    pub struct AttachMetadata {
         /// node when set to true, Prometheus attaches node metadata to the discovered
         /// targets.
         ///
@@ -298,26 +426,22 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpoints {
+    pub struct Endpoints {
         /// authorization configures the Authorization header credentials used by
         /// the client.
         ///
         /// Cannot be set at the same time as `basicAuth`, `bearerTokenSecret` or `oauth2`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub authorization: ::core::option::Option<
-            ServiceMonitorSpecEndpointsAuthorization,
-        >,
+        pub authorization: ::core::option::Option<Authorization>,
         /// basicAuth defines the Basic Authentication credentials used by the
         /// client.
         ///
         /// Cannot be set at the same time as `authorization`, `bearerTokenSecret` or `oauth2`.
         #[serde(rename = "basicAuth", default, skip_serializing_if = "Option::is_none")]
-        pub basic_auth: ::core::option::Option<ServiceMonitorSpecEndpointsBasicAuth>,
+        pub basic_auth: ::core::option::Option<BasicAuth>,
         /// bearerTokenFile defines the file to read bearer token for scraping the target.
         ///
         /// Deprecated: use `authorization` instead.
@@ -340,9 +464,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub bearer_token_secret: ::core::option::Option<
-            ServiceMonitorSpecEndpointsBearerTokenSecret,
-        >,
+        pub bearer_token_secret: ::core::option::Option<BearerTokenSecret>,
         /// enableHttp2 can be used to disable HTTP2.
         #[serde(
             rename = "enableHttp2",
@@ -398,9 +520,7 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub metric_relabelings: ::core::option::Option<
-            ::std::vec::Vec<ServiceMonitorSpecEndpointsMetricRelabelings>,
-        >,
+        pub metric_relabelings: ::core::option::Option<::std::vec::Vec<Relabelings>>,
         /// noProxy defines a comma-separated string that can contain IPs, CIDR notation, domain names
         /// that should be excluded from proxying. IP and domain names can
         /// contain port numbers.
@@ -414,7 +534,7 @@ pub mod v1 {
         ///
         /// Cannot be set at the same time as `authorization`, `basicAuth` or `bearerTokenSecret`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub oauth2: ::core::option::Option<ServiceMonitorSpecEndpointsOauth2>,
+        pub oauth2: ::core::option::Option<Oauth2>,
         /// params define optional HTTP URL parameters.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub params: ::core::option::Option<
@@ -446,7 +566,7 @@ pub mod v1 {
         pub proxy_connect_header: ::core::option::Option<
             ::std::collections::BTreeMap<
                 ::std::string::String,
-                ::std::vec::Vec<ServiceMonitorSpecEndpointsProxyConnectHeader>,
+                ::std::vec::Vec<BearerTokenSecret>,
             >,
         >,
         /// proxyFromEnvironment defines whether to use the proxy configuration defined by environment variables (HTTP_PROXY, HTTPS_PROXY, and NO_PROXY).
@@ -470,12 +590,10 @@ pub mod v1 {
         ///
         /// More info: https://prometheus.io/docs/prometheus/latest/configuration/configuration/#relabel_config
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub relabelings: ::core::option::Option<
-            ::std::vec::Vec<ServiceMonitorSpecEndpointsRelabelings>,
-        >,
+        pub relabelings: ::core::option::Option<::std::vec::Vec<Relabelings>>,
         /// scheme defines the HTTP scheme to use when scraping the metrics.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub scheme: ::core::option::Option<ServiceMonitorSpecEndpointsScheme>,
+        pub scheme: ::core::option::Option<EndpointsScheme>,
         /// scrapeTimeout defines the timeout after which Prometheus considers the scrape to be failed.
         ///
         /// If empty, Prometheus uses the global scrape timeout unless it is less
@@ -492,15 +610,12 @@ pub mod v1 {
         /// If a name, it matches against `.spec.containers[].ports[].name` of the Pods.
         /// If a number, it matches against `.spec.containers[].ports[].containerPort` of the Pods.
         #[serde(rename = "targetPort", default, skip_serializing_if = "Option::is_none")]
-        #[schemars(
-            schema_with = "::kinformer::__codegen::optional_int_or_string_schema"
-        )]
         pub target_port: ::core::option::Option<
             ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
         >,
         /// tlsConfig defines TLS configuration used by the client.
         #[serde(rename = "tlsConfig", default, skip_serializing_if = "Option::is_none")]
-        pub tls_config: ::core::option::Option<ServiceMonitorSpecEndpointsTlsConfig>,
+        pub tls_config: ::core::option::Option<EndpointsTlsConfig>,
         /// trackTimestampsStaleness defines whether Prometheus tracks staleness of
         /// the metrics that have an explicit timestamp present in scraped data.
         /// Has no effect if `honorTimestamps` is false.
@@ -523,17 +638,13 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsAuthorization {
+    pub struct Authorization {
         /// credentials defines a key of a Secret in the namespace that contains the credentials for authentication.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub credentials: ::core::option::Option<
-            ServiceMonitorSpecEndpointsAuthorizationCredentials,
-        >,
+        pub credentials: ::core::option::Option<BearerTokenSecret>,
         /// type defines the authentication type. The value is case-insensitive.
         ///
         /// "Basic" is not a supported value.
@@ -542,18 +653,15 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<::std::string::String>,
     }
-    /// credentials defines a key of a Secret in the namespace that contains the credentials for authentication.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsAuthorizationCredentials {
+    pub struct BearerTokenSecret {
         /// The key of the secret to select from.  Must be a valid secret key.
         pub key: ::std::string::String,
         /// Name of the referent.
@@ -579,114 +687,18 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsBasicAuth {
+    pub struct BasicAuth {
         /// password defines a key of a Secret containing the password for
         /// authentication.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub password: ::core::option::Option<
-            ServiceMonitorSpecEndpointsBasicAuthPassword,
-        >,
+        pub password: ::core::option::Option<BearerTokenSecret>,
         /// username defines a key of a Secret containing the username for
         /// authentication.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub username: ::core::option::Option<
-            ServiceMonitorSpecEndpointsBasicAuthUsername,
-        >,
-    }
-    /// password defines a key of a Secret containing the password for
-    /// authentication.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsBasicAuthPassword {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// username defines a key of a Secret containing the username for
-    /// authentication.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsBasicAuthUsername {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// bearerTokenSecret defines a key of a Secret containing the bearer token
-    /// used by the client for authentication. The secret needs to be in the
-    /// same namespace as the custom resource and readable by the Prometheus
-    /// Operator.
-    ///
-    /// Cannot be set at the same time as `authorization`, `basicAuth` or `oauth2`.
-    ///
-    /// Deprecated: use `authorization` instead.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsBearerTokenSecret {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
+        pub username: ::core::option::Option<BearerTokenSecret>,
     }
     /// RelabelConfig allows dynamic rewriting of the label set for targets, alerts,
     /// scraped samples and remote write samples.
@@ -698,12 +710,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsMetricRelabelings {
+    pub struct Relabelings {
         /// action to perform based on the regex matching.
         ///
         /// `Uppercase` and `Lowercase` actions require Prometheus >= v2.36.0.
@@ -713,9 +723,7 @@ pub mod v1 {
         ///
         /// Defaults to `"replace"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub action: ::core::option::Option<
-            ServiceMonitorSpecEndpointsMetricRelabelingsAction,
-        >,
+        pub action: ::core::option::Option<MetricRelabelingsAction>,
         /// modulus to take of the hash of the source label values.
         ///
         /// Only applicable when the action is `HashMod`.
@@ -767,60 +775,85 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorSpecEndpointsMetricRelabelingsAction {
+    pub enum MetricRelabelingsAction {
+        /// `replace`
         #[serde(rename = "replace")]
-        Replace,
-        #[serde(rename = "Replace")]
+        #[default]
         Replace2,
+        /// `Replace`
+        #[serde(rename = "Replace")]
+        Replace,
+        /// `keep`
         #[serde(rename = "keep")]
-        Keep,
-        #[serde(rename = "Keep")]
         Keep2,
+        /// `Keep`
+        #[serde(rename = "Keep")]
+        Keep,
+        /// `drop`
         #[serde(rename = "drop")]
-        Drop,
-        #[serde(rename = "Drop")]
         Drop2,
+        /// `Drop`
+        #[serde(rename = "Drop")]
+        Drop,
+        /// `hashmod`
         #[serde(rename = "hashmod")]
         Hashmod,
+        /// `HashMod`
         #[serde(rename = "HashMod")]
         HashMod,
+        /// `labelmap`
         #[serde(rename = "labelmap")]
         Labelmap,
+        /// `LabelMap`
         #[serde(rename = "LabelMap")]
         LabelMap,
+        /// `labeldrop`
         #[serde(rename = "labeldrop")]
         Labeldrop,
+        /// `LabelDrop`
         #[serde(rename = "LabelDrop")]
         LabelDrop,
+        /// `labelkeep`
         #[serde(rename = "labelkeep")]
         Labelkeep,
+        /// `LabelKeep`
         #[serde(rename = "LabelKeep")]
         LabelKeep,
+        /// `lowercase`
         #[serde(rename = "lowercase")]
-        Lowercase,
-        #[serde(rename = "Lowercase")]
         Lowercase2,
+        /// `Lowercase`
+        #[serde(rename = "Lowercase")]
+        Lowercase,
+        /// `uppercase`
         #[serde(rename = "uppercase")]
-        Uppercase,
-        #[serde(rename = "Uppercase")]
         Uppercase2,
+        /// `Uppercase`
+        #[serde(rename = "Uppercase")]
+        Uppercase,
+        /// `keepequal`
         #[serde(rename = "keepequal")]
         Keepequal,
+        /// `KeepEqual`
         #[serde(rename = "KeepEqual")]
         KeepEqual,
+        /// `dropequal`
         #[serde(rename = "dropequal")]
         Dropequal,
+        /// `DropEqual`
         #[serde(rename = "DropEqual")]
         DropEqual,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// oauth2 defines the OAuth2 settings used by the client.
     ///
@@ -832,20 +865,18 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2 {
+    pub struct Oauth2 {
         /// clientId defines a key of a Secret or ConfigMap containing the
         /// OAuth2 client's ID.
         #[serde(rename = "clientId")]
-        pub client_id: ServiceMonitorSpecEndpointsOauth2ClientId,
+        pub client_id: ClientId,
         /// clientSecret defines a key of a Secret containing the OAuth2
         /// client's secret.
         #[serde(rename = "clientSecret")]
-        pub client_secret: ServiceMonitorSpecEndpointsOauth2ClientSecret,
+        pub client_secret: BearerTokenSecret,
         /// endpointParams configures the HTTP parameters to append to the token
         /// URL.
         #[serde(
@@ -875,7 +906,7 @@ pub mod v1 {
         pub proxy_connect_header: ::core::option::Option<
             ::std::collections::BTreeMap<
                 ::std::string::String,
-                ::std::vec::Vec<ServiceMonitorSpecEndpointsOauth2ProxyConnectHeader>,
+                ::std::vec::Vec<BearerTokenSecret>,
             >,
         >,
         /// proxyFromEnvironment defines whether to use the proxy configuration defined by environment variables (HTTP_PROXY, HTTPS_PROXY, and NO_PROXY).
@@ -896,37 +927,27 @@ pub mod v1 {
         /// tlsConfig defines the TLS configuration to use when connecting to the OAuth2 server.
         /// It requires Prometheus >= v2.43.0.
         #[serde(rename = "tlsConfig", default, skip_serializing_if = "Option::is_none")]
-        pub tls_config: ::core::option::Option<
-            ServiceMonitorSpecEndpointsOauth2TlsConfig,
-        >,
+        pub tls_config: ::core::option::Option<Oauth2TlsConfig>,
         /// tokenUrl defines the URL to fetch the token from.
         #[serde(rename = "tokenUrl")]
         pub token_url: ::std::string::String,
     }
-    /// clientId defines a key of a Secret or ConfigMap containing the
-    /// OAuth2 client's ID.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2ClientId {
+    pub struct ClientId {
         /// configMap defines the ConfigMap containing data to use for the targets.
         #[serde(rename = "configMap", default, skip_serializing_if = "Option::is_none")]
-        pub config_map: ::core::option::Option<
-            ServiceMonitorSpecEndpointsOauth2ClientIdConfigMap,
-        >,
+        pub config_map: ::core::option::Option<ConfigMap>,
         /// secret defines the Secret containing data to use for the targets.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub secret: ::core::option::Option<
-            ServiceMonitorSpecEndpointsOauth2ClientIdSecret,
-        >,
+        pub secret: ::core::option::Option<BearerTokenSecret>,
     }
     /// configMap defines the ConfigMap containing data to use for the targets.
     #[derive(
@@ -934,12 +955,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2ClientIdConfigMap {
+    pub struct ConfigMap {
         /// The key to select.
         pub key: ::std::string::String,
         /// Name of the referent.
@@ -952,88 +971,6 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
         /// Specify whether the ConfigMap or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// secret defines the Secret containing data to use for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2ClientIdSecret {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// clientSecret defines a key of a Secret containing the OAuth2
-    /// client's secret.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2ClientSecret {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// SecretKeySelector selects a key of a Secret.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2ProxyConnectHeader {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub optional: ::core::option::Option<bool>,
     }
@@ -1045,18 +982,16 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2TlsConfig {
+    pub struct Oauth2TlsConfig {
         /// ca defines the Certificate authority used when verifying server certificates.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub ca: ::core::option::Option<ServiceMonitorSpecEndpointsOauth2TlsConfigCa>,
+        pub ca: ::core::option::Option<ClientId>,
         /// cert defines the Client certificate to present when doing client-authentication.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub cert: ::core::option::Option<ServiceMonitorSpecEndpointsOauth2TlsConfigCert>,
+        pub cert: ::core::option::Option<ClientId>,
         /// insecureSkipVerify defines how to disable target certificate validation.
         #[serde(
             rename = "insecureSkipVerify",
@@ -1066,444 +1001,77 @@ pub mod v1 {
         pub insecure_skip_verify: ::core::option::Option<bool>,
         /// keySecret defines the Secret containing the client key file for the targets.
         #[serde(rename = "keySecret", default, skip_serializing_if = "Option::is_none")]
-        pub key_secret: ::core::option::Option<
-            ServiceMonitorSpecEndpointsOauth2TlsConfigKeySecret,
-        >,
+        pub key_secret: ::core::option::Option<BearerTokenSecret>,
         /// maxVersion defines the maximum acceptable TLS version.
         ///
         /// It requires Prometheus >= v2.41.0 or Thanos >= v0.31.0.
         #[serde(rename = "maxVersion", default, skip_serializing_if = "Option::is_none")]
-        pub max_version: ::core::option::Option<
-            ServiceMonitorSpecEndpointsOauth2TlsConfigMaxVersion,
-        >,
+        pub max_version: ::core::option::Option<TlsConfigVersion>,
         /// minVersion defines the minimum acceptable TLS version.
         ///
         /// It requires Prometheus >= v2.35.0 or Thanos >= v0.28.0.
         #[serde(rename = "minVersion", default, skip_serializing_if = "Option::is_none")]
-        pub min_version: ::core::option::Option<
-            ServiceMonitorSpecEndpointsOauth2TlsConfigMinVersion,
-        >,
+        pub min_version: ::core::option::Option<TlsConfigVersion>,
         /// serverName is used to verify the hostname for the targets.
         #[serde(rename = "serverName", default, skip_serializing_if = "Option::is_none")]
         pub server_name: ::core::option::Option<::std::string::String>,
     }
-    /// ca defines the Certificate authority used when verifying server certificates.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2TlsConfigCa {
-        /// configMap defines the ConfigMap containing data to use for the targets.
-        #[serde(rename = "configMap", default, skip_serializing_if = "Option::is_none")]
-        pub config_map: ::core::option::Option<
-            ServiceMonitorSpecEndpointsOauth2TlsConfigCaConfigMap,
-        >,
-        /// secret defines the Secret containing data to use for the targets.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub secret: ::core::option::Option<
-            ServiceMonitorSpecEndpointsOauth2TlsConfigCaSecret,
-        >,
-    }
-    /// configMap defines the ConfigMap containing data to use for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2TlsConfigCaConfigMap {
-        /// The key to select.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the ConfigMap or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// secret defines the Secret containing data to use for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2TlsConfigCaSecret {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// cert defines the Client certificate to present when doing client-authentication.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2TlsConfigCert {
-        /// configMap defines the ConfigMap containing data to use for the targets.
-        #[serde(rename = "configMap", default, skip_serializing_if = "Option::is_none")]
-        pub config_map: ::core::option::Option<
-            ServiceMonitorSpecEndpointsOauth2TlsConfigCertConfigMap,
-        >,
-        /// secret defines the Secret containing data to use for the targets.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub secret: ::core::option::Option<
-            ServiceMonitorSpecEndpointsOauth2TlsConfigCertSecret,
-        >,
-    }
-    /// configMap defines the ConfigMap containing data to use for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2TlsConfigCertConfigMap {
-        /// The key to select.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the ConfigMap or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// secret defines the Secret containing data to use for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2TlsConfigCertSecret {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// keySecret defines the Secret containing the client key file for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsOauth2TlsConfigKeySecret {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// maxVersion defines the maximum acceptable TLS version.
-    ///
-    /// It requires Prometheus >= v2.41.0 or Thanos >= v0.31.0.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorSpecEndpointsOauth2TlsConfigMaxVersion {
+    pub enum TlsConfigVersion {
+        /// `TLS10`
         #[serde(rename = "TLS10")]
         Tls10,
+        /// `TLS11`
         #[serde(rename = "TLS11")]
         Tls11,
+        /// `TLS12`
         #[serde(rename = "TLS12")]
         Tls12,
+        /// `TLS13`
         #[serde(rename = "TLS13")]
         Tls13,
-    }
-    /// minVersion defines the minimum acceptable TLS version.
-    ///
-    /// It requires Prometheus >= v2.35.0 or Thanos >= v0.28.0.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorSpecEndpointsOauth2TlsConfigMinVersion {
-        #[serde(rename = "TLS10")]
-        Tls10,
-        #[serde(rename = "TLS11")]
-        Tls11,
-        #[serde(rename = "TLS12")]
-        Tls12,
-        #[serde(rename = "TLS13")]
-        Tls13,
-    }
-    /// SecretKeySelector selects a key of a Secret.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsProxyConnectHeader {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// RelabelConfig allows dynamic rewriting of the label set for targets, alerts,
-    /// scraped samples and remote write samples.
-    ///
-    /// More info: https://prometheus.io/docs/prometheus/latest/configuration/configuration/#relabel_config
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsRelabelings {
-        /// action to perform based on the regex matching.
-        ///
-        /// `Uppercase` and `Lowercase` actions require Prometheus >= v2.36.0.
-        /// `DropEqual` and `KeepEqual` actions require Prometheus >= v2.41.0.
-        ///
-        /// Default: "Replace"
-        ///
-        /// Defaults to `"replace"` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub action: ::core::option::Option<ServiceMonitorSpecEndpointsRelabelingsAction>,
-        /// modulus to take of the hash of the source label values.
-        ///
-        /// Only applicable when the action is `HashMod`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub modulus: ::core::option::Option<i64>,
-        /// regex defines the regular expression against which the extracted value is matched.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub regex: ::core::option::Option<::std::string::String>,
-        /// replacement value against which a Replace action is performed if the
-        /// regular expression matches.
-        ///
-        /// Regex capture groups are available.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub replacement: ::core::option::Option<::std::string::String>,
-        /// separator defines the string between concatenated SourceLabels.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub separator: ::core::option::Option<::std::string::String>,
-        /// sourceLabels defines the source labels select values from existing labels. Their content is
-        /// concatenated using the configured Separator and matched against the
-        /// configured regular expression.
-        #[serde(
-            rename = "sourceLabels",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub source_labels: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
-        >,
-        /// targetLabel defines the label to which the resulting string is written in a replacement.
-        ///
-        /// It is mandatory for `Replace`, `HashMod`, `Lowercase`, `Uppercase`,
-        /// `KeepEqual` and `DropEqual` actions.
-        ///
-        /// Regex capture groups are available.
-        #[serde(
-            rename = "targetLabel",
-            default,
-            skip_serializing_if = "Option::is_none"
-        )]
-        pub target_label: ::core::option::Option<::std::string::String>,
-    }
-    /// action to perform based on the regex matching.
-    ///
-    /// `Uppercase` and `Lowercase` actions require Prometheus >= v2.36.0.
-    /// `DropEqual` and `KeepEqual` actions require Prometheus >= v2.41.0.
-    ///
-    /// Default: "Replace"
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorSpecEndpointsRelabelingsAction {
-        #[serde(rename = "replace")]
-        Replace,
-        #[serde(rename = "Replace")]
-        Replace2,
-        #[serde(rename = "keep")]
-        Keep,
-        #[serde(rename = "Keep")]
-        Keep2,
-        #[serde(rename = "drop")]
-        Drop,
-        #[serde(rename = "Drop")]
-        Drop2,
-        #[serde(rename = "hashmod")]
-        Hashmod,
-        #[serde(rename = "HashMod")]
-        HashMod,
-        #[serde(rename = "labelmap")]
-        Labelmap,
-        #[serde(rename = "LabelMap")]
-        LabelMap,
-        #[serde(rename = "labeldrop")]
-        Labeldrop,
-        #[serde(rename = "LabelDrop")]
-        LabelDrop,
-        #[serde(rename = "labelkeep")]
-        Labelkeep,
-        #[serde(rename = "LabelKeep")]
-        LabelKeep,
-        #[serde(rename = "lowercase")]
-        Lowercase,
-        #[serde(rename = "Lowercase")]
-        Lowercase2,
-        #[serde(rename = "uppercase")]
-        Uppercase,
-        #[serde(rename = "Uppercase")]
-        Uppercase2,
-        #[serde(rename = "keepequal")]
-        Keepequal,
-        #[serde(rename = "KeepEqual")]
-        KeepEqual,
-        #[serde(rename = "dropequal")]
-        Dropequal,
-        #[serde(rename = "DropEqual")]
-        DropEqual,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// scheme defines the HTTP scheme to use when scraping the metrics.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorSpecEndpointsScheme {
+    pub enum EndpointsScheme {
+        /// `http`
         #[serde(rename = "http")]
         Http,
+        /// `https`
         #[serde(rename = "https")]
         Https,
+        /// `HTTP`
         #[serde(rename = "HTTP")]
         Http2,
+        /// `HTTPS`
         #[serde(rename = "HTTPS")]
         Https2,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// tlsConfig defines TLS configuration used by the client.
     #[derive(
@@ -1512,21 +1080,19 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfig {
+    pub struct EndpointsTlsConfig {
         /// ca defines the Certificate authority used when verifying server certificates.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub ca: ::core::option::Option<ServiceMonitorSpecEndpointsTlsConfigCa>,
+        pub ca: ::core::option::Option<ClientId>,
         /// caFile defines the path to the CA cert in the Prometheus container to use for the targets.
         #[serde(rename = "caFile", default, skip_serializing_if = "Option::is_none")]
         pub ca_file: ::core::option::Option<::std::string::String>,
         /// cert defines the Client certificate to present when doing client-authentication.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub cert: ::core::option::Option<ServiceMonitorSpecEndpointsTlsConfigCert>,
+        pub cert: ::core::option::Option<ClientId>,
         /// certFile defines the path to the client cert file in the Prometheus container for the targets.
         #[serde(rename = "certFile", default, skip_serializing_if = "Option::is_none")]
         pub cert_file: ::core::option::Option<::std::string::String>,
@@ -1542,287 +1108,51 @@ pub mod v1 {
         pub key_file: ::core::option::Option<::std::string::String>,
         /// keySecret defines the Secret containing the client key file for the targets.
         #[serde(rename = "keySecret", default, skip_serializing_if = "Option::is_none")]
-        pub key_secret: ::core::option::Option<
-            ServiceMonitorSpecEndpointsTlsConfigKeySecret,
-        >,
+        pub key_secret: ::core::option::Option<BearerTokenSecret>,
         /// maxVersion defines the maximum acceptable TLS version.
         ///
         /// It requires Prometheus >= v2.41.0 or Thanos >= v0.31.0.
         #[serde(rename = "maxVersion", default, skip_serializing_if = "Option::is_none")]
-        pub max_version: ::core::option::Option<
-            ServiceMonitorSpecEndpointsTlsConfigMaxVersion,
-        >,
+        pub max_version: ::core::option::Option<TlsConfigVersion>,
         /// minVersion defines the minimum acceptable TLS version.
         ///
         /// It requires Prometheus >= v2.35.0 or Thanos >= v0.28.0.
         #[serde(rename = "minVersion", default, skip_serializing_if = "Option::is_none")]
-        pub min_version: ::core::option::Option<
-            ServiceMonitorSpecEndpointsTlsConfigMinVersion,
-        >,
+        pub min_version: ::core::option::Option<TlsConfigVersion>,
         /// serverName is used to verify the hostname for the targets.
         #[serde(rename = "serverName", default, skip_serializing_if = "Option::is_none")]
         pub server_name: ::core::option::Option<::std::string::String>,
     }
-    /// ca defines the Certificate authority used when verifying server certificates.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfigCa {
-        /// configMap defines the ConfigMap containing data to use for the targets.
-        #[serde(rename = "configMap", default, skip_serializing_if = "Option::is_none")]
-        pub config_map: ::core::option::Option<
-            ServiceMonitorSpecEndpointsTlsConfigCaConfigMap,
-        >,
-        /// secret defines the Secret containing data to use for the targets.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub secret: ::core::option::Option<ServiceMonitorSpecEndpointsTlsConfigCaSecret>,
-    }
-    /// configMap defines the ConfigMap containing data to use for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfigCaConfigMap {
-        /// The key to select.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the ConfigMap or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// secret defines the Secret containing data to use for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfigCaSecret {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// cert defines the Client certificate to present when doing client-authentication.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
-        ::core::default::Default
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfigCert {
-        /// configMap defines the ConfigMap containing data to use for the targets.
-        #[serde(rename = "configMap", default, skip_serializing_if = "Option::is_none")]
-        pub config_map: ::core::option::Option<
-            ServiceMonitorSpecEndpointsTlsConfigCertConfigMap,
-        >,
-        /// secret defines the Secret containing data to use for the targets.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub secret: ::core::option::Option<
-            ServiceMonitorSpecEndpointsTlsConfigCertSecret,
-        >,
-    }
-    /// configMap defines the ConfigMap containing data to use for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfigCertConfigMap {
-        /// The key to select.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the ConfigMap or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// secret defines the Secret containing data to use for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfigCertSecret {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// keySecret defines the Secret containing the client key file for the targets.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfigKeySecret {
-        /// The key of the secret to select from.  Must be a valid secret key.
-        pub key: ::std::string::String,
-        /// Name of the referent.
-        /// This field is effectively required, but due to backwards compatibility is
-        /// allowed to be empty. Instances of this type with an empty value here are
-        /// almost certainly wrong.
-        /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
-        ///
-        /// Defaults to `""` on the server.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub name: ::core::option::Option<::std::string::String>,
-        /// Specify whether the Secret or its key must be defined
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub optional: ::core::option::Option<bool>,
-    }
-    /// maxVersion defines the maximum acceptable TLS version.
-    ///
-    /// It requires Prometheus >= v2.41.0 or Thanos >= v0.31.0.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorSpecEndpointsTlsConfigMaxVersion {
-        #[serde(rename = "TLS10")]
-        Tls10,
-        #[serde(rename = "TLS11")]
-        Tls11,
-        #[serde(rename = "TLS12")]
-        Tls12,
-        #[serde(rename = "TLS13")]
-        Tls13,
-    }
-    /// minVersion defines the minimum acceptable TLS version.
-    ///
-    /// It requires Prometheus >= v2.35.0 or Thanos >= v0.28.0.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorSpecEndpointsTlsConfigMinVersion {
-        #[serde(rename = "TLS10")]
-        Tls10,
-        #[serde(rename = "TLS11")]
-        Tls11,
-        #[serde(rename = "TLS12")]
-        Tls12,
-        #[serde(rename = "TLS13")]
-        Tls13,
-    }
-    /// fallbackScrapeProtocol defines the protocol to use if a scrape returns blank, unparseable, or otherwise invalid Content-Type.
-    ///
-    /// It requires Prometheus >= v3.0.0.
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum ServiceMonitorSpecFallbackScrapeProtocol {
+        /// `PrometheusProto`
         #[serde(rename = "PrometheusProto")]
         PrometheusProto,
+        /// `OpenMetricsText0.0.1`
         #[serde(rename = "OpenMetricsText0.0.1")]
         OpenMetricsText001,
+        /// `OpenMetricsText1.0.0`
         #[serde(rename = "OpenMetricsText1.0.0")]
         OpenMetricsText100,
+        /// `PrometheusText0.0.4`
         #[serde(rename = "PrometheusText0.0.4")]
         PrometheusText004,
+        /// `PrometheusText1.0.0`
         #[serde(rename = "PrometheusText1.0.0")]
         PrometheusText100,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// namespaceSelector defines in which namespace(s) Prometheus should discover the services.
     /// By default, the services are discovered in the same namespace as the `ServiceMonitor` object but it is possible to select pods across different/all namespaces.
@@ -1832,12 +1162,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecNamespaceSelector {
+    pub struct NamespaceSelector {
         /// any defines the boolean describing whether all namespaces are selected in contrast to a
         /// list restricting them.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1846,38 +1174,6 @@ pub mod v1 {
         #[serde(rename = "matchNames", default, skip_serializing_if = "Option::is_none")]
         pub match_names: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
     }
-    /// ScrapeProtocol represents a protocol used by Prometheus for scraping metrics.
-    /// Supported values are:
-    /// * `OpenMetricsText0.0.1`
-    /// * `OpenMetricsText1.0.0`
-    /// * `PrometheusProto`
-    /// * `PrometheusText0.0.4`
-    /// * `PrometheusText1.0.0`
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorSpecScrapeProtocols {
-        #[serde(rename = "PrometheusProto")]
-        PrometheusProto,
-        #[serde(rename = "OpenMetricsText0.0.1")]
-        OpenMetricsText001,
-        #[serde(rename = "OpenMetricsText1.0.0")]
-        OpenMetricsText100,
-        #[serde(rename = "PrometheusText0.0.4")]
-        PrometheusText004,
-        #[serde(rename = "PrometheusText1.0.0")]
-        PrometheusText100,
-    }
     /// selector defines the label selector to select the Kubernetes `Endpoints` objects to scrape metrics from.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1885,21 +1181,17 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecSelector {
+    pub struct Selector {
         /// matchExpressions is a list of label selector requirements. The requirements are ANDed.
         #[serde(
             rename = "matchExpressions",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub match_expressions: ::core::option::Option<
-            ::std::vec::Vec<ServiceMonitorSpecSelectorMatchExpressions>,
-        >,
+        pub match_expressions: ::core::option::Option<::std::vec::Vec<MatchExpressions>>,
         /// matchLabels is a map of {key,value} pairs. A single {key,value} in the matchLabels
         /// map is equivalent to an element of matchExpressions, whose key field is "key", the
         /// operator is "In", and the values array contains only "value". The requirements are ANDed.
@@ -1919,12 +1211,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecSelectorMatchExpressions {
+    pub struct MatchExpressions {
         /// key is the label key that the selector applies to.
         pub key: ::std::string::String,
         /// operator represents a key's relationship to a set of values.
@@ -1947,20 +1237,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum ServiceMonitorSpecSelectorMechanism {
+        /// `RelabelConfig`
         #[serde(rename = "RelabelConfig")]
         RelabelConfig,
+        /// `RoleSelector`
         #[serde(rename = "RoleSelector")]
         RoleSelector,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// serviceDiscoveryRole defines the service discovery role used to discover targets.
     ///
@@ -1971,20 +1264,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum ServiceMonitorSpecServiceDiscoveryRole {
+        /// `Endpoints`
         #[serde(rename = "Endpoints")]
         Endpoints,
+        /// `EndpointSlice`
         #[serde(rename = "EndpointSlice")]
         EndpointSlice,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// status defines the status subresource. It is under active development and is updated only when the
     /// "StatusForConfigurationResources" feature gate is enabled.
@@ -1998,17 +1294,13 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ServiceMonitorStatus {
         /// bindings defines the list of workload resources (Prometheus, PrometheusAgent, ThanosRuler or Alertmanager) which select the configuration resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub bindings: ::core::option::Option<
-            ::std::vec::Vec<ServiceMonitorStatusBindings>,
-        >,
+        pub bindings: ::core::option::Option<::std::vec::Vec<Bindings>>,
     }
     /// WorkloadBinding is a link between a configuration resource and a workload resource.
     #[derive(
@@ -2016,25 +1308,21 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorStatusBindings {
+    pub struct Bindings {
         /// conditions defines the current state of the configuration resource when bound to the referenced Workload object.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<
-            ::std::vec::Vec<ServiceMonitorStatusBindingsConditions>,
-        >,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         /// group defines the group of the referenced resource.
-        pub group: ServiceMonitorStatusBindingsGroup,
+        pub group: BindingsGroup,
         /// name defines the name of the referenced object.
         pub name: ::std::string::String,
         /// namespace defines the namespace of the referenced object.
         pub namespace: ::std::string::String,
         /// resource defines the type of resource being referenced (e.g. Prometheus, PrometheusAgent, ThanosRuler or Alertmanager).
-        pub resource: ServiceMonitorStatusBindingsResource,
+        pub resource: BindingsResource,
     }
     /// ConfigResourceCondition describes the status of configuration resources linked to Prometheus, PrometheusAgent, Alertmanager or ThanosRuler.
     #[derive(
@@ -2042,12 +1330,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorStatusBindingsConditions {
+    pub struct Conditions {
         /// lastTransitionTime defines the time of the last update to the current status property.
         #[serde(rename = "lastTransitionTime")]
         pub last_transition_time: ::std::string::String,
@@ -2071,7 +1357,7 @@ pub mod v1 {
         pub status: ::std::string::String,
         /// type of the condition being reported.
         /// Currently, only "Accepted" is supported.
-        pub r#type: ServiceMonitorStatusBindingsConditionsType,
+        pub r#type: ConditionsType,
     }
     /// type of the condition being reported.
     /// Currently, only "Accepted" is supported.
@@ -2079,60 +1365,69 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorStatusBindingsConditionsType {
+    pub enum ConditionsType {
+        /// `Accepted`
         #[serde(rename = "Accepted")]
         Accepted,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// group defines the group of the referenced resource.
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorStatusBindingsGroup {
+    pub enum BindingsGroup {
+        /// `monitoring.coreos.com`
         #[serde(rename = "monitoring.coreos.com")]
         MonitoringCoreosCom,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// resource defines the type of resource being referenced (e.g. Prometheus, PrometheusAgent, ThanosRuler or Alertmanager).
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorStatusBindingsResource {
+    pub enum BindingsResource {
+        /// `prometheuses`
         #[serde(rename = "prometheuses")]
         Prometheuses,
+        /// `prometheusagents`
         #[serde(rename = "prometheusagents")]
         Prometheusagents,
+        /// `thanosrulers`
         #[serde(rename = "thanosrulers")]
         Thanosrulers,
+        /// `alertmanagers`
         #[serde(rename = "alertmanagers")]
         Alertmanagers,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// The shared informer of `monitoring.coreos.com/v1` `ServiceMonitor`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -2141,6 +1436,7 @@ pub mod v1 {
     }
     impl ServiceMonitorInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -2149,18 +1445,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<ServiceMonitor> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ServiceMonitorLister {
             ServiceMonitorLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<ServiceMonitor>,
@@ -2171,6 +1470,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -2182,6 +1482,7 @@ pub mod v1 {
     }
     impl ServiceMonitorLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -2191,6 +1492,7 @@ pub mod v1 {
     }
     impl ServiceMonitorLister {
         /// The `ServiceMonitor` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn servicemonitors(&self, namespace: &str) -> ServiceMonitorNamespaceLister {
             ServiceMonitorNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -2203,6 +1505,7 @@ pub mod v1 {
     }
     impl ServiceMonitorNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -2210,6 +1513,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -2219,6 +1523,7 @@ pub mod v1 {
     }
     impl ServiceMonitor {
         /// The shared `ServiceMonitor` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -2228,6 +1533,7 @@ pub mod v1 {
             ServiceMonitorInformer::new(factory)
         }
         /// The shared metadata-only `ServiceMonitor` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

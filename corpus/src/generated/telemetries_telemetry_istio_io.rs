@@ -2,41 +2,164 @@
 
 //! Types, informers and listers of the custom resource `telemetries.telemetry.istio.io` (`telemetry.istio.io`, kind `Telemetry`), generated from `crds/istio/telemetries.telemetry.istio.io.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"annotations\":{\"helm.sh/resource-policy\":\"keep\"},\"labels\":{\"app\":\"istio-pilot\",\"chart\":\"istio\",\"heritage\":\"Tiller\",\"istio\":\"telemetry\",\"release\":\"istio\"},\"name\":\"telemetries.telemetry.istio.io\"},\"spec\":{\"group\":\"telemetry.istio.io\",\"names\":{\"categories\":[\"istio-io\",\"telemetry-istio-io\"],\"kind\":\"Telemetry\",\"listKind\":\"TelemetryList\",\"plural\":\"telemetries\",\"shortNames\":[\"telemetry\"],\"singular\":\"telemetry\"},\"scope\":\"Namespaced\",\"versions\":[{\"additionalPrinterColumns\":[{\"description\":\"CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC. Populated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/api-conventions.md#metadata\",\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"}],\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"properties\":{\"spec\":{\"description\":\"Telemetry configuration for workloads. See more details at: https://istio.io/docs/reference/config/telemetry.html\",\"properties\":{\"accessLogging\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"disabled\":{\"description\":\"Controls logging.\",\"nullable\":true,\"type\":\"boolean\"},\"filter\":{\"description\":\"Optional.\",\"properties\":{\"expression\":{\"description\":\"CEL expression for selecting when requests/connections should be logged.\",\"type\":\"string\"}},\"type\":\"object\"},\"match\":{\"description\":\"Allows tailoring of logging behavior to specific conditions.\",\"properties\":{\"mode\":{\"description\":\"This determines whether or not to apply the access logging configuration based on the direction of traffic relative to the proxied workload.\\n\\nValid Options: CLIENT_AND_SERVER, CLIENT, SERVER\",\"enum\":[\"CLIENT_AND_SERVER\",\"CLIENT\",\"SERVER\"],\"type\":\"string\"}},\"type\":\"object\"},\"providers\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"name\":{\"description\":\"Required.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"type\":\"array\"}},\"type\":\"object\"},\"type\":\"array\"},\"metrics\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"overrides\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"disabled\":{\"description\":\"Optional.\",\"nullable\":true,\"type\":\"boolean\"},\"match\":{\"description\":\"Match allows providing the scope of the override.\",\"oneOf\":[{\"not\":{\"anyOf\":[{\"required\":[\"metric\"]},{\"required\":[\"customMetric\"]}]}},{\"required\":[\"metric\"]},{\"required\":[\"customMetric\"]}],\"properties\":{\"customMetric\":{\"description\":\"Allows free-form specification of a metric.\",\"minLength\":1,\"type\":\"string\"},\"metric\":{\"description\":\"One of the well-known [Istio Standard Metrics](https://istio.io/latest/docs/reference/config/metrics/).\\n\\nValid Options: ALL_METRICS, REQUEST_COUNT, REQUEST_DURATION, REQUEST_SIZE, RESPONSE_SIZE, TCP_OPENED_CONNECTIONS, TCP_CLOSED_CONNECTIONS, TCP_SENT_BYTES, TCP_RECEIVED_BYTES, GRPC_REQUEST_MESSAGES, GRPC_RESPONSE_MESSAGES\",\"enum\":[\"ALL_METRICS\",\"REQUEST_COUNT\",\"REQUEST_DURATION\",\"REQUEST_SIZE\",\"RESPONSE_SIZE\",\"TCP_OPENED_CONNECTIONS\",\"TCP_CLOSED_CONNECTIONS\",\"TCP_SENT_BYTES\",\"TCP_RECEIVED_BYTES\",\"GRPC_REQUEST_MESSAGES\",\"GRPC_RESPONSE_MESSAGES\"],\"type\":\"string\"},\"mode\":{\"description\":\"Controls which mode of metrics generation is selected: `CLIENT`, `SERVER`, or `CLIENT_AND_SERVER`.\\n\\nValid Options: CLIENT_AND_SERVER, CLIENT, SERVER\",\"enum\":[\"CLIENT_AND_SERVER\",\"CLIENT\",\"SERVER\"],\"type\":\"string\"}},\"type\":\"object\"},\"tagOverrides\":{\"additionalProperties\":{\"properties\":{\"operation\":{\"description\":\"Operation controls whether or not to update/add a tag, or to remove it.\\n\\nValid Options: UPSERT, REMOVE\",\"enum\":[\"UPSERT\",\"REMOVE\"],\"type\":\"string\"},\"value\":{\"description\":\"Value is only considered if the operation is `UPSERT`.\",\"type\":\"string\"}},\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"value must be set when operation is UPSERT\",\"rule\":\"((has(self.operation) ? self.operation : \\\"\\\") == \\\"UPSERT\\\") ? (self.value != \\\"\\\") : true\"},{\"message\":\"value must not be set when operation is REMOVE\",\"rule\":\"((has(self.operation) ? self.operation : \\\"\\\") == \\\"REMOVE\\\") ? !has(self.value) : true\"}]},\"description\":\"Optional.\",\"type\":\"object\"}},\"type\":\"object\"},\"type\":\"array\"},\"providers\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"name\":{\"description\":\"Required.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"type\":\"array\"},\"reportingInterval\":{\"description\":\"Optional.\",\"type\":\"string\",\"x-kubernetes-validations\":[{\"message\":\"must be a valid duration greater than 1ms\",\"rule\":\"duration(self) >= duration('1ms')\"}]}},\"type\":\"object\"},\"type\":\"array\"},\"selector\":{\"description\":\"Optional.\",\"properties\":{\"matchLabels\":{\"additionalProperties\":{\"maxLength\":63,\"type\":\"string\",\"x-kubernetes-validations\":[{\"message\":\"wildcard not allowed in label value match\",\"rule\":\"!self.contains(\\\"*\\\")\"}]},\"description\":\"One or more labels that indicate a specific set of pods/VMs on which a policy should be applied.\",\"maxProperties\":4096,\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"wildcard not allowed in label key match\",\"rule\":\"self.all(key, !key.contains(\\\"*\\\"))\"},{\"message\":\"key must not be empty\",\"rule\":\"self.all(key, key.size() != 0)\"}]}},\"type\":\"object\"},\"targetRef\":{\"properties\":{\"group\":{\"description\":\"group is the group of the target resource.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"kind is kind of the target resource.\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"name is the name of the target resource.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"namespace is the namespace of the referent.\",\"type\":\"string\",\"x-kubernetes-validations\":[{\"message\":\"cross namespace referencing is not currently supported\",\"rule\":\"self.size() == 0\"}]}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"targetRefs\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"group\":{\"description\":\"group is the group of the target resource.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"kind is kind of the target resource.\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"name is the name of the target resource.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"namespace is the namespace of the referent.\",\"type\":\"string\",\"x-kubernetes-validations\":[{\"message\":\"cross namespace referencing is not currently supported\",\"rule\":\"self.size() == 0\"}]}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"maxItems\":16,\"type\":\"array\"},\"tracing\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"customTags\":{\"additionalProperties\":{\"oneOf\":[{\"not\":{\"anyOf\":[{\"required\":[\"literal\"]},{\"required\":[\"environment\"]},{\"required\":[\"header\"]},{\"required\":[\"formatter\"]}]}},{\"required\":[\"literal\"]},{\"required\":[\"environment\"]},{\"required\":[\"header\"]},{\"required\":[\"formatter\"]}],\"properties\":{\"environment\":{\"description\":\"Environment adds the value of an environment variable to each span.\",\"properties\":{\"defaultValue\":{\"description\":\"Optional.\",\"type\":\"string\"},\"name\":{\"description\":\"Name of the environment variable from which to extract the tag value.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"formatter\":{\"description\":\"Formatter adds the value of access logging substitution formatter.\",\"properties\":{\"value\":{\"description\":\"The formatter tag value to use, same formatter as HTTP access logging (e.g.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"value\"],\"type\":\"object\"},\"header\":{\"description\":\"RequestHeader adds the value of an header from the request to each span.\",\"properties\":{\"defaultValue\":{\"description\":\"Optional.\",\"type\":\"string\"},\"name\":{\"description\":\"Name of the header from which to extract the tag value.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"literal\":{\"description\":\"Literal adds the same, hard-coded value to each span.\",\"properties\":{\"value\":{\"description\":\"The tag value to use.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"value\"],\"type\":\"object\"}},\"type\":\"object\"},\"description\":\"Optional.\",\"type\":\"object\"},\"disableContextPropagation\":{\"description\":\"Controls whether trace context headers (e.g., `traceparent`/`tracestate` for W3C, `X-B3-*` for Zipkin) are propagated in forwarded requests.\",\"nullable\":true,\"type\":\"boolean\"},\"disableSpanReporting\":{\"description\":\"Controls span reporting.\",\"nullable\":true,\"type\":\"boolean\"},\"enableIstioTags\":{\"description\":\"Determines whether or not trace spans generated by Envoy will include Istio specific tags.\",\"nullable\":true,\"type\":\"boolean\"},\"match\":{\"description\":\"Allows tailoring of behavior to specific conditions.\",\"properties\":{\"mode\":{\"description\":\"This determines whether or not to apply the tracing configuration based on the direction of traffic relative to the proxied workload.\\n\\nValid Options: CLIENT_AND_SERVER, CLIENT, SERVER\",\"enum\":[\"CLIENT_AND_SERVER\",\"CLIENT\",\"SERVER\"],\"type\":\"string\"}},\"type\":\"object\"},\"providers\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"name\":{\"description\":\"Required.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"type\":\"array\"},\"randomSamplingPercentage\":{\"description\":\"Controls the rate at which traffic will be selected for tracing if no prior sampling decision has been made.\",\"format\":\"double\",\"maximum\":100,\"minimum\":0,\"nullable\":true,\"type\":\"number\"},\"useRequestIdForTraceSampling\":{\"nullable\":true,\"type\":\"boolean\"}},\"type\":\"object\"},\"type\":\"array\"}},\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"only one of targetRefs or selector can be set\",\"rule\":\"(has(self.selector) ? 1 : 0) + (has(self.targetRef) ? 1 : 0) + (has(self.targetRefs) ? 1 : 0) <= 1\"}]},\"status\":{\"properties\":{\"conditions\":{\"description\":\"Current service state of the resource.\",\"items\":{\"properties\":{\"lastProbeTime\":{\"description\":\"Last time we probed the condition.\",\"format\":\"date-time\",\"type\":\"string\"},\"lastTransitionTime\":{\"description\":\"Last time the condition transitioned from one status to another.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"Human-readable message indicating details about last transition.\",\"type\":\"string\"},\"observedGeneration\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"description\":\"Resource Generation to which the Condition refers.\",\"x-kubernetes-int-or-string\":true},\"reason\":{\"description\":\"Unique, one-word, CamelCase reason for the condition's last transition.\",\"type\":\"string\"},\"status\":{\"description\":\"Status is the status of the condition.\",\"type\":\"string\"},\"type\":{\"description\":\"Type is the type of the condition.\",\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\"},\"observedGeneration\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"x-kubernetes-int-or-string\":true},\"validationMessages\":{\"description\":\"Includes any errors or warnings detected by Istio's analyzers.\",\"items\":{\"properties\":{\"documentationUrl\":{\"description\":\"A url pointing to the Istio documentation for this specific error type.\",\"type\":\"string\"},\"level\":{\"description\":\"Represents how severe a message is.\\n\\nValid Options: UNKNOWN, ERROR, WARNING, INFO\",\"enum\":[\"UNKNOWN\",\"ERROR\",\"WARNING\",\"INFO\"],\"type\":\"string\"},\"type\":{\"properties\":{\"code\":{\"description\":\"A 7 character code matching `^IST[0-9]{4}$` intended to uniquely identify the message type.\",\"type\":\"string\"},\"name\":{\"description\":\"A human-readable name for the message type.\",\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"},\"type\":\"array\"}},\"type\":\"object\",\"x-kubernetes-preserve-unknown-fields\":true}},\"type\":\"object\"}},\"served\":true,\"storage\":false,\"subresources\":{\"status\":{}}},{\"additionalPrinterColumns\":[{\"description\":\"CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC. Populated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/api-conventions.md#metadata\",\"jsonPath\":\".metadata.creationTimestamp\",\"name\":\"Age\",\"type\":\"date\"}],\"name\":\"v1alpha1\",\"schema\":{\"openAPIV3Schema\":{\"properties\":{\"spec\":{\"description\":\"Telemetry configuration for workloads. See more details at: https://istio.io/docs/reference/config/telemetry.html\",\"properties\":{\"accessLogging\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"disabled\":{\"description\":\"Controls logging.\",\"nullable\":true,\"type\":\"boolean\"},\"filter\":{\"description\":\"Optional.\",\"properties\":{\"expression\":{\"description\":\"CEL expression for selecting when requests/connections should be logged.\",\"type\":\"string\"}},\"type\":\"object\"},\"match\":{\"description\":\"Allows tailoring of logging behavior to specific conditions.\",\"properties\":{\"mode\":{\"description\":\"This determines whether or not to apply the access logging configuration based on the direction of traffic relative to the proxied workload.\\n\\nValid Options: CLIENT_AND_SERVER, CLIENT, SERVER\",\"enum\":[\"CLIENT_AND_SERVER\",\"CLIENT\",\"SERVER\"],\"type\":\"string\"}},\"type\":\"object\"},\"providers\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"name\":{\"description\":\"Required.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"type\":\"array\"}},\"type\":\"object\"},\"type\":\"array\"},\"metrics\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"overrides\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"disabled\":{\"description\":\"Optional.\",\"nullable\":true,\"type\":\"boolean\"},\"match\":{\"description\":\"Match allows providing the scope of the override.\",\"oneOf\":[{\"not\":{\"anyOf\":[{\"required\":[\"metric\"]},{\"required\":[\"customMetric\"]}]}},{\"required\":[\"metric\"]},{\"required\":[\"customMetric\"]}],\"properties\":{\"customMetric\":{\"description\":\"Allows free-form specification of a metric.\",\"minLength\":1,\"type\":\"string\"},\"metric\":{\"description\":\"One of the well-known [Istio Standard Metrics](https://istio.io/latest/docs/reference/config/metrics/).\\n\\nValid Options: ALL_METRICS, REQUEST_COUNT, REQUEST_DURATION, REQUEST_SIZE, RESPONSE_SIZE, TCP_OPENED_CONNECTIONS, TCP_CLOSED_CONNECTIONS, TCP_SENT_BYTES, TCP_RECEIVED_BYTES, GRPC_REQUEST_MESSAGES, GRPC_RESPONSE_MESSAGES\",\"enum\":[\"ALL_METRICS\",\"REQUEST_COUNT\",\"REQUEST_DURATION\",\"REQUEST_SIZE\",\"RESPONSE_SIZE\",\"TCP_OPENED_CONNECTIONS\",\"TCP_CLOSED_CONNECTIONS\",\"TCP_SENT_BYTES\",\"TCP_RECEIVED_BYTES\",\"GRPC_REQUEST_MESSAGES\",\"GRPC_RESPONSE_MESSAGES\"],\"type\":\"string\"},\"mode\":{\"description\":\"Controls which mode of metrics generation is selected: `CLIENT`, `SERVER`, or `CLIENT_AND_SERVER`.\\n\\nValid Options: CLIENT_AND_SERVER, CLIENT, SERVER\",\"enum\":[\"CLIENT_AND_SERVER\",\"CLIENT\",\"SERVER\"],\"type\":\"string\"}},\"type\":\"object\"},\"tagOverrides\":{\"additionalProperties\":{\"properties\":{\"operation\":{\"description\":\"Operation controls whether or not to update/add a tag, or to remove it.\\n\\nValid Options: UPSERT, REMOVE\",\"enum\":[\"UPSERT\",\"REMOVE\"],\"type\":\"string\"},\"value\":{\"description\":\"Value is only considered if the operation is `UPSERT`.\",\"type\":\"string\"}},\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"value must be set when operation is UPSERT\",\"rule\":\"((has(self.operation) ? self.operation : \\\"\\\") == \\\"UPSERT\\\") ? (self.value != \\\"\\\") : true\"},{\"message\":\"value must not be set when operation is REMOVE\",\"rule\":\"((has(self.operation) ? self.operation : \\\"\\\") == \\\"REMOVE\\\") ? !has(self.value) : true\"}]},\"description\":\"Optional.\",\"type\":\"object\"}},\"type\":\"object\"},\"type\":\"array\"},\"providers\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"name\":{\"description\":\"Required.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"type\":\"array\"},\"reportingInterval\":{\"description\":\"Optional.\",\"type\":\"string\",\"x-kubernetes-validations\":[{\"message\":\"must be a valid duration greater than 1ms\",\"rule\":\"duration(self) >= duration('1ms')\"}]}},\"type\":\"object\"},\"type\":\"array\"},\"selector\":{\"description\":\"Optional.\",\"properties\":{\"matchLabels\":{\"additionalProperties\":{\"maxLength\":63,\"type\":\"string\",\"x-kubernetes-validations\":[{\"message\":\"wildcard not allowed in label value match\",\"rule\":\"!self.contains(\\\"*\\\")\"}]},\"description\":\"One or more labels that indicate a specific set of pods/VMs on which a policy should be applied.\",\"maxProperties\":4096,\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"wildcard not allowed in label key match\",\"rule\":\"self.all(key, !key.contains(\\\"*\\\"))\"},{\"message\":\"key must not be empty\",\"rule\":\"self.all(key, key.size() != 0)\"}]}},\"type\":\"object\"},\"targetRef\":{\"properties\":{\"group\":{\"description\":\"group is the group of the target resource.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"kind is kind of the target resource.\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"name is the name of the target resource.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"namespace is the namespace of the referent.\",\"type\":\"string\",\"x-kubernetes-validations\":[{\"message\":\"cross namespace referencing is not currently supported\",\"rule\":\"self.size() == 0\"}]}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"targetRefs\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"group\":{\"description\":\"group is the group of the target resource.\",\"maxLength\":253,\"pattern\":\"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\",\"type\":\"string\"},\"kind\":{\"description\":\"kind is kind of the target resource.\",\"maxLength\":63,\"minLength\":1,\"pattern\":\"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$\",\"type\":\"string\"},\"name\":{\"description\":\"name is the name of the target resource.\",\"maxLength\":253,\"minLength\":1,\"type\":\"string\"},\"namespace\":{\"description\":\"namespace is the namespace of the referent.\",\"type\":\"string\",\"x-kubernetes-validations\":[{\"message\":\"cross namespace referencing is not currently supported\",\"rule\":\"self.size() == 0\"}]}},\"required\":[\"kind\",\"name\"],\"type\":\"object\"},\"maxItems\":16,\"type\":\"array\"},\"tracing\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"customTags\":{\"additionalProperties\":{\"oneOf\":[{\"not\":{\"anyOf\":[{\"required\":[\"literal\"]},{\"required\":[\"environment\"]},{\"required\":[\"header\"]},{\"required\":[\"formatter\"]}]}},{\"required\":[\"literal\"]},{\"required\":[\"environment\"]},{\"required\":[\"header\"]},{\"required\":[\"formatter\"]}],\"properties\":{\"environment\":{\"description\":\"Environment adds the value of an environment variable to each span.\",\"properties\":{\"defaultValue\":{\"description\":\"Optional.\",\"type\":\"string\"},\"name\":{\"description\":\"Name of the environment variable from which to extract the tag value.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"formatter\":{\"description\":\"Formatter adds the value of access logging substitution formatter.\",\"properties\":{\"value\":{\"description\":\"The formatter tag value to use, same formatter as HTTP access logging (e.g.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"value\"],\"type\":\"object\"},\"header\":{\"description\":\"RequestHeader adds the value of an header from the request to each span.\",\"properties\":{\"defaultValue\":{\"description\":\"Optional.\",\"type\":\"string\"},\"name\":{\"description\":\"Name of the header from which to extract the tag value.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"literal\":{\"description\":\"Literal adds the same, hard-coded value to each span.\",\"properties\":{\"value\":{\"description\":\"The tag value to use.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"value\"],\"type\":\"object\"}},\"type\":\"object\"},\"description\":\"Optional.\",\"type\":\"object\"},\"disableContextPropagation\":{\"description\":\"Controls whether trace context headers (e.g., `traceparent`/`tracestate` for W3C, `X-B3-*` for Zipkin) are propagated in forwarded requests.\",\"nullable\":true,\"type\":\"boolean\"},\"disableSpanReporting\":{\"description\":\"Controls span reporting.\",\"nullable\":true,\"type\":\"boolean\"},\"enableIstioTags\":{\"description\":\"Determines whether or not trace spans generated by Envoy will include Istio specific tags.\",\"nullable\":true,\"type\":\"boolean\"},\"match\":{\"description\":\"Allows tailoring of behavior to specific conditions.\",\"properties\":{\"mode\":{\"description\":\"This determines whether or not to apply the tracing configuration based on the direction of traffic relative to the proxied workload.\\n\\nValid Options: CLIENT_AND_SERVER, CLIENT, SERVER\",\"enum\":[\"CLIENT_AND_SERVER\",\"CLIENT\",\"SERVER\"],\"type\":\"string\"}},\"type\":\"object\"},\"providers\":{\"description\":\"Optional.\",\"items\":{\"properties\":{\"name\":{\"description\":\"Required.\",\"minLength\":1,\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"type\":\"array\"},\"randomSamplingPercentage\":{\"description\":\"Controls the rate at which traffic will be selected for tracing if no prior sampling decision has been made.\",\"format\":\"double\",\"maximum\":100,\"minimum\":0,\"nullable\":true,\"type\":\"number\"},\"useRequestIdForTraceSampling\":{\"nullable\":true,\"type\":\"boolean\"}},\"type\":\"object\"},\"type\":\"array\"}},\"type\":\"object\",\"x-kubernetes-validations\":[{\"message\":\"only one of targetRefs or selector can be set\",\"rule\":\"(has(self.selector) ? 1 : 0) + (has(self.targetRef) ? 1 : 0) + (has(self.targetRefs) ? 1 : 0) <= 1\"}]},\"status\":{\"properties\":{\"conditions\":{\"description\":\"Current service state of the resource.\",\"items\":{\"properties\":{\"lastProbeTime\":{\"description\":\"Last time we probed the condition.\",\"format\":\"date-time\",\"type\":\"string\"},\"lastTransitionTime\":{\"description\":\"Last time the condition transitioned from one status to another.\",\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"description\":\"Human-readable message indicating details about last transition.\",\"type\":\"string\"},\"observedGeneration\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"description\":\"Resource Generation to which the Condition refers.\",\"x-kubernetes-int-or-string\":true},\"reason\":{\"description\":\"Unique, one-word, CamelCase reason for the condition's last transition.\",\"type\":\"string\"},\"status\":{\"description\":\"Status is the status of the condition.\",\"type\":\"string\"},\"type\":{\"description\":\"Type is the type of the condition.\",\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\"},\"observedGeneration\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"x-kubernetes-int-or-string\":true},\"validationMessages\":{\"description\":\"Includes any errors or warnings detected by Istio's analyzers.\",\"items\":{\"properties\":{\"documentationUrl\":{\"description\":\"A url pointing to the Istio documentation for this specific error type.\",\"type\":\"string\"},\"level\":{\"description\":\"Represents how severe a message is.\\n\\nValid Options: UNKNOWN, ERROR, WARNING, INFO\",\"enum\":[\"UNKNOWN\",\"ERROR\",\"WARNING\",\"INFO\"],\"type\":\"string\"},\"type\":{\"properties\":{\"code\":{\"description\":\"A 7 character code matching `^IST[0-9]{4}$` intended to uniquely identify the message type.\",\"type\":\"string\"},\"name\":{\"description\":\"A human-readable name for the message type.\",\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"},\"type\":\"array\"}},\"type\":\"object\",\"x-kubernetes-preserve-unknown-fields\":true}},\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `telemetry.istio.io/v1` `Telemetry`.
 pub mod v1 {
+    /// `telemetry.istio.io/v1` `Telemetry`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::default::Default
+    )]
+    pub struct Telemetry {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// Telemetry configuration for workloads. See more details at: https://istio.io/docs/reference/config/telemetry.html
+        pub spec: TelemetrySpec,
+        pub status: ::core::option::Option<TelemetryStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "Telemetry")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            #[serde(default)]
+            pub spec: TelemetrySpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<TelemetryStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for Telemetry {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for Telemetry {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for Telemetry {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for Telemetry {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("Telemetry")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("telemetry.istio.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("telemetry.istio.io/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("telemetries")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for Telemetry {
+        type Spec = TelemetrySpec;
+        fn spec(&self) -> &TelemetrySpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut TelemetrySpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for Telemetry {
+        type Status = TelemetryStatus;
+        fn status(&self) -> ::core::option::Option<&TelemetryStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<TelemetryStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for Telemetry {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "telemetries.telemetry.istio.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["telemetry"]
+        }
+    }
+    impl Telemetry {
+        /// A `Telemetry` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: TelemetrySpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// Telemetry configuration for workloads. See more details at: https://istio.io/docs/reference/config/telemetry.html
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
-    #[kube(
-        group = "telemetry.istio.io",
-        version = "v1",
-        kind = "Telemetry",
-        plural = "telemetries",
-        namespaced,
-        status = "TelemetryStatus",
-        shortname = "telemetry",
-        category = "istio-io",
-        category = "telemetry-istio-io",
-        derive = "PartialEq",
-        derive = "Default",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
-    )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct TelemetrySpec {
         /// Optional.
         #[serde(
@@ -44,25 +167,21 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub access_logging: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecAccessLogging>,
-        >,
+        pub access_logging: ::core::option::Option<::std::vec::Vec<AccessLogging>>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub metrics: ::core::option::Option<::std::vec::Vec<TelemetrySpecMetrics>>,
+        pub metrics: ::core::option::Option<::std::vec::Vec<Metrics>>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub selector: ::core::option::Option<TelemetrySpecSelector>,
+        pub selector: ::core::option::Option<Selector>,
         #[serde(rename = "targetRef", default, skip_serializing_if = "Option::is_none")]
-        pub target_ref: ::core::option::Option<TelemetrySpecTargetRef>,
+        pub target_ref: ::core::option::Option<TargetRef>,
         /// Optional.
         #[serde(rename = "targetRefs", default, skip_serializing_if = "Option::is_none")]
-        pub target_refs: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecTargetRefs>,
-        >,
+        pub target_refs: ::core::option::Option<::std::vec::Vec<TargetRef>>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub tracing: ::core::option::Option<::std::vec::Vec<TelemetrySpecTracing>>,
+        pub tracing: ::core::option::Option<::std::vec::Vec<Tracing>>,
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -70,26 +189,22 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecAccessLogging {
+    pub struct AccessLogging {
         /// Controls logging.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub disabled: ::core::option::Option<bool>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub filter: ::core::option::Option<TelemetrySpecAccessLoggingFilter>,
+        pub filter: ::core::option::Option<Filter>,
         /// Allows tailoring of logging behavior to specific conditions.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub r#match: ::core::option::Option<TelemetrySpecAccessLoggingMatch>,
+        pub r#match: ::core::option::Option<AccessLoggingMatch>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub providers: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecAccessLoggingProviders>,
-        >,
+        pub providers: ::core::option::Option<::std::vec::Vec<Providers>>,
     }
     /// Optional.
     #[derive(
@@ -98,12 +213,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecAccessLoggingFilter {
+    pub struct Filter {
         /// CEL expression for selecting when requests/connections should be logged.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub expression: ::core::option::Option<::std::string::String>,
@@ -115,53 +228,50 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecAccessLoggingMatch {
+    pub struct AccessLoggingMatch {
         /// This determines whether or not to apply the access logging configuration based on the direction of traffic relative to the proxied workload.
         ///
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<TelemetrySpecAccessLoggingMatchMode>,
+        pub mode: ::core::option::Option<MatchMode>,
     }
-    /// This determines whether or not to apply the access logging configuration based on the direction of traffic relative to the proxied workload.
-    ///
-    /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetrySpecAccessLoggingMatchMode {
+    pub enum MatchMode {
+        /// `CLIENT_AND_SERVER`
         #[serde(rename = "CLIENT_AND_SERVER")]
         ClientAndServer,
+        /// `CLIENT`
         #[serde(rename = "CLIENT")]
         Client,
+        /// `SERVER`
         #[serde(rename = "SERVER")]
         Server,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecAccessLoggingProviders {
+    pub struct Providers {
         /// Required.
         pub name: ::std::string::String,
     }
@@ -171,22 +281,16 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecMetrics {
+    pub struct Metrics {
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub overrides: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecMetricsOverrides>,
-        >,
+        pub overrides: ::core::option::Option<::std::vec::Vec<Overrides>>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub providers: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecMetricsProviders>,
-        >,
+        pub providers: ::core::option::Option<::std::vec::Vec<Providers>>,
         /// Optional.
         #[serde(
             rename = "reportingInterval",
@@ -201,18 +305,16 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecMetricsOverrides {
+    pub struct Overrides {
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub disabled: ::core::option::Option<bool>,
         /// Match allows providing the scope of the override.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub r#match: ::core::option::Option<TelemetrySpecMetricsOverridesMatch>,
+        pub r#match: ::core::option::Option<OverridesMatch>,
         /// Optional.
         #[serde(
             rename = "tagOverrides",
@@ -220,10 +322,7 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub tag_overrides: ::core::option::Option<
-            ::std::collections::BTreeMap<
-                ::std::string::String,
-                TelemetrySpecMetricsOverridesTagOverrides,
-            >,
+            ::std::collections::BTreeMap<::std::string::String, TagOverrides>,
         >,
     }
     /// Match allows providing the scope of the override.
@@ -233,12 +332,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecMetricsOverridesMatch {
+    pub struct OverridesMatch {
         /// Allows free-form specification of a metric.
         #[serde(
             rename = "customMetric",
@@ -250,12 +347,12 @@ pub mod v1 {
         ///
         /// Valid Options: ALL_METRICS, REQUEST_COUNT, REQUEST_DURATION, REQUEST_SIZE, RESPONSE_SIZE, TCP_OPENED_CONNECTIONS, TCP_CLOSED_CONNECTIONS, TCP_SENT_BYTES, TCP_RECEIVED_BYTES, GRPC_REQUEST_MESSAGES, GRPC_RESPONSE_MESSAGES
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub metric: ::core::option::Option<TelemetrySpecMetricsOverridesMatchMetric>,
+        pub metric: ::core::option::Option<MatchMetric>,
         /// Controls which mode of metrics generation is selected: `CLIENT`, `SERVER`, or `CLIENT_AND_SERVER`.
         ///
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<TelemetrySpecMetricsOverridesMatchMode>,
+        pub mode: ::core::option::Option<MatchMode>,
     }
     /// One of the well-known [Istio Standard Metrics](https://istio.io/latest/docs/reference/config/metrics/).
     ///
@@ -264,62 +361,50 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetrySpecMetricsOverridesMatchMetric {
+    pub enum MatchMetric {
+        /// `ALL_METRICS`
         #[serde(rename = "ALL_METRICS")]
         AllMetrics,
+        /// `REQUEST_COUNT`
         #[serde(rename = "REQUEST_COUNT")]
         RequestCount,
+        /// `REQUEST_DURATION`
         #[serde(rename = "REQUEST_DURATION")]
         RequestDuration,
+        /// `REQUEST_SIZE`
         #[serde(rename = "REQUEST_SIZE")]
         RequestSize,
+        /// `RESPONSE_SIZE`
         #[serde(rename = "RESPONSE_SIZE")]
         ResponseSize,
+        /// `TCP_OPENED_CONNECTIONS`
         #[serde(rename = "TCP_OPENED_CONNECTIONS")]
         TcpOpenedConnections,
+        /// `TCP_CLOSED_CONNECTIONS`
         #[serde(rename = "TCP_CLOSED_CONNECTIONS")]
         TcpClosedConnections,
+        /// `TCP_SENT_BYTES`
         #[serde(rename = "TCP_SENT_BYTES")]
         TcpSentBytes,
+        /// `TCP_RECEIVED_BYTES`
         #[serde(rename = "TCP_RECEIVED_BYTES")]
         TcpReceivedBytes,
+        /// `GRPC_REQUEST_MESSAGES`
         #[serde(rename = "GRPC_REQUEST_MESSAGES")]
         GrpcRequestMessages,
+        /// `GRPC_RESPONSE_MESSAGES`
         #[serde(rename = "GRPC_RESPONSE_MESSAGES")]
         GrpcResponseMessages,
-    }
-    /// Controls which mode of metrics generation is selected: `CLIENT`, `SERVER`, or `CLIENT_AND_SERVER`.
-    ///
-    /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetrySpecMetricsOverridesMatchMode {
-        #[serde(rename = "CLIENT_AND_SERVER")]
-        ClientAndServer,
-        #[serde(rename = "CLIENT")]
-        Client,
-        #[serde(rename = "SERVER")]
-        Server,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -327,19 +412,15 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecMetricsOverridesTagOverrides {
+    pub struct TagOverrides {
         /// Operation controls whether or not to update/add a tag, or to remove it.
         ///
         /// Valid Options: UPSERT, REMOVE
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub operation: ::core::option::Option<
-            TelemetrySpecMetricsOverridesTagOverridesOperation,
-        >,
+        pub operation: ::core::option::Option<TagOverridesOperation>,
         /// Value is only considered if the operation is `UPSERT`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub value: ::core::option::Option<::std::string::String>,
@@ -351,34 +432,23 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetrySpecMetricsOverridesTagOverridesOperation {
+    pub enum TagOverridesOperation {
+        /// `UPSERT`
         #[serde(rename = "UPSERT")]
         Upsert,
+        /// `REMOVE`
         #[serde(rename = "REMOVE")]
         Remove,
-    }
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecMetricsProviders {
-        /// Required.
-        pub name: ::std::string::String,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Optional.
     #[derive(
@@ -387,12 +457,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecSelector {
+    pub struct Selector {
         /// One or more labels that indicate a specific set of pods/VMs on which a policy should be applied.
         #[serde(
             rename = "matchLabels",
@@ -408,12 +476,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTargetRef {
+    pub struct TargetRef {
         /// group is the group of the target resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub group: ::core::option::Option<::std::string::String>,
@@ -431,41 +497,14 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTargetRefs {
-        /// group is the group of the target resource.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub group: ::core::option::Option<::std::string::String>,
-        /// kind is kind of the target resource.
-        pub kind: ::std::string::String,
-        /// name is the name of the target resource.
-        pub name: ::std::string::String,
-        /// namespace is the namespace of the referent.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespace: ::core::option::Option<::std::string::String>,
-    }
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracing {
+    pub struct Tracing {
         /// Optional.
         #[serde(rename = "customTags", default, skip_serializing_if = "Option::is_none")]
         pub custom_tags: ::core::option::Option<
-            ::std::collections::BTreeMap<
-                ::std::string::String,
-                TelemetrySpecTracingCustomTags,
-            >,
+            ::std::collections::BTreeMap<::std::string::String, CustomTags>,
         >,
         /// Controls whether trace context headers (e.g., `traceparent`/`tracestate` for W3C, `X-B3-*` for Zipkin) are propagated in forwarded requests.
         #[serde(
@@ -490,15 +529,14 @@ pub mod v1 {
         pub enable_istio_tags: ::core::option::Option<bool>,
         /// Allows tailoring of behavior to specific conditions.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub r#match: ::core::option::Option<TelemetrySpecTracingMatch>,
+        pub r#match: ::core::option::Option<TracingMatch>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub providers: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecTracingProviders>,
-        >,
+        pub providers: ::core::option::Option<::std::vec::Vec<Providers>>,
         /// Controls the rate at which traffic will be selected for tracing if no prior sampling decision has been made.
         #[serde(
             rename = "randomSamplingPercentage",
+            serialize_with = "::kinformer::__codegen::number",
             default,
             skip_serializing_if = "Option::is_none"
         )]
@@ -516,26 +554,22 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingCustomTags {
+    pub struct CustomTags {
         /// Environment adds the value of an environment variable to each span.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub environment: ::core::option::Option<
-            TelemetrySpecTracingCustomTagsEnvironment,
-        >,
+        pub environment: ::core::option::Option<Environment>,
         /// Formatter adds the value of access logging substitution formatter.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub formatter: ::core::option::Option<TelemetrySpecTracingCustomTagsFormatter>,
+        pub formatter: ::core::option::Option<Formatter>,
         /// RequestHeader adds the value of an header from the request to each span.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub header: ::core::option::Option<TelemetrySpecTracingCustomTagsHeader>,
+        pub header: ::core::option::Option<Header>,
         /// Literal adds the same, hard-coded value to each span.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub literal: ::core::option::Option<TelemetrySpecTracingCustomTagsLiteral>,
+        pub literal: ::core::option::Option<Literal>,
     }
     /// Environment adds the value of an environment variable to each span.
     #[derive(
@@ -543,12 +577,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingCustomTagsEnvironment {
+    pub struct Environment {
         /// Optional.
         #[serde(
             rename = "defaultValue",
@@ -565,12 +597,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingCustomTagsFormatter {
+    pub struct Formatter {
         /// The formatter tag value to use, same formatter as HTTP access logging (e.g.
         pub value: ::std::string::String,
     }
@@ -580,12 +610,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingCustomTagsHeader {
+    pub struct Header {
         /// Optional.
         #[serde(
             rename = "defaultValue",
@@ -602,12 +630,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingCustomTagsLiteral {
+    pub struct Literal {
         /// The tag value to use.
         pub value: ::std::string::String,
     }
@@ -618,41 +644,15 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingMatch {
+    pub struct TracingMatch {
         /// This determines whether or not to apply the tracing configuration based on the direction of traffic relative to the proxied workload.
         ///
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<TelemetrySpecTracingMatchMode>,
-    }
-    /// This determines whether or not to apply the tracing configuration based on the direction of traffic relative to the proxied workload.
-    ///
-    /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetrySpecTracingMatchMode {
-        #[serde(rename = "CLIENT_AND_SERVER")]
-        ClientAndServer,
-        #[serde(rename = "CLIENT")]
-        Client,
-        #[serde(rename = "SERVER")]
-        Server,
+        pub mode: ::core::option::Option<MatchMode>,
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -660,38 +660,17 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingProviders {
-        /// Required.
-        pub name: ::std::string::String,
-    }
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct TelemetryStatus {
         /// Current service state of the resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<
-            ::std::vec::Vec<TelemetryStatusConditions>,
-        >,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         #[serde(
             rename = "observedGeneration",
             default,
             skip_serializing_if = "Option::is_none"
-        )]
-        #[schemars(
-            schema_with = "::kinformer::__codegen::optional_int_or_string_schema"
         )]
         pub observed_generation: ::core::option::Option<
             ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
@@ -703,7 +682,7 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub validation_messages: ::core::option::Option<
-            ::std::vec::Vec<TelemetryStatusValidationMessages>,
+            ::std::vec::Vec<ValidationMessages>,
         >,
         /// Fields the schema does not name, kept as the server sent them.
         #[serde(flatten)]
@@ -718,12 +697,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetryStatusConditions {
+    pub struct Conditions {
         /// Last time we probed the condition.
         #[serde(
             rename = "lastProbeTime",
@@ -747,9 +724,6 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        #[schemars(
-            schema_with = "::kinformer::__codegen::optional_int_or_string_schema"
-        )]
         pub observed_generation: ::core::option::Option<
             ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
         >,
@@ -769,12 +743,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetryStatusValidationMessages {
+    pub struct ValidationMessages {
         /// A url pointing to the Istio documentation for this specific error type.
         #[serde(
             rename = "documentationUrl",
@@ -786,9 +758,9 @@ pub mod v1 {
         ///
         /// Valid Options: UNKNOWN, ERROR, WARNING, INFO
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub level: ::core::option::Option<TelemetryStatusValidationMessagesLevel>,
+        pub level: ::core::option::Option<ValidationMessagesLevel>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub r#type: ::core::option::Option<TelemetryStatusValidationMessagesType>,
+        pub r#type: ::core::option::Option<Type>,
     }
     /// Represents how severe a message is.
     ///
@@ -797,24 +769,29 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetryStatusValidationMessagesLevel {
+    pub enum ValidationMessagesLevel {
+        /// `UNKNOWN`
         #[serde(rename = "UNKNOWN")]
         Unknown,
+        /// `ERROR`
         #[serde(rename = "ERROR")]
         Error,
+        /// `WARNING`
         #[serde(rename = "WARNING")]
         Warning,
+        /// `INFO`
         #[serde(rename = "INFO")]
         Info,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -822,12 +799,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetryStatusValidationMessagesType {
+    pub struct Type {
         /// A 7 character code matching `^IST[0-9]{4}$` intended to uniquely identify the message type.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub code: ::core::option::Option<::std::string::String>,
@@ -842,6 +817,7 @@ pub mod v1 {
     }
     impl TelemetryInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -850,16 +826,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Telemetry> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> TelemetryLister {
             TelemetryLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<Telemetry>,
@@ -870,6 +849,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -881,6 +861,7 @@ pub mod v1 {
     }
     impl TelemetryLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -890,6 +871,7 @@ pub mod v1 {
     }
     impl TelemetryLister {
         /// The `Telemetry` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn telemetries(&self, namespace: &str) -> TelemetryNamespaceLister {
             TelemetryNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -902,6 +884,7 @@ pub mod v1 {
     }
     impl TelemetryNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -909,6 +892,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -918,6 +902,7 @@ pub mod v1 {
     }
     impl Telemetry {
         /// The shared `Telemetry` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -927,6 +912,7 @@ pub mod v1 {
             TelemetryInformer::new(factory)
         }
         /// The shared metadata-only `Telemetry` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -941,39 +927,160 @@ pub mod v1 {
 }
 /// `telemetry.istio.io/v1alpha1` `Telemetry`, the storage version.
 pub mod v1alpha1 {
+    /// `telemetry.istio.io/v1alpha1` `Telemetry`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::default::Default
+    )]
+    pub struct Telemetry {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// Telemetry configuration for workloads. See more details at: https://istio.io/docs/reference/config/telemetry.html
+        pub spec: TelemetrySpec,
+        pub status: ::core::option::Option<TelemetryStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "Telemetry")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            #[serde(default)]
+            pub spec: TelemetrySpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<TelemetryStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for Telemetry {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for Telemetry {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for Telemetry {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for Telemetry {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("Telemetry")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("telemetry.istio.io")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1alpha1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("telemetry.istio.io/v1alpha1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("telemetries")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for Telemetry {
+        type Spec = TelemetrySpec;
+        fn spec(&self) -> &TelemetrySpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut TelemetrySpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for Telemetry {
+        type Status = TelemetryStatus;
+        fn status(&self) -> ::core::option::Option<&TelemetryStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<TelemetryStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for Telemetry {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "telemetries.telemetry.istio.io"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["telemetry"]
+        }
+    }
+    impl Telemetry {
+        /// A `Telemetry` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: TelemetrySpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// Telemetry configuration for workloads. See more details at: https://istio.io/docs/reference/config/telemetry.html
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
-    #[kube(
-        group = "telemetry.istio.io",
-        version = "v1alpha1",
-        kind = "Telemetry",
-        plural = "telemetries",
-        namespaced,
-        status = "TelemetryStatus",
-        shortname = "telemetry",
-        category = "istio-io",
-        category = "telemetry-istio-io",
-        derive = "PartialEq",
-        derive = "Default",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
-    )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct TelemetrySpec {
         /// Optional.
         #[serde(
@@ -981,25 +1088,21 @@ pub mod v1alpha1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub access_logging: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecAccessLogging>,
-        >,
+        pub access_logging: ::core::option::Option<::std::vec::Vec<AccessLogging>>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub metrics: ::core::option::Option<::std::vec::Vec<TelemetrySpecMetrics>>,
+        pub metrics: ::core::option::Option<::std::vec::Vec<Metrics>>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub selector: ::core::option::Option<TelemetrySpecSelector>,
+        pub selector: ::core::option::Option<Selector>,
         #[serde(rename = "targetRef", default, skip_serializing_if = "Option::is_none")]
-        pub target_ref: ::core::option::Option<TelemetrySpecTargetRef>,
+        pub target_ref: ::core::option::Option<TargetRef>,
         /// Optional.
         #[serde(rename = "targetRefs", default, skip_serializing_if = "Option::is_none")]
-        pub target_refs: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecTargetRefs>,
-        >,
+        pub target_refs: ::core::option::Option<::std::vec::Vec<TargetRef>>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub tracing: ::core::option::Option<::std::vec::Vec<TelemetrySpecTracing>>,
+        pub tracing: ::core::option::Option<::std::vec::Vec<Tracing>>,
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1007,26 +1110,22 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecAccessLogging {
+    pub struct AccessLogging {
         /// Controls logging.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub disabled: ::core::option::Option<bool>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub filter: ::core::option::Option<TelemetrySpecAccessLoggingFilter>,
+        pub filter: ::core::option::Option<Filter>,
         /// Allows tailoring of logging behavior to specific conditions.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub r#match: ::core::option::Option<TelemetrySpecAccessLoggingMatch>,
+        pub r#match: ::core::option::Option<AccessLoggingMatch>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub providers: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecAccessLoggingProviders>,
-        >,
+        pub providers: ::core::option::Option<::std::vec::Vec<Providers>>,
     }
     /// Optional.
     #[derive(
@@ -1035,12 +1134,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecAccessLoggingFilter {
+    pub struct Filter {
         /// CEL expression for selecting when requests/connections should be logged.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub expression: ::core::option::Option<::std::string::String>,
@@ -1052,53 +1149,50 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecAccessLoggingMatch {
+    pub struct AccessLoggingMatch {
         /// This determines whether or not to apply the access logging configuration based on the direction of traffic relative to the proxied workload.
         ///
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<TelemetrySpecAccessLoggingMatchMode>,
+        pub mode: ::core::option::Option<MatchMode>,
     }
-    /// This determines whether or not to apply the access logging configuration based on the direction of traffic relative to the proxied workload.
-    ///
-    /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetrySpecAccessLoggingMatchMode {
+    pub enum MatchMode {
+        /// `CLIENT_AND_SERVER`
         #[serde(rename = "CLIENT_AND_SERVER")]
         ClientAndServer,
+        /// `CLIENT`
         #[serde(rename = "CLIENT")]
         Client,
+        /// `SERVER`
         #[serde(rename = "SERVER")]
         Server,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecAccessLoggingProviders {
+    pub struct Providers {
         /// Required.
         pub name: ::std::string::String,
     }
@@ -1108,22 +1202,16 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecMetrics {
+    pub struct Metrics {
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub overrides: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecMetricsOverrides>,
-        >,
+        pub overrides: ::core::option::Option<::std::vec::Vec<Overrides>>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub providers: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecMetricsProviders>,
-        >,
+        pub providers: ::core::option::Option<::std::vec::Vec<Providers>>,
         /// Optional.
         #[serde(
             rename = "reportingInterval",
@@ -1138,18 +1226,16 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecMetricsOverrides {
+    pub struct Overrides {
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub disabled: ::core::option::Option<bool>,
         /// Match allows providing the scope of the override.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub r#match: ::core::option::Option<TelemetrySpecMetricsOverridesMatch>,
+        pub r#match: ::core::option::Option<OverridesMatch>,
         /// Optional.
         #[serde(
             rename = "tagOverrides",
@@ -1157,10 +1243,7 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub tag_overrides: ::core::option::Option<
-            ::std::collections::BTreeMap<
-                ::std::string::String,
-                TelemetrySpecMetricsOverridesTagOverrides,
-            >,
+            ::std::collections::BTreeMap<::std::string::String, TagOverrides>,
         >,
     }
     /// Match allows providing the scope of the override.
@@ -1170,12 +1253,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecMetricsOverridesMatch {
+    pub struct OverridesMatch {
         /// Allows free-form specification of a metric.
         #[serde(
             rename = "customMetric",
@@ -1187,12 +1268,12 @@ pub mod v1alpha1 {
         ///
         /// Valid Options: ALL_METRICS, REQUEST_COUNT, REQUEST_DURATION, REQUEST_SIZE, RESPONSE_SIZE, TCP_OPENED_CONNECTIONS, TCP_CLOSED_CONNECTIONS, TCP_SENT_BYTES, TCP_RECEIVED_BYTES, GRPC_REQUEST_MESSAGES, GRPC_RESPONSE_MESSAGES
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub metric: ::core::option::Option<TelemetrySpecMetricsOverridesMatchMetric>,
+        pub metric: ::core::option::Option<MatchMetric>,
         /// Controls which mode of metrics generation is selected: `CLIENT`, `SERVER`, or `CLIENT_AND_SERVER`.
         ///
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<TelemetrySpecMetricsOverridesMatchMode>,
+        pub mode: ::core::option::Option<MatchMode>,
     }
     /// One of the well-known [Istio Standard Metrics](https://istio.io/latest/docs/reference/config/metrics/).
     ///
@@ -1201,62 +1282,50 @@ pub mod v1alpha1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetrySpecMetricsOverridesMatchMetric {
+    pub enum MatchMetric {
+        /// `ALL_METRICS`
         #[serde(rename = "ALL_METRICS")]
         AllMetrics,
+        /// `REQUEST_COUNT`
         #[serde(rename = "REQUEST_COUNT")]
         RequestCount,
+        /// `REQUEST_DURATION`
         #[serde(rename = "REQUEST_DURATION")]
         RequestDuration,
+        /// `REQUEST_SIZE`
         #[serde(rename = "REQUEST_SIZE")]
         RequestSize,
+        /// `RESPONSE_SIZE`
         #[serde(rename = "RESPONSE_SIZE")]
         ResponseSize,
+        /// `TCP_OPENED_CONNECTIONS`
         #[serde(rename = "TCP_OPENED_CONNECTIONS")]
         TcpOpenedConnections,
+        /// `TCP_CLOSED_CONNECTIONS`
         #[serde(rename = "TCP_CLOSED_CONNECTIONS")]
         TcpClosedConnections,
+        /// `TCP_SENT_BYTES`
         #[serde(rename = "TCP_SENT_BYTES")]
         TcpSentBytes,
+        /// `TCP_RECEIVED_BYTES`
         #[serde(rename = "TCP_RECEIVED_BYTES")]
         TcpReceivedBytes,
+        /// `GRPC_REQUEST_MESSAGES`
         #[serde(rename = "GRPC_REQUEST_MESSAGES")]
         GrpcRequestMessages,
+        /// `GRPC_RESPONSE_MESSAGES`
         #[serde(rename = "GRPC_RESPONSE_MESSAGES")]
         GrpcResponseMessages,
-    }
-    /// Controls which mode of metrics generation is selected: `CLIENT`, `SERVER`, or `CLIENT_AND_SERVER`.
-    ///
-    /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetrySpecMetricsOverridesMatchMode {
-        #[serde(rename = "CLIENT_AND_SERVER")]
-        ClientAndServer,
-        #[serde(rename = "CLIENT")]
-        Client,
-        #[serde(rename = "SERVER")]
-        Server,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1264,19 +1333,15 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecMetricsOverridesTagOverrides {
+    pub struct TagOverrides {
         /// Operation controls whether or not to update/add a tag, or to remove it.
         ///
         /// Valid Options: UPSERT, REMOVE
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub operation: ::core::option::Option<
-            TelemetrySpecMetricsOverridesTagOverridesOperation,
-        >,
+        pub operation: ::core::option::Option<TagOverridesOperation>,
         /// Value is only considered if the operation is `UPSERT`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub value: ::core::option::Option<::std::string::String>,
@@ -1288,34 +1353,23 @@ pub mod v1alpha1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetrySpecMetricsOverridesTagOverridesOperation {
+    pub enum TagOverridesOperation {
+        /// `UPSERT`
         #[serde(rename = "UPSERT")]
         Upsert,
+        /// `REMOVE`
         #[serde(rename = "REMOVE")]
         Remove,
-    }
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecMetricsProviders {
-        /// Required.
-        pub name: ::std::string::String,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// Optional.
     #[derive(
@@ -1324,12 +1378,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecSelector {
+    pub struct Selector {
         /// One or more labels that indicate a specific set of pods/VMs on which a policy should be applied.
         #[serde(
             rename = "matchLabels",
@@ -1345,12 +1397,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTargetRef {
+    pub struct TargetRef {
         /// group is the group of the target resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub group: ::core::option::Option<::std::string::String>,
@@ -1368,41 +1418,14 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTargetRefs {
-        /// group is the group of the target resource.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub group: ::core::option::Option<::std::string::String>,
-        /// kind is kind of the target resource.
-        pub kind: ::std::string::String,
-        /// name is the name of the target resource.
-        pub name: ::std::string::String,
-        /// namespace is the namespace of the referent.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub namespace: ::core::option::Option<::std::string::String>,
-    }
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracing {
+    pub struct Tracing {
         /// Optional.
         #[serde(rename = "customTags", default, skip_serializing_if = "Option::is_none")]
         pub custom_tags: ::core::option::Option<
-            ::std::collections::BTreeMap<
-                ::std::string::String,
-                TelemetrySpecTracingCustomTags,
-            >,
+            ::std::collections::BTreeMap<::std::string::String, CustomTags>,
         >,
         /// Controls whether trace context headers (e.g., `traceparent`/`tracestate` for W3C, `X-B3-*` for Zipkin) are propagated in forwarded requests.
         #[serde(
@@ -1427,15 +1450,14 @@ pub mod v1alpha1 {
         pub enable_istio_tags: ::core::option::Option<bool>,
         /// Allows tailoring of behavior to specific conditions.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub r#match: ::core::option::Option<TelemetrySpecTracingMatch>,
+        pub r#match: ::core::option::Option<TracingMatch>,
         /// Optional.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub providers: ::core::option::Option<
-            ::std::vec::Vec<TelemetrySpecTracingProviders>,
-        >,
+        pub providers: ::core::option::Option<::std::vec::Vec<Providers>>,
         /// Controls the rate at which traffic will be selected for tracing if no prior sampling decision has been made.
         #[serde(
             rename = "randomSamplingPercentage",
+            serialize_with = "::kinformer::__codegen::number",
             default,
             skip_serializing_if = "Option::is_none"
         )]
@@ -1453,26 +1475,22 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingCustomTags {
+    pub struct CustomTags {
         /// Environment adds the value of an environment variable to each span.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub environment: ::core::option::Option<
-            TelemetrySpecTracingCustomTagsEnvironment,
-        >,
+        pub environment: ::core::option::Option<Environment>,
         /// Formatter adds the value of access logging substitution formatter.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub formatter: ::core::option::Option<TelemetrySpecTracingCustomTagsFormatter>,
+        pub formatter: ::core::option::Option<Formatter>,
         /// RequestHeader adds the value of an header from the request to each span.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub header: ::core::option::Option<TelemetrySpecTracingCustomTagsHeader>,
+        pub header: ::core::option::Option<Header>,
         /// Literal adds the same, hard-coded value to each span.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub literal: ::core::option::Option<TelemetrySpecTracingCustomTagsLiteral>,
+        pub literal: ::core::option::Option<Literal>,
     }
     /// Environment adds the value of an environment variable to each span.
     #[derive(
@@ -1480,12 +1498,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingCustomTagsEnvironment {
+    pub struct Environment {
         /// Optional.
         #[serde(
             rename = "defaultValue",
@@ -1502,12 +1518,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingCustomTagsFormatter {
+    pub struct Formatter {
         /// The formatter tag value to use, same formatter as HTTP access logging (e.g.
         pub value: ::std::string::String,
     }
@@ -1517,12 +1531,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingCustomTagsHeader {
+    pub struct Header {
         /// Optional.
         #[serde(
             rename = "defaultValue",
@@ -1539,12 +1551,10 @@ pub mod v1alpha1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingCustomTagsLiteral {
+    pub struct Literal {
         /// The tag value to use.
         pub value: ::std::string::String,
     }
@@ -1555,41 +1565,15 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingMatch {
+    pub struct TracingMatch {
         /// This determines whether or not to apply the tracing configuration based on the direction of traffic relative to the proxied workload.
         ///
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub mode: ::core::option::Option<TelemetrySpecTracingMatchMode>,
-    }
-    /// This determines whether or not to apply the tracing configuration based on the direction of traffic relative to the proxied workload.
-    ///
-    /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetrySpecTracingMatchMode {
-        #[serde(rename = "CLIENT_AND_SERVER")]
-        ClientAndServer,
-        #[serde(rename = "CLIENT")]
-        Client,
-        #[serde(rename = "SERVER")]
-        Server,
+        pub mode: ::core::option::Option<MatchMode>,
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1597,38 +1581,17 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetrySpecTracingProviders {
-        /// Required.
-        pub name: ::std::string::String,
-    }
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct TelemetryStatus {
         /// Current service state of the resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<
-            ::std::vec::Vec<TelemetryStatusConditions>,
-        >,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         #[serde(
             rename = "observedGeneration",
             default,
             skip_serializing_if = "Option::is_none"
-        )]
-        #[schemars(
-            schema_with = "::kinformer::__codegen::optional_int_or_string_schema"
         )]
         pub observed_generation: ::core::option::Option<
             ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
@@ -1640,7 +1603,7 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub validation_messages: ::core::option::Option<
-            ::std::vec::Vec<TelemetryStatusValidationMessages>,
+            ::std::vec::Vec<ValidationMessages>,
         >,
         /// Fields the schema does not name, kept as the server sent them.
         #[serde(flatten)]
@@ -1655,12 +1618,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetryStatusConditions {
+    pub struct Conditions {
         /// Last time we probed the condition.
         #[serde(
             rename = "lastProbeTime",
@@ -1684,9 +1645,6 @@ pub mod v1alpha1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        #[schemars(
-            schema_with = "::kinformer::__codegen::optional_int_or_string_schema"
-        )]
         pub observed_generation: ::core::option::Option<
             ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
         >,
@@ -1706,12 +1664,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetryStatusValidationMessages {
+    pub struct ValidationMessages {
         /// A url pointing to the Istio documentation for this specific error type.
         #[serde(
             rename = "documentationUrl",
@@ -1723,9 +1679,9 @@ pub mod v1alpha1 {
         ///
         /// Valid Options: UNKNOWN, ERROR, WARNING, INFO
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub level: ::core::option::Option<TelemetryStatusValidationMessagesLevel>,
+        pub level: ::core::option::Option<ValidationMessagesLevel>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub r#type: ::core::option::Option<TelemetryStatusValidationMessagesType>,
+        pub r#type: ::core::option::Option<Type>,
     }
     /// Represents how severe a message is.
     ///
@@ -1734,24 +1690,29 @@ pub mod v1alpha1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum TelemetryStatusValidationMessagesLevel {
+    pub enum ValidationMessagesLevel {
+        /// `UNKNOWN`
         #[serde(rename = "UNKNOWN")]
         Unknown,
+        /// `ERROR`
         #[serde(rename = "ERROR")]
         Error,
+        /// `WARNING`
         #[serde(rename = "WARNING")]
         Warning,
+        /// `INFO`
         #[serde(rename = "INFO")]
         Info,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1759,12 +1720,10 @@ pub mod v1alpha1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct TelemetryStatusValidationMessagesType {
+    pub struct Type {
         /// A 7 character code matching `^IST[0-9]{4}$` intended to uniquely identify the message type.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub code: ::core::option::Option<::std::string::String>,
@@ -1779,6 +1738,7 @@ pub mod v1alpha1 {
     }
     impl TelemetryInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -1787,16 +1747,19 @@ pub mod v1alpha1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Telemetry> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> TelemetryLister {
             TelemetryLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<Telemetry>,
@@ -1807,6 +1770,7 @@ pub mod v1alpha1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -1818,6 +1782,7 @@ pub mod v1alpha1 {
     }
     impl TelemetryLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -1827,6 +1792,7 @@ pub mod v1alpha1 {
     }
     impl TelemetryLister {
         /// The `Telemetry` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn telemetries(&self, namespace: &str) -> TelemetryNamespaceLister {
             TelemetryNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -1839,6 +1805,7 @@ pub mod v1alpha1 {
     }
     impl TelemetryNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -1846,6 +1813,7 @@ pub mod v1alpha1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -1855,6 +1823,7 @@ pub mod v1alpha1 {
     }
     impl Telemetry {
         /// The shared `Telemetry` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -1864,6 +1833,7 @@ pub mod v1alpha1 {
             TelemetryInformer::new(factory)
         }
         /// The shared metadata-only `Telemetry` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

@@ -55,6 +55,7 @@ pub mod core {
         }
         impl Version<'_> {
             /// The shared informer of `LimitRange`.
+            #[inline]
             pub fn limitranges(
                 &self,
             ) -> ::core::result::Result<
@@ -73,6 +74,7 @@ pub mod core {
         }
         impl LimitRangeInformer {
             /// The factory's shared informer for this type, created on first use.
+            #[inline]
             pub fn new(
                 factory: &::kinformer::factory::SharedInformerFactory,
             ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -84,6 +86,7 @@ pub mod core {
                 })
             }
             /// The underlying shared informer.
+            #[inline]
             pub fn informer(
                 &self,
             ) -> &::kinformer::cache::SharedIndexInformer<
@@ -92,6 +95,7 @@ pub mod core {
                 &self.informer
             }
             /// A lister over the informer's cache.
+            #[inline]
             pub fn lister(&self) -> LimitRangeLister {
                 LimitRangeLister {
                     lister: ::kinformer::cache::Lister::new(
@@ -100,6 +104,7 @@ pub mod core {
                 }
             }
             /// Adds an event handler to the shared informer.
+            #[inline]
             pub fn add_event_handler(
                 &self,
                 handler: impl ::kinformer::cache::ResourceEventHandler<
@@ -114,6 +119,7 @@ pub mod core {
                 self.informer.add_event_handler(handler)
             }
             /// Whether the informer's cache has synced.
+            #[inline]
             pub fn has_synced(&self) -> bool {
                 self.informer.has_synced()
             }
@@ -127,6 +133,7 @@ pub mod core {
         }
         impl LimitRangeLister {
             /// Every cached object matching `selector`.
+            #[inline]
             pub fn list(
                 &self,
                 selector: &::kinformer::cache::Selector,
@@ -138,6 +145,7 @@ pub mod core {
         }
         impl LimitRangeLister {
             /// The `LimitRange` objects of `namespace`, served from the namespace index.
+            #[inline]
             pub fn limitranges(&self, namespace: &str) -> LimitRangeNamespaceLister {
                 LimitRangeNamespaceLister {
                     lister: self.lister.namespaced(namespace),
@@ -152,6 +160,7 @@ pub mod core {
         }
         impl LimitRangeNamespaceLister {
             /// Objects of this namespace matching `selector`.
+            #[inline]
             pub fn list(
                 &self,
                 selector: &::kinformer::cache::Selector,
@@ -161,6 +170,7 @@ pub mod core {
                 self.lister.list(selector)
             }
             /// The object of this namespace named `name`, if cached.
+            #[inline]
             pub fn get(
                 &self,
                 name: &str,
@@ -196,6 +206,7 @@ pub mod policy {
         }
         impl Version<'_> {
             /// The shared informer of `PodDisruptionBudget`.
+            #[inline]
             pub fn poddisruptionbudgets(
                 &self,
             ) -> ::core::result::Result<
@@ -214,6 +225,7 @@ pub mod policy {
         }
         impl PodDisruptionBudgetInformer {
             /// The factory's shared informer for this type, created on first use.
+            #[inline]
             pub fn new(
                 factory: &::kinformer::factory::SharedInformerFactory,
             ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -225,6 +237,7 @@ pub mod policy {
                 })
             }
             /// The underlying shared informer.
+            #[inline]
             pub fn informer(
                 &self,
             ) -> &::kinformer::cache::SharedIndexInformer<
@@ -233,6 +246,7 @@ pub mod policy {
                 &self.informer
             }
             /// A lister over the informer's cache.
+            #[inline]
             pub fn lister(&self) -> PodDisruptionBudgetLister {
                 PodDisruptionBudgetLister {
                     lister: ::kinformer::cache::Lister::new(
@@ -241,6 +255,7 @@ pub mod policy {
                 }
             }
             /// Adds an event handler to the shared informer.
+            #[inline]
             pub fn add_event_handler(
                 &self,
                 handler: impl ::kinformer::cache::ResourceEventHandler<
@@ -255,6 +270,7 @@ pub mod policy {
                 self.informer.add_event_handler(handler)
             }
             /// Whether the informer's cache has synced.
+            #[inline]
             pub fn has_synced(&self) -> bool {
                 self.informer.has_synced()
             }
@@ -268,6 +284,7 @@ pub mod policy {
         }
         impl PodDisruptionBudgetLister {
             /// Every cached object matching `selector`.
+            #[inline]
             pub fn list(
                 &self,
                 selector: &::kinformer::cache::Selector,
@@ -281,6 +298,7 @@ pub mod policy {
         }
         impl PodDisruptionBudgetLister {
             /// The `PodDisruptionBudget` objects of `namespace`, served from the namespace index.
+            #[inline]
             pub fn poddisruptionbudgets(
                 &self,
                 namespace: &str,
@@ -298,6 +316,7 @@ pub mod policy {
         }
         impl PodDisruptionBudgetNamespaceLister {
             /// Objects of this namespace matching `selector`.
+            #[inline]
             pub fn list(
                 &self,
                 selector: &::kinformer::cache::Selector,
@@ -309,6 +328,7 @@ pub mod policy {
                 self.lister.list(selector)
             }
             /// The object of this namespace named `name`, if cached.
+            #[inline]
             pub fn get(
                 &self,
                 name: &str,

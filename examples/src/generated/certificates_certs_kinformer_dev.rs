@@ -2,39 +2,159 @@
 
 //! Types, informers and listers of the custom resource `certificates.certs.kinformer.dev` (`certs.kinformer.dev`, kind `Certificate`), generated from `crds/codegen/certificates.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"name\":\"certificates.certs.kinformer.dev\"},\"spec\":{\"group\":\"certs.kinformer.dev\",\"names\":{\"categories\":[\"kinformer\"],\"kind\":\"Certificate\",\"listKind\":\"CertificateList\",\"plural\":\"certificates\",\"shortNames\":[\"cert\",\"certs\"],\"singular\":\"certificate\"},\"scope\":\"Namespaced\",\"versions\":[{\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"description\":\"A request for a signed X.509 certificate, kept renewed in a Secret.\",\"properties\":{\"apiVersion\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"description\":\"What the certificate should say and where it is stored.\",\"properties\":{\"commonName\":{\"maxLength\":64,\"type\":\"string\"},\"dnsNames\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"duration\":{\"description\":\"Requested lifetime, a Go duration such as `2160h`.\",\"type\":\"string\"},\"ipAddresses\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"isCA\":{\"type\":\"boolean\"},\"issuerRef\":{\"description\":\"The issuer that signs the certificate. For example:\\n\\n    issuerRef:\\n      name: letsencrypt\\n\\nnames a ClusterIssuer when `kind` says so.\",\"properties\":{\"group\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"},\"name\":{\"type\":\"string\"}},\"required\":[\"name\"],\"type\":\"object\"},\"privateKey\":{\"properties\":{\"algorithm\":{\"enum\":[\"RSA\",\"ECDSA\",\"Ed25519\"],\"type\":\"string\"},\"encoding\":{\"enum\":[\"PKCS1\",\"PKCS8\"],\"type\":\"string\"},\"rotationPolicy\":{\"enum\":[\"Never\",\"Always\"],\"type\":\"string\"},\"size\":{\"type\":\"integer\"}},\"type\":\"object\"},\"renewBefore\":{\"type\":\"string\"},\"revisionHistoryLimit\":{\"format\":\"int32\",\"minimum\":1,\"type\":\"integer\"},\"secretName\":{\"description\":\"The Secret the key pair is written to.\",\"type\":\"string\"},\"secretTemplate\":{\"properties\":{\"annotations\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"},\"labels\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"}},\"type\":\"object\"},\"subject\":{\"properties\":{\"organizations\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"serialNumber\":{\"type\":\"string\"}},\"type\":\"object\"},\"usages\":{\"items\":{\"enum\":[\"signing\",\"digital signature\",\"key encipherment\",\"server auth\",\"client auth\"],\"type\":\"string\"},\"type\":\"array\"}},\"required\":[\"secretName\",\"issuerRef\"],\"type\":\"object\"},\"status\":{\"properties\":{\"conditions\":{\"items\":{\"properties\":{\"lastTransitionTime\":{\"format\":\"date-time\",\"type\":\"string\"},\"message\":{\"type\":\"string\"},\"observedGeneration\":{\"format\":\"int64\",\"type\":\"integer\"},\"reason\":{\"type\":\"string\"},\"status\":{\"enum\":[\"True\",\"False\",\"Unknown\"],\"type\":\"string\"},\"type\":{\"type\":\"string\"}},\"required\":[\"status\",\"type\"],\"type\":\"object\"},\"type\":\"array\",\"x-kubernetes-list-map-keys\":[\"type\"],\"x-kubernetes-list-type\":\"map\"},\"failedIssuanceAttempts\":{\"type\":\"integer\"},\"notAfter\":{\"format\":\"date-time\",\"type\":\"string\"},\"revision\":{\"type\":\"integer\"}},\"type\":\"object\"}},\"required\":[\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `certs.kinformer.dev/v1` `Certificate`, the storage version.
 pub mod v1 {
+    /// A request for a signed X.509 certificate, kept renewed in a Secret.
+    ///
+    /// `certs.kinformer.dev/v1` `Certificate`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct Certificate {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        /// What the certificate should say and where it is stored.
+        pub spec: CertificateSpec,
+        pub status: ::core::option::Option<CertificateStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "Certificate")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: CertificateSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<CertificateStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for Certificate {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for Certificate {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for Certificate {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for Certificate {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("Certificate")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("certs.kinformer.dev")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("certs.kinformer.dev/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("certificates")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for Certificate {
+        type Spec = CertificateSpec;
+        fn spec(&self) -> &CertificateSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut CertificateSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for Certificate {
+        type Status = CertificateStatus;
+        fn status(&self) -> ::core::option::Option<&CertificateStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<CertificateStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for Certificate {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "certificates.certs.kinformer.dev"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["cert", "certs"]
+        }
+    }
+    impl Certificate {
+        /// A `Certificate` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: CertificateSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     /// What the certificate should say and where it is stored.
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "certs.kinformer.dev",
-        version = "v1",
-        kind = "Certificate",
-        plural = "certificates",
-        namespaced,
-        status = "CertificateStatus",
-        shortname = "cert",
-        shortname = "certs",
-        category = "kinformer",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct CertificateSpec {
         #[serde(rename = "commonName", default, skip_serializing_if = "Option::is_none")]
         pub common_name: ::core::option::Option<::std::string::String>,
@@ -58,9 +178,9 @@ pub mod v1 {
         ///
         /// names a ClusterIssuer when `kind` says so.
         #[serde(rename = "issuerRef")]
-        pub issuer_ref: CertificateSpecIssuerRef,
+        pub issuer_ref: IssuerRef,
         #[serde(rename = "privateKey", default, skip_serializing_if = "Option::is_none")]
-        pub private_key: ::core::option::Option<CertificateSpecPrivateKey>,
+        pub private_key: ::core::option::Option<PrivateKey>,
         #[serde(
             rename = "renewBefore",
             default,
@@ -81,9 +201,9 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub secret_template: ::core::option::Option<CertificateSpecSecretTemplate>,
+        pub secret_template: ::core::option::Option<SecretTemplate>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub subject: ::core::option::Option<CertificateSpecSubject>,
+        pub subject: ::core::option::Option<Subject>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub usages: ::core::option::Option<::std::vec::Vec<CertificateSpecUsages>>,
     }
@@ -98,12 +218,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecIssuerRef {
+    pub struct IssuerRef {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub group: ::core::option::Option<::std::string::String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -116,24 +234,20 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecPrivateKey {
+    pub struct PrivateKey {
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub algorithm: ::core::option::Option<CertificateSpecPrivateKeyAlgorithm>,
+        pub algorithm: ::core::option::Option<PrivateKeyAlgorithm>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub encoding: ::core::option::Option<CertificateSpecPrivateKeyEncoding>,
+        pub encoding: ::core::option::Option<PrivateKeyEncoding>,
         #[serde(
             rename = "rotationPolicy",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub rotation_policy: ::core::option::Option<
-            CertificateSpecPrivateKeyRotationPolicy,
-        >,
+        pub rotation_policy: ::core::option::Option<PrivateKeyRotationPolicy>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub size: ::core::option::Option<i64>,
     }
@@ -141,60 +255,70 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateSpecPrivateKeyAlgorithm {
+    pub enum PrivateKeyAlgorithm {
+        /// `RSA`
         #[serde(rename = "RSA")]
         Rsa,
+        /// `ECDSA`
         #[serde(rename = "ECDSA")]
         Ecdsa,
+        /// `Ed25519`
         #[serde(rename = "Ed25519")]
         Ed25519,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateSpecPrivateKeyEncoding {
+    pub enum PrivateKeyEncoding {
+        /// `PKCS1`
         #[serde(rename = "PKCS1")]
         Pkcs1,
+        /// `PKCS8`
         #[serde(rename = "PKCS8")]
         Pkcs8,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateSpecPrivateKeyRotationPolicy {
+    pub enum PrivateKeyRotationPolicy {
+        /// `Never`
         #[serde(rename = "Never")]
         Never,
+        /// `Always`
         #[serde(rename = "Always")]
         Always,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -202,12 +326,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecSecretTemplate {
+    pub struct SecretTemplate {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub annotations: ::core::option::Option<
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
@@ -223,12 +345,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateSpecSubject {
+    pub struct Subject {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub organizations: ::core::option::Option<
             ::std::vec::Vec<::std::string::String>,
@@ -244,26 +364,32 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub enum CertificateSpecUsages {
+        /// `signing`
         #[serde(rename = "signing")]
         Signing,
+        /// `digital signature`
         #[serde(rename = "digital signature")]
         DigitalSignature,
+        /// `key encipherment`
         #[serde(rename = "key encipherment")]
         KeyEncipherment,
+        /// `server auth`
         #[serde(rename = "server auth")]
         ServerAuth,
+        /// `client auth`
         #[serde(rename = "client auth")]
         ClientAuth,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -271,16 +397,12 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct CertificateStatus {
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub conditions: ::core::option::Option<
-            ::std::vec::Vec<CertificateStatusConditions>,
-        >,
+        pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
         #[serde(
             rename = "failedIssuanceAttempts",
             default,
@@ -297,12 +419,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct CertificateStatusConditions {
+    pub struct Conditions {
         #[serde(
             rename = "lastTransitionTime",
             default,
@@ -319,29 +439,33 @@ pub mod v1 {
         pub observed_generation: ::core::option::Option<i64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub reason: ::core::option::Option<::std::string::String>,
-        pub status: CertificateStatusConditionsStatus,
+        pub status: ConditionsStatus,
         pub r#type: ::std::string::String,
     }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
+        ::core::hash::Hash
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum CertificateStatusConditionsStatus {
+    pub enum ConditionsStatus {
+        /// `True`
         #[serde(rename = "True")]
         True,
+        /// `False`
         #[serde(rename = "False")]
         False,
+        /// `Unknown`
         #[serde(rename = "Unknown")]
         Unknown,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
     }
     /// The shared informer of `certs.kinformer.dev/v1` `Certificate`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -350,6 +474,7 @@ pub mod v1 {
     }
     impl CertificateInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -358,16 +483,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Certificate> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> CertificateLister {
             CertificateLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<Certificate>,
@@ -378,6 +506,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -389,6 +518,7 @@ pub mod v1 {
     }
     impl CertificateLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -398,6 +528,7 @@ pub mod v1 {
     }
     impl CertificateLister {
         /// The `Certificate` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn certificates(&self, namespace: &str) -> CertificateNamespaceLister {
             CertificateNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -410,6 +541,7 @@ pub mod v1 {
     }
     impl CertificateNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -417,6 +549,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -426,6 +559,7 @@ pub mod v1 {
     }
     impl Certificate {
         /// The shared `Certificate` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -435,6 +569,7 @@ pub mod v1 {
             CertificateInformer::new(factory)
         }
         /// The shared metadata-only `Certificate` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

@@ -5,5 +5,6 @@
 pub mod builtin;
 pub mod certificates_certs_kinformer_dev;
 pub mod gatewayclasses_gateway_kinformer_dev;
+pub mod profiles_config_kinformer_dev;
 pub mod servicemonitors_monitoring_kinformer_dev;
 pub mod workflows_flow_kinformer_dev;

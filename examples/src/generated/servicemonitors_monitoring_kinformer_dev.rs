@@ -2,38 +2,144 @@
 
 //! Types, informers and listers of the custom resource `servicemonitors.monitoring.kinformer.dev` (`monitoring.kinformer.dev`, kind `ServiceMonitor`), generated from `crds/codegen/servicemonitors.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"name\":\"servicemonitors.monitoring.kinformer.dev\"},\"spec\":{\"group\":\"monitoring.kinformer.dev\",\"names\":{\"kind\":\"ServiceMonitor\",\"plural\":\"servicemonitors\",\"shortNames\":[\"smon\"],\"singular\":\"servicemonitor\"},\"scope\":\"Namespaced\",\"versions\":[{\"name\":\"v1\",\"schema\":{\"openAPIV3Schema\":{\"properties\":{\"apiVersion\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"properties\":{\"endpoints\":{\"description\":\"Where to scrape.\",\"items\":{\"properties\":{\"honorLabels\":{\"type\":\"boolean\"},\"interval\":{\"pattern\":\"^(0|(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?)$\",\"type\":\"string\"},\"params\":{\"additionalProperties\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"type\":\"object\"},\"path\":{\"type\":\"string\"},\"port\":{\"type\":\"string\"},\"relabelings\":{\"items\":{\"properties\":{\"action\":{\"default\":\"replace\",\"enum\":[\"replace\",\"keep\",\"drop\",\"hashmod\",\"labelmap\"],\"type\":\"string\"},\"modulus\":{\"format\":\"int64\",\"type\":\"integer\"},\"regex\":{\"type\":\"string\"},\"replacement\":{\"type\":\"string\"},\"separator\":{\"type\":\"string\"},\"sourceLabels\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"},\"targetLabel\":{\"type\":\"string\"}},\"type\":\"object\"},\"type\":\"array\"},\"sampleRatio\":{\"type\":\"number\"},\"scheme\":{\"enum\":[\"http\",\"https\",\"HTTP\",\"HTTPS\"],\"type\":\"string\"},\"targetPort\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"x-kubernetes-int-or-string\":true},\"tlsConfig\":{\"properties\":{\"ca\":{\"properties\":{\"secret\":{\"properties\":{\"key\":{\"type\":\"string\"},\"name\":{\"type\":\"string\"},\"optional\":{\"type\":\"boolean\"}},\"required\":[\"key\"],\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"}},\"type\":\"object\"},\"insecureSkipVerify\":{\"type\":\"boolean\"},\"serverName\":{\"type\":\"string\"}},\"type\":\"object\"}},\"type\":\"object\"},\"type\":\"array\"},\"jobLabel\":{\"type\":\"string\"},\"namespaceSelector\":{\"properties\":{\"any\":{\"type\":\"boolean\"},\"matchNames\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"}},\"type\":\"object\"},\"sampleLimit\":{\"format\":\"int64\",\"type\":\"integer\"},\"selector\":{\"properties\":{\"matchExpressions\":{\"items\":{\"properties\":{\"key\":{\"type\":\"string\"},\"operator\":{\"type\":\"string\"},\"values\":{\"items\":{\"type\":\"string\"},\"type\":\"array\"}},\"required\":[\"key\",\"operator\"],\"type\":\"object\"},\"type\":\"array\"},\"matchLabels\":{\"additionalProperties\":{\"type\":\"string\"},\"type\":\"object\"}},\"type\":\"object\",\"x-kubernetes-map-type\":\"atomic\"},\"type\":{\"description\":\"A field whose name is a Rust keyword.\",\"type\":\"string\"}},\"required\":[\"endpoints\",\"selector\"],\"type\":\"object\"}},\"required\":[\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":true}]}}";
 /// `monitoring.kinformer.dev/v1` `ServiceMonitor`, the storage version.
 pub mod v1 {
+    /// `monitoring.kinformer.dev/v1` `ServiceMonitor`, namespaced.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
+    #[derive(::core::clone::Clone, ::core::fmt::Debug, ::core::cmp::PartialEq)]
+    pub struct ServiceMonitor {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        pub spec: ServiceMonitorSpec,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "ServiceMonitor")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            pub spec: ServiceMonitorSpec,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for ServiceMonitor {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for ServiceMonitor {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for ServiceMonitor {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for ServiceMonitor {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("ServiceMonitor")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("monitoring.kinformer.dev")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("monitoring.kinformer.dev/v1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("servicemonitors")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for ServiceMonitor {
+        type Spec = ServiceMonitorSpec;
+        fn spec(&self) -> &ServiceMonitorSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut ServiceMonitorSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for ServiceMonitor {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "servicemonitors.monitoring.kinformer.dev"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["smon"]
+        }
+    }
+    impl ServiceMonitor {
+        /// A `ServiceMonitor` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: ServiceMonitorSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
     #[derive(
-        ::kinformer::kube::CustomResource,
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[kube(
-        group = "monitoring.kinformer.dev",
-        version = "v1",
-        kind = "ServiceMonitor",
-        plural = "servicemonitors",
-        namespaced,
-        shortname = "smon",
-        derive = "PartialEq",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct ServiceMonitorSpec {
         /// Where to scrape.
-        pub endpoints: ::std::vec::Vec<ServiceMonitorSpecEndpoints>,
+        pub endpoints: ::std::vec::Vec<Endpoints>,
         #[serde(rename = "jobLabel", default, skip_serializing_if = "Option::is_none")]
         pub job_label: ::core::option::Option<::std::string::String>,
         #[serde(
@@ -41,16 +147,14 @@ pub mod v1 {
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub namespace_selector: ::core::option::Option<
-            ServiceMonitorSpecNamespaceSelector,
-        >,
+        pub namespace_selector: ::core::option::Option<NamespaceSelector>,
         #[serde(
             rename = "sampleLimit",
             default,
             skip_serializing_if = "Option::is_none"
         )]
         pub sample_limit: ::core::option::Option<i64>,
-        pub selector: ServiceMonitorSpecSelector,
+        pub selector: Selector,
         /// A field whose name is a Rust keyword.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<::std::string::String>,
@@ -61,12 +165,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpoints {
+    pub struct Endpoints {
         #[serde(
             rename = "honorLabels",
             default,
@@ -87,26 +189,22 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub port: ::core::option::Option<::std::string::String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub relabelings: ::core::option::Option<
-            ::std::vec::Vec<ServiceMonitorSpecEndpointsRelabelings>,
-        >,
+        pub relabelings: ::core::option::Option<::std::vec::Vec<Relabelings>>,
         #[serde(
             rename = "sampleRatio",
+            serialize_with = "::kinformer::__codegen::number",
             default,
             skip_serializing_if = "Option::is_none"
         )]
         pub sample_ratio: ::core::option::Option<f64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub scheme: ::core::option::Option<ServiceMonitorSpecEndpointsScheme>,
+        pub scheme: ::core::option::Option<EndpointsScheme>,
         #[serde(rename = "targetPort", default, skip_serializing_if = "Option::is_none")]
-        #[schemars(
-            schema_with = "::kinformer::__codegen::optional_int_or_string_schema"
-        )]
         pub target_port: ::core::option::Option<
             ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
         >,
         #[serde(rename = "tlsConfig", default, skip_serializing_if = "Option::is_none")]
-        pub tls_config: ::core::option::Option<ServiceMonitorSpecEndpointsTlsConfig>,
+        pub tls_config: ::core::option::Option<TlsConfig>,
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -114,15 +212,13 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsRelabelings {
+    pub struct Relabelings {
         /// Defaults to `"replace"` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub action: ::core::option::Option<ServiceMonitorSpecEndpointsRelabelingsAction>,
+        pub action: ::core::option::Option<RelabelingsAction>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub modulus: ::core::option::Option<i64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -150,64 +246,75 @@ pub mod v1 {
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
-        ::core::marker::Copy,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
         ::core::cmp::Eq,
         ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorSpecEndpointsRelabelingsAction {
-        #[serde(rename = "replace")]
-        Replace,
-        #[serde(rename = "keep")]
-        Keep,
-        #[serde(rename = "drop")]
-        Drop,
-        #[serde(rename = "hashmod")]
-        Hashmod,
-        #[serde(rename = "labelmap")]
-        Labelmap,
-    }
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::marker::Copy,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::core::cmp::Eq,
-        ::core::hash::Hash,
-        ::kinformer::schemars::JsonSchema
-    )]
-    #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub enum ServiceMonitorSpecEndpointsScheme {
-        #[serde(rename = "http")]
-        Http,
-        #[serde(rename = "https")]
-        Https,
-        #[serde(rename = "HTTP")]
-        Http2,
-        #[serde(rename = "HTTPS")]
-        Https2,
-    }
-    #[derive(
-        ::kinformer::serde::Serialize,
-        ::kinformer::serde::Deserialize,
-        ::core::clone::Clone,
-        ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfig {
+    pub enum RelabelingsAction {
+        /// `replace`
+        #[serde(rename = "replace")]
+        #[default]
+        Replace,
+        /// `keep`
+        #[serde(rename = "keep")]
+        Keep,
+        /// `drop`
+        #[serde(rename = "drop")]
+        Drop,
+        /// `hashmod`
+        #[serde(rename = "hashmod")]
+        Hashmod,
+        /// `labelmap`
+        #[serde(rename = "labelmap")]
+        Labelmap,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
+    }
+    #[derive(
+        ::kinformer::serde::Serialize,
+        ::kinformer::serde::Deserialize,
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::cmp::Eq,
+        ::core::hash::Hash
+    )]
+    #[serde(crate = "::kinformer::serde")]
+    pub enum EndpointsScheme {
+        /// `http`
+        #[serde(rename = "http")]
+        Http,
+        /// `https`
+        #[serde(rename = "https")]
+        Https,
+        /// `HTTP`
+        #[serde(rename = "HTTP")]
+        Http2,
+        /// `HTTPS`
+        #[serde(rename = "HTTPS")]
+        Https2,
+        /// A value this type was generated without (the CRD gained it later), kept as
+        /// the server sent it and written back unchanged.
+        #[serde(untagged)]
+        Other(::std::string::String),
+    }
+    #[derive(
+        ::kinformer::serde::Serialize,
+        ::kinformer::serde::Deserialize,
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::default::Default
+    )]
+    #[serde(crate = "::kinformer::serde")]
+    pub struct TlsConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub ca: ::core::option::Option<ServiceMonitorSpecEndpointsTlsConfigCa>,
+        pub ca: ::core::option::Option<Ca>,
         #[serde(
             rename = "insecureSkipVerify",
             default,
@@ -223,26 +330,22 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfigCa {
+    pub struct Ca {
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub secret: ::core::option::Option<ServiceMonitorSpecEndpointsTlsConfigCaSecret>,
+        pub secret: ::core::option::Option<Secret>,
     }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecEndpointsTlsConfigCaSecret {
+    pub struct Secret {
         pub key: ::std::string::String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
@@ -255,12 +358,10 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecNamespaceSelector {
+    pub struct NamespaceSelector {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub any: ::core::option::Option<bool>,
         #[serde(rename = "matchNames", default, skip_serializing_if = "Option::is_none")]
@@ -272,20 +373,16 @@ pub mod v1 {
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecSelector {
+    pub struct Selector {
         #[serde(
             rename = "matchExpressions",
             default,
             skip_serializing_if = "Option::is_none"
         )]
-        pub match_expressions: ::core::option::Option<
-            ::std::vec::Vec<ServiceMonitorSpecSelectorMatchExpressions>,
-        >,
+        pub match_expressions: ::core::option::Option<::std::vec::Vec<MatchExpressions>>,
         #[serde(
             rename = "matchLabels",
             default,
@@ -300,12 +397,10 @@ pub mod v1 {
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
-        ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema
+        ::core::cmp::PartialEq
     )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
-    pub struct ServiceMonitorSpecSelectorMatchExpressions {
+    pub struct MatchExpressions {
         pub key: ::std::string::String,
         pub operator: ::std::string::String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -318,6 +413,7 @@ pub mod v1 {
     }
     impl ServiceMonitorInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -326,18 +422,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &::kinformer::cache::SharedIndexInformer<ServiceMonitor> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ServiceMonitorLister {
             ServiceMonitorLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<ServiceMonitor>,
@@ -348,6 +447,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -359,6 +459,7 @@ pub mod v1 {
     }
     impl ServiceMonitorLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -368,6 +469,7 @@ pub mod v1 {
     }
     impl ServiceMonitorLister {
         /// The `ServiceMonitor` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn servicemonitors(&self, namespace: &str) -> ServiceMonitorNamespaceLister {
             ServiceMonitorNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -380,6 +482,7 @@ pub mod v1 {
     }
     impl ServiceMonitorNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -387,6 +490,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -396,6 +500,7 @@ pub mod v1 {
     }
     impl ServiceMonitor {
         /// The shared `ServiceMonitor` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -405,6 +510,7 @@ pub mod v1 {
             ServiceMonitorInformer::new(factory)
         }
         /// The shared metadata-only `ServiceMonitor` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

@@ -2,46 +2,188 @@
 
 //! Types, informers and listers of the custom resource `workflows.flow.kinformer.dev` (`flow.kinformer.dev`, kind `Workflow`), generated from `crds/codegen/workflows.yaml`.
 #![allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]
+/// The `CustomResourceDefinition` the types were generated from, as JSON.
+const CUSTOM_RESOURCE_DEFINITION_JSON: &str = "{\"apiVersion\":\"apiextensions.k8s.io/v1\",\"kind\":\"CustomResourceDefinition\",\"metadata\":{\"name\":\"workflows.flow.kinformer.dev\"},\"spec\":{\"group\":\"flow.kinformer.dev\",\"names\":{\"kind\":\"Workflow\",\"plural\":\"workflows\",\"shortNames\":[\"wf\"]},\"scope\":\"Namespaced\",\"versions\":[{\"name\":\"v1alpha1\",\"schema\":{\"openAPIV3Schema\":{\"properties\":{\"apiVersion\":{\"type\":\"string\"},\"kind\":{\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},\"spec\":{\"properties\":{\"arguments\":{\"type\":\"object\",\"x-kubernetes-preserve-unknown-fields\":true},\"entrypoint\":{\"type\":\"string\"},\"exposedPorts\":{\"description\":\"Ports by number or by name.\",\"items\":{\"x-kubernetes-int-or-string\":true},\"type\":\"array\"},\"parallelism\":{\"default\":1,\"type\":\"integer\"},\"podResources\":{\"description\":\"The resources of each step's pod, in the shape controller-gen writes for resource.Quantity.\",\"properties\":{\"limits\":{\"additionalProperties\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"pattern\":\"^(\\\\+|-)?(([0-9]+(\\\\.[0-9]*)?)|(\\\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\\\+|-)?(([0-9]+(\\\\.[0-9]*)?)|(\\\\.[0-9]+))))?$\",\"x-kubernetes-int-or-string\":true},\"type\":\"object\"},\"requests\":{\"additionalProperties\":{\"anyOf\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"pattern\":\"^(\\\\+|-)?(([0-9]+(\\\\.[0-9]*)?)|(\\\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\\\+|-)?(([0-9]+(\\\\.[0-9]*)?)|(\\\\.[0-9]+))))?$\",\"x-kubernetes-int-or-string\":true},\"type\":\"object\"}},\"type\":\"object\"},\"templates\":{\"items\":{\"type\":\"object\",\"x-kubernetes-preserve-unknown-fields\":true},\"type\":\"array\"}},\"type\":\"object\",\"x-kubernetes-preserve-unknown-fields\":true},\"status\":{\"type\":\"object\",\"x-kubernetes-preserve-unknown-fields\":true}},\"required\":[\"metadata\",\"spec\"],\"type\":\"object\"}},\"served\":true,\"storage\":true,\"subresources\":{\"status\":{}}}]}}";
 /// `flow.kinformer.dev/v1alpha1` `Workflow`, the storage version.
 pub mod v1alpha1 {
+    /// `flow.kinformer.dev/v1alpha1` `Workflow`, namespaced.
+    /// The status subresource is enabled: `status` is written through `/status`.
+    /// Top-level fields this type does not declare are kept in `extra` and written back.
     #[derive(
-        ::kinformer::kube::CustomResource,
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::default::Default
+    )]
+    pub struct Workflow {
+        /// Standard object metadata.
+        pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        pub spec: WorkflowSpec,
+        pub status: ::core::option::Option<WorkflowStatus>,
+        /// Fields the schema does not name, kept as the server sent them.
+        pub extra: ::std::collections::BTreeMap<
+            ::std::string::String,
+            ::kinformer::serde_json::Value,
+        >,
+    }
+    const _: () = {
+        #[derive(::kinformer::serde::Serialize, ::kinformer::serde::Deserialize)]
+        #[serde(crate = "::kinformer::serde", remote = "Workflow")]
+        struct __Fields {
+            #[serde(default)]
+            pub metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            #[serde(default)]
+            pub spec: WorkflowSpec,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub status: ::core::option::Option<WorkflowStatus>,
+            #[serde(flatten)]
+            pub extra: ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::serde_json::Value,
+            >,
+        }
+        impl ::kinformer::__codegen::ObjectFields for Workflow {
+            fn serialize_fields<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                __Fields::serialize(self, serializer)
+            }
+        }
+        impl ::kinformer::serde::Serialize for Workflow {
+            fn serialize<S: ::kinformer::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::core::result::Result<S::Ok, S::Error> {
+                ::kinformer::__codegen::serialize_object(self, serializer)
+            }
+        }
+        impl<'de> ::kinformer::serde::Deserialize<'de> for Workflow {
+            fn deserialize<D: ::kinformer::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> ::core::result::Result<Self, D::Error> {
+                let mut object = __Fields::deserialize(deserializer)?;
+                ::kinformer::__codegen::drop_type_meta(&mut object.extra);
+                ::core::result::Result::Ok(object)
+            }
+        }
+    };
+    impl ::kinformer::kube::Resource for Workflow {
+        type DynamicType = ();
+        type Scope = ::kinformer::k8s_openapi::NamespaceResourceScope;
+        fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("Workflow")
+        }
+        fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("flow.kinformer.dev")
+        }
+        fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("v1alpha1")
+        }
+        fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("flow.kinformer.dev/v1alpha1")
+        }
+        fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+            ::std::borrow::Cow::Borrowed("workflows")
+        }
+        fn meta(
+            &self,
+        ) -> &::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &self.metadata
+        }
+        fn meta_mut(
+            &mut self,
+        ) -> &mut ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            &mut self.metadata
+        }
+    }
+    impl ::kinformer::kube::core::object::HasSpec for Workflow {
+        type Spec = WorkflowSpec;
+        fn spec(&self) -> &WorkflowSpec {
+            &self.spec
+        }
+        fn spec_mut(&mut self) -> &mut WorkflowSpec {
+            &mut self.spec
+        }
+    }
+    impl ::kinformer::kube::core::object::HasStatus for Workflow {
+        type Status = WorkflowStatus;
+        fn status(&self) -> ::core::option::Option<&WorkflowStatus> {
+            self.status.as_ref()
+        }
+        fn status_mut(&mut self) -> &mut ::core::option::Option<WorkflowStatus> {
+            &mut self.status
+        }
+    }
+    impl ::kinformer::kube::CustomResourceExt for Workflow {
+        /// The CRD this type was generated from, as its YAML says (every version, printer
+        /// columns, short names, categories, subresources).
+        fn crd() -> ::kinformer::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+            ::kinformer::__codegen::custom_resource_definition(
+                super::CUSTOM_RESOURCE_DEFINITION_JSON,
+            )
+        }
+        fn crd_name() -> &'static str {
+            "workflows.flow.kinformer.dev"
+        }
+        fn api_resource() -> ::kinformer::kube::core::ApiResource {
+            ::kinformer::kube::core::ApiResource::erase::<Self>(&())
+        }
+        fn shortnames() -> &'static [&'static str] {
+            &["wf"]
+        }
+    }
+    impl Workflow {
+        /// A `Workflow` named `name` with `spec`: no namespace, no status, no other field.
+        pub fn new(name: &str, spec: WorkflowSpec) -> Self {
+            Self {
+                metadata: ::kinformer::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                    name: ::core::option::Option::Some(
+                        ::std::string::ToString::to_string(name),
+                    ),
+                    ..::core::default::Default::default()
+                },
+                spec,
+                status: ::core::option::Option::None,
+                extra: ::core::default::Default::default(),
+            }
+        }
+    }
+    #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
         ::core::clone::Clone,
         ::core::fmt::Debug,
         ::core::cmp::PartialEq,
-        ::kinformer::schemars::JsonSchema,
         ::core::default::Default
     )]
-    #[kube(
-        group = "flow.kinformer.dev",
-        version = "v1alpha1",
-        kind = "Workflow",
-        plural = "workflows",
-        namespaced,
-        status = "WorkflowStatus",
-        shortname = "wf",
-        derive = "PartialEq",
-        derive = "Default",
-        crates(
-            kube_core = "::kinformer::kube::core",
-            k8s_openapi = "::kinformer::k8s_openapi",
-            schemars = "::kinformer::schemars",
-            serde = "::kinformer::serde",
-            serde_json = "::kinformer::serde_json"
-        )
-    )]
     #[serde(crate = "::kinformer::serde")]
-    #[schemars(crate = "::kinformer::schemars")]
     pub struct WorkflowSpec {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub arguments: ::core::option::Option<::kinformer::serde_json::Value>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub entrypoint: ::core::option::Option<::std::string::String>,
+        /// Ports by number or by name.
+        #[serde(
+            rename = "exposedPorts",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        pub exposed_ports: ::core::option::Option<
+            ::std::vec::Vec<
+                ::kinformer::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+            >,
+        >,
         /// Defaults to `1` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub parallelism: ::core::option::Option<i64>,
+        /// The resources of each step's pod, in the shape controller-gen writes for resource.Quantity.
+        #[serde(
+            rename = "podResources",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        pub pod_resources: ::core::option::Option<PodResources>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub templates: ::core::option::Option<
             ::std::vec::Vec<::kinformer::serde_json::Value>,
@@ -53,6 +195,32 @@ pub mod v1alpha1 {
             ::kinformer::serde_json::Value,
         >,
     }
+    /// The resources of each step's pod, in the shape controller-gen writes for resource.Quantity.
+    #[derive(
+        ::kinformer::serde::Serialize,
+        ::kinformer::serde::Deserialize,
+        ::core::clone::Clone,
+        ::core::fmt::Debug,
+        ::core::cmp::PartialEq,
+        ::core::default::Default
+    )]
+    #[serde(crate = "::kinformer::serde")]
+    pub struct PodResources {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub limits: ::core::option::Option<
+            ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::quantity::Quantity,
+            >,
+        >,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub requests: ::core::option::Option<
+            ::std::collections::BTreeMap<
+                ::std::string::String,
+                ::kinformer::quantity::Quantity,
+            >,
+        >,
+    }
     pub type WorkflowStatus = ::kinformer::serde_json::Value;
     /// The shared informer of `flow.kinformer.dev/v1alpha1` `Workflow`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -61,6 +229,7 @@ pub mod v1alpha1 {
     }
     impl WorkflowInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -69,16 +238,19 @@ pub mod v1alpha1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Workflow> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> WorkflowLister {
             WorkflowLister {
                 lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl ::kinformer::cache::ResourceEventHandler<Workflow>,
@@ -89,6 +261,7 @@ pub mod v1alpha1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -100,6 +273,7 @@ pub mod v1alpha1 {
     }
     impl WorkflowLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -109,6 +283,7 @@ pub mod v1alpha1 {
     }
     impl WorkflowLister {
         /// The `Workflow` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn workflows(&self, namespace: &str) -> WorkflowNamespaceLister {
             WorkflowNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -121,6 +296,7 @@ pub mod v1alpha1 {
     }
     impl WorkflowNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &::kinformer::cache::Selector,
@@ -128,6 +304,7 @@ pub mod v1alpha1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -137,6 +314,7 @@ pub mod v1alpha1 {
     }
     impl Workflow {
         /// The shared `Workflow` informer of `factory` (the same one `informer_for` returns).
+        #[inline]
         pub fn informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<
@@ -146,6 +324,7 @@ pub mod v1alpha1 {
             WorkflowInformer::new(factory)
         }
         /// The shared metadata-only `Workflow` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+        #[inline]
         pub fn metadata_informer(
             factory: &::kinformer::factory::SharedInformerFactory,
         ) -> ::core::result::Result<

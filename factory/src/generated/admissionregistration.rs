@@ -20,6 +20,7 @@ pub mod v1 {
     }
     impl Version<'_> {
         /// The shared informer of `MutatingWebhookConfiguration`.
+        #[inline]
         pub fn mutatingwebhookconfigurations(
             &self,
         ) -> ::core::result::Result<MutatingWebhookConfigurationInformer, crate::__private::factory::FactoryError>
@@ -27,6 +28,7 @@ pub mod v1 {
             MutatingWebhookConfigurationInformer::new(self.factory)
         }
         /// The shared informer of `ValidatingWebhookConfiguration`.
+        #[inline]
         pub fn validatingwebhookconfigurations(
             &self,
         ) -> ::core::result::Result<ValidatingWebhookConfigurationInformer, crate::__private::factory::FactoryError>
@@ -43,6 +45,7 @@ pub mod v1 {
     }
     impl MutatingWebhookConfigurationInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -52,6 +55,7 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<
@@ -60,12 +64,14 @@ pub mod v1 {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> MutatingWebhookConfigurationLister {
             MutatingWebhookConfigurationLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<
@@ -80,6 +86,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -93,6 +100,7 @@ pub mod v1 {
     }
     impl MutatingWebhookConfigurationLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -104,6 +112,7 @@ pub mod v1 {
     }
     impl MutatingWebhookConfigurationLister {
         /// The object named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -122,6 +131,7 @@ pub mod v1 {
     }
     impl ValidatingWebhookConfigurationInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -131,6 +141,7 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<
@@ -139,12 +150,14 @@ pub mod v1 {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ValidatingWebhookConfigurationLister {
             ValidatingWebhookConfigurationLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<
@@ -159,6 +172,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -172,6 +186,7 @@ pub mod v1 {
     }
     impl ValidatingWebhookConfigurationLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -183,6 +198,7 @@ pub mod v1 {
     }
     impl ValidatingWebhookConfigurationLister {
         /// The object named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,

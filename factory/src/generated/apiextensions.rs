@@ -20,6 +20,7 @@ pub mod v1 {
     }
     impl Version<'_> {
         /// The shared informer of `CustomResourceDefinition`.
+        #[inline]
         pub fn customresourcedefinitions(
             &self,
         ) -> ::core::result::Result<CustomResourceDefinitionInformer, crate::__private::factory::FactoryError> {
@@ -35,6 +36,7 @@ pub mod v1 {
     }
     impl CustomResourceDefinitionInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -46,6 +48,7 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<
@@ -54,12 +57,14 @@ pub mod v1 {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> CustomResourceDefinitionLister {
             CustomResourceDefinitionLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<
@@ -74,6 +79,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -87,6 +93,7 @@ pub mod v1 {
     }
     impl CustomResourceDefinitionLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -100,6 +107,7 @@ pub mod v1 {
     }
     impl CustomResourceDefinitionLister {
         /// The object named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,

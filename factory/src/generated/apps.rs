@@ -20,24 +20,28 @@ pub mod v1 {
     }
     impl Version<'_> {
         /// The shared informer of `Deployment`.
+        #[inline]
         pub fn deployments(
             &self,
         ) -> ::core::result::Result<DeploymentInformer, crate::__private::factory::FactoryError> {
             DeploymentInformer::new(self.factory)
         }
         /// The shared informer of `ReplicaSet`.
+        #[inline]
         pub fn replicasets(
             &self,
         ) -> ::core::result::Result<ReplicaSetInformer, crate::__private::factory::FactoryError> {
             ReplicaSetInformer::new(self.factory)
         }
         /// The shared informer of `StatefulSet`.
+        #[inline]
         pub fn statefulsets(
             &self,
         ) -> ::core::result::Result<StatefulSetInformer, crate::__private::factory::FactoryError> {
             StatefulSetInformer::new(self.factory)
         }
         /// The shared informer of `DaemonSet`.
+        #[inline]
         pub fn daemonsets(&self) -> ::core::result::Result<DaemonSetInformer, crate::__private::factory::FactoryError> {
             DaemonSetInformer::new(self.factory)
         }
@@ -49,6 +53,7 @@ pub mod v1 {
     }
     impl DeploymentInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -57,18 +62,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::apps::v1::Deployment> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> DeploymentLister {
             DeploymentLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::apps::v1::Deployment>,
@@ -79,6 +87,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -90,6 +99,7 @@ pub mod v1 {
     }
     impl DeploymentLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -99,6 +109,7 @@ pub mod v1 {
     }
     impl DeploymentLister {
         /// The `Deployment` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn deployments(&self, namespace: &str) -> DeploymentNamespaceLister {
             DeploymentNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -111,6 +122,7 @@ pub mod v1 {
     }
     impl DeploymentNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -118,6 +130,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -132,6 +145,7 @@ pub mod v1 {
     }
     impl ReplicaSetInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -140,18 +154,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::apps::v1::ReplicaSet> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ReplicaSetLister {
             ReplicaSetLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::apps::v1::ReplicaSet>,
@@ -162,6 +179,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -173,6 +191,7 @@ pub mod v1 {
     }
     impl ReplicaSetLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -182,6 +201,7 @@ pub mod v1 {
     }
     impl ReplicaSetLister {
         /// The `ReplicaSet` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn replicasets(&self, namespace: &str) -> ReplicaSetNamespaceLister {
             ReplicaSetNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -194,6 +214,7 @@ pub mod v1 {
     }
     impl ReplicaSetNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -201,6 +222,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -215,6 +237,7 @@ pub mod v1 {
     }
     impl StatefulSetInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -223,18 +246,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::apps::v1::StatefulSet> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> StatefulSetLister {
             StatefulSetLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::apps::v1::StatefulSet>,
@@ -245,6 +271,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -256,6 +283,7 @@ pub mod v1 {
     }
     impl StatefulSetLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -265,6 +293,7 @@ pub mod v1 {
     }
     impl StatefulSetLister {
         /// The `StatefulSet` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn statefulsets(&self, namespace: &str) -> StatefulSetNamespaceLister {
             StatefulSetNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -277,6 +306,7 @@ pub mod v1 {
     }
     impl StatefulSetNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -284,6 +314,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -298,6 +329,7 @@ pub mod v1 {
     }
     impl DaemonSetInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -306,18 +338,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::apps::v1::DaemonSet> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> DaemonSetLister {
             DaemonSetLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::apps::v1::DaemonSet>,
@@ -328,6 +363,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -339,6 +375,7 @@ pub mod v1 {
     }
     impl DaemonSetLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -348,6 +385,7 @@ pub mod v1 {
     }
     impl DaemonSetLister {
         /// The `DaemonSet` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn daemonsets(&self, namespace: &str) -> DaemonSetNamespaceLister {
             DaemonSetNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -360,6 +398,7 @@ pub mod v1 {
     }
     impl DaemonSetNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -367,6 +406,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,

@@ -20,10 +20,12 @@ pub mod v1 {
     }
     impl Version<'_> {
         /// The shared informer of `Job`.
+        #[inline]
         pub fn jobs(&self) -> ::core::result::Result<JobInformer, crate::__private::factory::FactoryError> {
             JobInformer::new(self.factory)
         }
         /// The shared informer of `CronJob`.
+        #[inline]
         pub fn cronjobs(&self) -> ::core::result::Result<CronJobInformer, crate::__private::factory::FactoryError> {
             CronJobInformer::new(self.factory)
         }
@@ -35,6 +37,7 @@ pub mod v1 {
     }
     impl JobInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -43,16 +46,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::batch::v1::Job> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> JobLister {
             JobLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::batch::v1::Job>,
@@ -63,6 +69,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -74,6 +81,7 @@ pub mod v1 {
     }
     impl JobLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -83,6 +91,7 @@ pub mod v1 {
     }
     impl JobLister {
         /// The `Job` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn jobs(&self, namespace: &str) -> JobNamespaceLister {
             JobNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -95,6 +104,7 @@ pub mod v1 {
     }
     impl JobNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -102,6 +112,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::batch::v1::Job>> {
             self.lister.get(name)
         }
@@ -113,6 +124,7 @@ pub mod v1 {
     }
     impl CronJobInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -121,18 +133,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::batch::v1::CronJob> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> CronJobLister {
             CronJobLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::batch::v1::CronJob>,
@@ -143,6 +158,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -154,6 +170,7 @@ pub mod v1 {
     }
     impl CronJobLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -163,6 +180,7 @@ pub mod v1 {
     }
     impl CronJobLister {
         /// The `CronJob` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn cronjobs(&self, namespace: &str) -> CronJobNamespaceLister {
             CronJobNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -175,6 +193,7 @@ pub mod v1 {
     }
     impl CronJobNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -182,6 +201,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,

@@ -20,44 +20,54 @@ pub mod v1 {
     }
     impl Version<'_> {
         /// The shared informer of `Pod`.
+        #[inline]
         pub fn pods(&self) -> ::core::result::Result<PodInformer, crate::__private::factory::FactoryError> {
             PodInformer::new(self.factory)
         }
         /// The shared informer of `Service`.
+        #[inline]
         pub fn services(&self) -> ::core::result::Result<ServiceInformer, crate::__private::factory::FactoryError> {
             ServiceInformer::new(self.factory)
         }
         /// The shared informer of `ConfigMap`.
+        #[inline]
         pub fn configmaps(&self) -> ::core::result::Result<ConfigMapInformer, crate::__private::factory::FactoryError> {
             ConfigMapInformer::new(self.factory)
         }
         /// The shared informer of `Secret`.
+        #[inline]
         pub fn secrets(&self) -> ::core::result::Result<SecretInformer, crate::__private::factory::FactoryError> {
             SecretInformer::new(self.factory)
         }
         /// The shared informer of `Namespace`.
+        #[inline]
         pub fn namespaces(&self) -> ::core::result::Result<NamespaceInformer, crate::__private::factory::FactoryError> {
             NamespaceInformer::new(self.factory)
         }
         /// The shared informer of `Node`.
+        #[inline]
         pub fn nodes(&self) -> ::core::result::Result<NodeInformer, crate::__private::factory::FactoryError> {
             NodeInformer::new(self.factory)
         }
         /// The shared informer of `Event`.
+        #[inline]
         pub fn events(&self) -> ::core::result::Result<EventInformer, crate::__private::factory::FactoryError> {
             EventInformer::new(self.factory)
         }
         /// The shared informer of `Endpoints`.
+        #[inline]
         pub fn endpoints(&self) -> ::core::result::Result<EndpointsInformer, crate::__private::factory::FactoryError> {
             EndpointsInformer::new(self.factory)
         }
         /// The shared informer of `ServiceAccount`.
+        #[inline]
         pub fn serviceaccounts(
             &self,
         ) -> ::core::result::Result<ServiceAccountInformer, crate::__private::factory::FactoryError> {
             ServiceAccountInformer::new(self.factory)
         }
         /// The shared informer of `PersistentVolumeClaim`.
+        #[inline]
         pub fn persistentvolumeclaims(
             &self,
         ) -> ::core::result::Result<PersistentVolumeClaimInformer, crate::__private::factory::FactoryError> {
@@ -71,6 +81,7 @@ pub mod v1 {
     }
     impl PodInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -79,16 +90,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Pod> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> PodLister {
             PodLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::Pod>,
@@ -99,6 +113,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -110,6 +125,7 @@ pub mod v1 {
     }
     impl PodLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -119,6 +135,7 @@ pub mod v1 {
     }
     impl PodLister {
         /// The `Pod` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn pods(&self, namespace: &str) -> PodNamespaceLister {
             PodNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -131,6 +148,7 @@ pub mod v1 {
     }
     impl PodNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -138,6 +156,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Pod>> {
             self.lister.get(name)
         }
@@ -149,6 +168,7 @@ pub mod v1 {
     }
     impl ServiceInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -157,16 +177,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Service> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ServiceLister {
             ServiceLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::Service>,
@@ -177,6 +200,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -188,6 +212,7 @@ pub mod v1 {
     }
     impl ServiceLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -197,6 +222,7 @@ pub mod v1 {
     }
     impl ServiceLister {
         /// The `Service` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn services(&self, namespace: &str) -> ServiceNamespaceLister {
             ServiceNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -209,6 +235,7 @@ pub mod v1 {
     }
     impl ServiceNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -216,6 +243,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -230,6 +258,7 @@ pub mod v1 {
     }
     impl ConfigMapInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -238,18 +267,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::ConfigMap> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ConfigMapLister {
             ConfigMapLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::ConfigMap>,
@@ -260,6 +292,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -271,6 +304,7 @@ pub mod v1 {
     }
     impl ConfigMapLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -280,6 +314,7 @@ pub mod v1 {
     }
     impl ConfigMapLister {
         /// The `ConfigMap` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn configmaps(&self, namespace: &str) -> ConfigMapNamespaceLister {
             ConfigMapNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -292,6 +327,7 @@ pub mod v1 {
     }
     impl ConfigMapNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -299,6 +335,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -313,6 +350,7 @@ pub mod v1 {
     }
     impl SecretInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -321,16 +359,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Secret> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> SecretLister {
             SecretLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::Secret>,
@@ -341,6 +382,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -352,6 +394,7 @@ pub mod v1 {
     }
     impl SecretLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -361,6 +404,7 @@ pub mod v1 {
     }
     impl SecretLister {
         /// The `Secret` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn secrets(&self, namespace: &str) -> SecretNamespaceLister {
             SecretNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -373,6 +417,7 @@ pub mod v1 {
     }
     impl SecretNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -380,6 +425,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -394,6 +440,7 @@ pub mod v1 {
     }
     impl NamespaceInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -402,18 +449,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Namespace> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> NamespaceLister {
             NamespaceLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::Namespace>,
@@ -424,6 +474,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -435,6 +486,7 @@ pub mod v1 {
     }
     impl NamespaceLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -444,6 +496,7 @@ pub mod v1 {
     }
     impl NamespaceLister {
         /// The object named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -458,6 +511,7 @@ pub mod v1 {
     }
     impl NodeInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -466,16 +520,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Node> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> NodeLister {
             NodeLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::Node>,
@@ -486,6 +543,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -497,6 +555,7 @@ pub mod v1 {
     }
     impl NodeLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -506,6 +565,7 @@ pub mod v1 {
     }
     impl NodeLister {
         /// The object named `name`, if cached.
+        #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Node>> {
             self.lister.get(name)
         }
@@ -517,6 +577,7 @@ pub mod v1 {
     }
     impl EventInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -525,16 +586,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Event> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> EventLister {
             EventLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::Event>,
@@ -545,6 +609,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -556,6 +621,7 @@ pub mod v1 {
     }
     impl EventLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -565,6 +631,7 @@ pub mod v1 {
     }
     impl EventLister {
         /// The `Event` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn events(&self, namespace: &str) -> EventNamespaceLister {
             EventNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -577,6 +644,7 @@ pub mod v1 {
     }
     impl EventNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -584,6 +652,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Event>> {
             self.lister.get(name)
         }
@@ -595,6 +664,7 @@ pub mod v1 {
     }
     impl EndpointsInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -603,18 +673,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::Endpoints> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> EndpointsLister {
             EndpointsLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::Endpoints>,
@@ -625,6 +698,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -636,6 +710,7 @@ pub mod v1 {
     }
     impl EndpointsLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -645,6 +720,7 @@ pub mod v1 {
     }
     impl EndpointsLister {
         /// The `Endpoints` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn endpoints(&self, namespace: &str) -> EndpointsNamespaceLister {
             EndpointsNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -657,6 +733,7 @@ pub mod v1 {
     }
     impl EndpointsNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -664,6 +741,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -678,6 +756,7 @@ pub mod v1 {
     }
     impl ServiceAccountInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -686,18 +765,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::ServiceAccount> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ServiceAccountLister {
             ServiceAccountLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::ServiceAccount>,
@@ -708,6 +790,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -719,6 +802,7 @@ pub mod v1 {
     }
     impl ServiceAccountLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -728,6 +812,7 @@ pub mod v1 {
     }
     impl ServiceAccountLister {
         /// The `ServiceAccount` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn serviceaccounts(&self, namespace: &str) -> ServiceAccountNamespaceLister {
             ServiceAccountNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -740,6 +825,7 @@ pub mod v1 {
     }
     impl ServiceAccountNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -747,6 +833,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -761,6 +848,7 @@ pub mod v1 {
     }
     impl PersistentVolumeClaimInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -769,6 +857,7 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::core::v1::PersistentVolumeClaim>
@@ -776,12 +865,14 @@ pub mod v1 {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> PersistentVolumeClaimLister {
             PersistentVolumeClaimLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::core::v1::PersistentVolumeClaim>,
@@ -794,6 +885,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -805,6 +897,7 @@ pub mod v1 {
     }
     impl PersistentVolumeClaimLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -814,6 +907,7 @@ pub mod v1 {
     }
     impl PersistentVolumeClaimLister {
         /// The `PersistentVolumeClaim` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn persistentvolumeclaims(&self, namespace: &str) -> PersistentVolumeClaimNamespaceLister {
             PersistentVolumeClaimNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -826,6 +920,7 @@ pub mod v1 {
     }
     impl PersistentVolumeClaimNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -833,6 +928,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,

@@ -20,6 +20,7 @@ pub mod v1 {
     }
     impl Version<'_> {
         /// The shared informer of `EndpointSlice`.
+        #[inline]
         pub fn endpointslices(
             &self,
         ) -> ::core::result::Result<EndpointSliceInformer, crate::__private::factory::FactoryError> {
@@ -33,6 +34,7 @@ pub mod v1 {
     }
     impl EndpointSliceInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -41,18 +43,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::discovery::v1::EndpointSlice> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> EndpointSliceLister {
             EndpointSliceLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::discovery::v1::EndpointSlice>,
@@ -63,6 +68,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -74,6 +80,7 @@ pub mod v1 {
     }
     impl EndpointSliceLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -83,6 +90,7 @@ pub mod v1 {
     }
     impl EndpointSliceLister {
         /// The `EndpointSlice` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn endpointslices(&self, namespace: &str) -> EndpointSliceNamespaceLister {
             EndpointSliceNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -95,6 +103,7 @@ pub mod v1 {
     }
     impl EndpointSliceNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -102,6 +111,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,

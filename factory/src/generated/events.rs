@@ -20,6 +20,7 @@ pub mod v1 {
     }
     impl Version<'_> {
         /// The shared informer of `Event`.
+        #[inline]
         pub fn events(&self) -> ::core::result::Result<EventInformer, crate::__private::factory::FactoryError> {
             EventInformer::new(self.factory)
         }
@@ -31,6 +32,7 @@ pub mod v1 {
     }
     impl EventInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -39,16 +41,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::events::v1::Event> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> EventLister {
             EventLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::events::v1::Event>,
@@ -59,6 +64,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -70,6 +76,7 @@ pub mod v1 {
     }
     impl EventLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -79,6 +86,7 @@ pub mod v1 {
     }
     impl EventLister {
         /// The `Event` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn events(&self, namespace: &str) -> EventNamespaceLister {
             EventNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -91,6 +99,7 @@ pub mod v1 {
     }
     impl EventNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -98,6 +107,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,

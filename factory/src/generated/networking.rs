@@ -20,6 +20,7 @@ pub mod v1 {
     }
     impl Version<'_> {
         /// The shared informer of `Ingress`.
+        #[inline]
         pub fn ingresses(&self) -> ::core::result::Result<IngressInformer, crate::__private::factory::FactoryError> {
             IngressInformer::new(self.factory)
         }
@@ -31,6 +32,7 @@ pub mod v1 {
     }
     impl IngressInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -39,18 +41,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::networking::v1::Ingress> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> IngressLister {
             IngressLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::networking::v1::Ingress>,
@@ -61,6 +66,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -72,6 +78,7 @@ pub mod v1 {
     }
     impl IngressLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -81,6 +88,7 @@ pub mod v1 {
     }
     impl IngressLister {
         /// The `Ingress` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn ingresses(&self, namespace: &str) -> IngressNamespaceLister {
             IngressNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -93,6 +101,7 @@ pub mod v1 {
     }
     impl IngressNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -100,6 +109,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,

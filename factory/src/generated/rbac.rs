@@ -20,22 +20,26 @@ pub mod v1 {
     }
     impl Version<'_> {
         /// The shared informer of `Role`.
+        #[inline]
         pub fn roles(&self) -> ::core::result::Result<RoleInformer, crate::__private::factory::FactoryError> {
             RoleInformer::new(self.factory)
         }
         /// The shared informer of `RoleBinding`.
+        #[inline]
         pub fn rolebindings(
             &self,
         ) -> ::core::result::Result<RoleBindingInformer, crate::__private::factory::FactoryError> {
             RoleBindingInformer::new(self.factory)
         }
         /// The shared informer of `ClusterRole`.
+        #[inline]
         pub fn clusterroles(
             &self,
         ) -> ::core::result::Result<ClusterRoleInformer, crate::__private::factory::FactoryError> {
             ClusterRoleInformer::new(self.factory)
         }
         /// The shared informer of `ClusterRoleBinding`.
+        #[inline]
         pub fn clusterrolebindings(
             &self,
         ) -> ::core::result::Result<ClusterRoleBindingInformer, crate::__private::factory::FactoryError> {
@@ -49,6 +53,7 @@ pub mod v1 {
     }
     impl RoleInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -57,16 +62,19 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(&self) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::rbac::v1::Role> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> RoleLister {
             RoleLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::rbac::v1::Role>,
@@ -77,6 +85,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -88,6 +97,7 @@ pub mod v1 {
     }
     impl RoleLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -97,6 +107,7 @@ pub mod v1 {
     }
     impl RoleLister {
         /// The `Role` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn roles(&self, namespace: &str) -> RoleNamespaceLister {
             RoleNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -109,6 +120,7 @@ pub mod v1 {
     }
     impl RoleNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -116,6 +128,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::rbac::v1::Role>> {
             self.lister.get(name)
         }
@@ -127,6 +140,7 @@ pub mod v1 {
     }
     impl RoleBindingInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -135,18 +149,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::rbac::v1::RoleBinding> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> RoleBindingLister {
             RoleBindingLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::rbac::v1::RoleBinding>,
@@ -157,6 +174,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -168,6 +186,7 @@ pub mod v1 {
     }
     impl RoleBindingLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -177,6 +196,7 @@ pub mod v1 {
     }
     impl RoleBindingLister {
         /// The `RoleBinding` objects of `namespace`, served from the namespace index.
+        #[inline]
         pub fn rolebindings(&self, namespace: &str) -> RoleBindingNamespaceLister {
             RoleBindingNamespaceLister {
                 lister: self.lister.namespaced(namespace),
@@ -189,6 +209,7 @@ pub mod v1 {
     }
     impl RoleBindingNamespaceLister {
         /// Objects of this namespace matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -196,6 +217,7 @@ pub mod v1 {
             self.lister.list(selector)
         }
         /// The object of this namespace named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -210,6 +232,7 @@ pub mod v1 {
     }
     impl ClusterRoleInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -218,18 +241,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::rbac::v1::ClusterRole> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ClusterRoleLister {
             ClusterRoleLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::rbac::v1::ClusterRole>,
@@ -240,6 +266,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -251,6 +278,7 @@ pub mod v1 {
     }
     impl ClusterRoleLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -260,6 +288,7 @@ pub mod v1 {
     }
     impl ClusterRoleLister {
         /// The object named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,
@@ -274,6 +303,7 @@ pub mod v1 {
     }
     impl ClusterRoleBindingInformer {
         /// The factory's shared informer for this type, created on first use.
+        #[inline]
         pub fn new(
             factory: &crate::__private::factory::SharedInformerFactory,
         ) -> ::core::result::Result<Self, crate::__private::factory::FactoryError> {
@@ -282,18 +312,21 @@ pub mod v1 {
             })
         }
         /// The underlying shared informer.
+        #[inline]
         pub fn informer(
             &self,
         ) -> &crate::__private::cache::SharedIndexInformer<::k8s_openapi::api::rbac::v1::ClusterRoleBinding> {
             &self.informer
         }
         /// A lister over the informer's cache.
+        #[inline]
         pub fn lister(&self) -> ClusterRoleBindingLister {
             ClusterRoleBindingLister {
                 lister: crate::__private::cache::Lister::new(self.informer.indexer().clone()),
             }
         }
         /// Adds an event handler to the shared informer.
+        #[inline]
         pub fn add_event_handler(
             &self,
             handler: impl crate::__private::cache::ResourceEventHandler<::k8s_openapi::api::rbac::v1::ClusterRoleBinding>,
@@ -304,6 +337,7 @@ pub mod v1 {
             self.informer.add_event_handler(handler)
         }
         /// Whether the informer's cache has synced.
+        #[inline]
         pub fn has_synced(&self) -> bool {
             self.informer.has_synced()
         }
@@ -315,6 +349,7 @@ pub mod v1 {
     }
     impl ClusterRoleBindingLister {
         /// Every cached object matching `selector`.
+        #[inline]
         pub fn list(
             &self,
             selector: &crate::__private::cache::Selector,
@@ -324,6 +359,7 @@ pub mod v1 {
     }
     impl ClusterRoleBindingLister {
         /// The object named `name`, if cached.
+        #[inline]
         pub fn get(
             &self,
             name: &str,

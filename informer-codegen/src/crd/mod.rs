@@ -2,16 +2,46 @@
 //!
 //! For each served version of a CRD, [`generate_crd`] emits a module (`v1`, `v1beta1`) with:
 //!
-//! - the spec struct (`CertificateSpec`) carrying kube's `CustomResource` derive with the CRD's
-//!   group, version, kind, plural, scope, short names and categories, so kube generates the root
-//!   type (`Certificate`) and, when the schema has a `status`, its status field and subresource;
-//! - one struct per object schema with properties (`CertificateSpecPrivateKey`), one enum per
-//!   string enum, `Option<T>` for fields that are not required (or are nullable), `BTreeMap`
-//!   for `additionalProperties`, `IntOrString` for `x-kubernetes-int-or-string`, and
+//! - the root type (`Certificate`): `metadata`, `spec` (absent when the schema has
+//!   none), `status` only when the version has a status subresource (otherwise a `status` in the
+//!   schema is a plain field), every other top-level field of the schema as a typed field, and
+//!   `extra`, a flattened map of the top-level fields the schema does not declare, so a write
+//!   built from a cached object never erases a field the server holds. Its serde impls write
+//!   `apiVersion` and `kind` first (as kube's derive and k8s-openapi do) and ignore them when
+//!   reading; it implements `kube::Resource`, `HasSpec`/`HasStatus` where they apply, `new(name,
+//!   spec)` (when nothing else is required), and `CustomResourceExt`, whose `crd()` is the CRD
+//!   document itself (every version, printer columns, short names, categories, subresources);
+//!   the scale subresource's paths are in the type's doc. kube's `CustomResource` derive is not
+//!   used: its root has `metadata`, `spec` and `status` alone;
+//! - a version marked `served: false` is skipped (naming it in [`CrdOptions::versions`] is an
+//!   error); a `deprecated` one's root type is `#[deprecated]` with the CRD's
+//!   `deprecationWarning` or kube-apiserver's default warning;
+//! - one struct per object shape with properties, one open enum
+//!   per string enum (the known values, then `Other(String)`, which keeps a value added to the
+//!   CRD later and writes it back unchanged, so an older controller still reads newer objects;
+//!   variant names as `variant_names` says; `Default` when the schema has a default), `f64` for
+//!   `number`, written with `__codegen::number` so an integral value within ±2^53 is written as
+//!   an integer (`100` stays `100`, as kube-apiserver, which reads custom resources as
+//!   unstructured JSON, stores it anyway), `Option<T>` for fields that are not required (or are nullable), `BTreeMap`
+//!   for `additionalProperties`, `IntOrString` for `x-kubernetes-int-or-string` (in arrays and
+//!   maps too), kinformer's `quantity::Quantity` for a resource quantity (controller-gen's
+//!   int-or-string with the quantity `pattern`: it writes `cpu: 1` back as a number, where
+//!   k8s-openapi's `Quantity` would write `"1"`, and holds `8589934592`, where `IntOrString`'s
+//!   `i32` would not decode), and
 //!   `serde_json::Value` for `x-kubernetes-preserve-unknown-fields` without properties and for
 //!   embedded resources; an object that keeps unknown fields next to known ones gets a
 //!   flattened map for them, so nothing the server sends is lost on a round trip;
-//! - serde and schemars derives, with `#[serde(rename)]` wherever the Rust name (snake case,
+//! - type names as `names::plan` chooses them: Pascal case with acronyms as words (`HTTPRoute`
+//!   → `HttpRoute`, `TLSConfig` → `TlsConfig`), the shortest suffix of the type's path that no
+//!   other type takes (`PrivateKey`, then `TlsConfigSecret` and `BackendSecret` when two
+//!   `secret` shapes differ; enums at least parent and field, `PrivateKeyAlgorithm`), at most
+//!   40 characters before a clash is numbered. A shape that occurs under several paths
+//!   (`podSelector`, `namespaceSelector`) is one type (`Selector`): equal schemas, descriptions
+//!   inside included, less the description, default and nullability of the field that holds
+//!   it (on the corpus, 416 places make 324 types; 357 if the field's description counted too,
+//!   316 if no description counted, which would give shared fields wrong docs);
+//! - serde derives (and schemars' `JsonSchema` with [`CrdOptions::schemars`]), with
+//!   `#[serde(rename)]` wherever the Rust name (snake case,
 //!   keywords raw, clashes numbered) differs from the JSON name, and doc comments from each
 //!   `description` (and the server's `default`, when there is one);
 //! - the same `FooInformer`, `FooLister` and `FooNamespaceLister` that `#[derive(Informer)]`
@@ -21,25 +51,46 @@
 //! `::kinformer::serde`, `::kinformer::schemars`, …), so a crate that uses the generated code
 //! needs no dependency but `kinformer`.
 //!
-//! What the generated types do not model, on purpose: `default:` values are documented, not
-//! applied (the server applies them; a client that decodes a stored object already has them);
-//! `number` fields are `f64`, so an integral number (`1`) serializes back as `1.0`; a nullable
-//! field that is not required reads `null` and absent alike and writes neither; an array or map
-//! of int-or-string values is `serde_json::Value`; validation keywords (`pattern`, `minimum`,
-//! `maxLength`, CEL rules) are the server's business and are not checked on the client.
+//! # What the generated types do not model
+//!
+//! - `default:` values are documented, not applied (the server applies them; a client that
+//!   decodes a stored object already has them); an enum's `Default` is the schema's default.
+//! - Validation (`pattern`, `minimum`, `maxLength`, `anyOf`/`oneOf`/`allOf`/`not`, CEL
+//!   `x-kubernetes-validations`) is the server's business and is not checked on the client;
+//!   types come from `type` alone.
+//! - A nullable field that is not required reads `null` and absent alike and writes neither.
+//! - An `IntOrString` holds an `i32` (k8s-openapi's type): an int-or-string field that is not a
+//!   quantity and holds a larger integer does not decode.
+//! - A `number` is an `f64`: an integer beyond ±2^53 loses precision, and a float with no
+//!   fraction (`2.0`) is written `2`, as the server would store it.
+//! - A missing `spec` whose type has a `Default` reads as empty and is written back as
+//!   `spec: {}`.
+//! - Unknown fields are kept at the top level (`extra`) and in objects the schema marks
+//!   `x-kubernetes-preserve-unknown-fields`; elsewhere the server prunes them, so there is
+//!   nothing to keep.
+//! - `Other("Strict")` built by hand is not equal to the known variant `Strict` (both write
+//!   `"Strict"`; decoding always picks the known variant).
+//! - An embedded resource (`x-kubernetes-embedded-resource`) is `serde_json::Value`, not a typed
+//!   object; list and map semantics (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`,
+//!   `x-kubernetes-map-type`) are not modelled (a list is a `Vec`, a map a `BTreeMap`).
+//! - The status and scale subresources have no types of their own: write status through
+//!   `Api::replace_status`/`patch_status` with the root type, scale with kube's `Scale`.
+//! - `CustomResourceExt::crd()` returns the whole CRD (every version), where kube's derive
+//!   returns one version's.
 
 mod names;
+mod root;
 pub mod schema;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use syn::{Ident, Path};
 
 use crate::{ResourceDesc, generate};
-use names::{field_ident, pascal, type_ident};
-use schema::{AdditionalProperties, Crd, Schema};
+use names::{Wanted, field_ident, kind_type_name, type_ident};
+use schema::{AdditionalProperties, Crd, CrdVersion, Schema};
 
 /// Why a CRD could not be turned into Rust.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,8 +124,9 @@ pub fn crds_from_yaml(text: &str, origin: &str) -> Result<Vec<Crd>, CrdError> {
         if document.get("kind").and_then(serde_json::Value::as_str) != Some("CustomResourceDefinition") {
             continue;
         }
-        let crd: Crd =
-            serde_json::from_value(document).map_err(|e| error(format!("not a CustomResourceDefinition: {e}")))?;
+        let mut crd: Crd = serde_json::from_value(document.clone())
+            .map_err(|e| error(format!("not a CustomResourceDefinition: {e}")))?;
+        crd.document = document;
         if crd.api_version != "apiextensions.k8s.io/v1" {
             return Err(error(format!(
                 "{} is {}; only apiextensions.k8s.io/v1 CRDs are read",
@@ -98,6 +150,9 @@ pub struct CrdOptions {
     pub krate: Path,
     /// The versions to generate; empty means every served version.
     pub versions: Vec<String>,
+    /// Derive schemars' `JsonSchema` for the generated types (off by default: the types are
+    /// made from the CRD's schema, which the generated code does not need to derive again).
+    pub schemars: bool,
 }
 
 impl Default for CrdOptions {
@@ -105,6 +160,7 @@ impl Default for CrdOptions {
         CrdOptions {
             krate: syn::parse_quote!(::kinformer),
             versions: Vec::new(),
+            schemars: false,
         }
     }
 }
@@ -122,9 +178,20 @@ pub fn generate_crd(crd: &Crd, options: &CrdOptions) -> Result<TokenStream, CrdE
         message,
     };
     for wanted in &options.versions {
-        if !crd.spec.versions.iter().any(|v| &v.name == wanted) {
-            return Err(error(format!("has no version {wanted}")));
+        match crd.spec.versions.iter().find(|v| &v.name == wanted) {
+            None => return Err(error(format!("has no version {wanted}"))),
+            Some(v) if !v.served => {
+                return Err(error(format!(
+                    "version {wanted} is not served (served: false): the server answers 404 for it"
+                )));
+            }
+            Some(_) => {}
         }
+    }
+    if crd.document.is_null() {
+        return Err(error(
+            "has no source document (read CRDs with crds_from_yaml)".to_string(),
+        ));
     }
     let chosen: Vec<_> = crd
         .spec
@@ -148,7 +215,7 @@ pub fn generate_crd(crd: &Crd, options: &CrdOptions) -> Result<TokenStream, CrdE
             .as_ref()
             .and_then(|s| s.open_api_v3_schema.as_ref())
             .ok_or_else(|| error(format!("version {} has no openAPIV3Schema", version.name)))?;
-        let body = generate_version(crd, &version.name, schema, options)
+        let body = generate_version(crd, version, schema, options)
             .map_err(|m| error(format!("version {}: {m}", version.name)))?;
         let module = crate::generate::ident(&version.name);
         let doc = format!(
@@ -159,14 +226,24 @@ pub fn generate_crd(crd: &Crd, options: &CrdOptions) -> Result<TokenStream, CrdE
             if version.storage { ", the storage version" } else { "" },
             if version.deprecated { " (deprecated)" } else { "" }
         );
+        // A deprecated version's root type is `#[deprecated]`; its own module uses it freely.
+        let allow = version.deprecated.then(|| quote!(#[allow(deprecated)]));
         modules.extend(quote! {
             #[doc = #doc]
+            #allow
             pub mod #module {
                 #body
             }
         });
     }
-    Ok(modules)
+    // The CRD document, which every version's `CustomResourceExt::crd()` returns.
+    let json = serde_json::to_string(&crd.document).map_err(|e| error(format!("cannot write the CRD as JSON: {e}")))?;
+    let json_ident = format_ident!("{}", root::CRD_JSON);
+    Ok(quote! {
+        /// The `CustomResourceDefinition` the types were generated from, as JSON.
+        const #json_ident: &str = #json;
+        #modules
+    })
 }
 
 /// [`generate_crd`] as a formatted file: a `DO NOT EDIT` line naming `source`, a module doc,
@@ -189,40 +266,89 @@ pub fn crd_file(crd: &Crd, options: &CrdOptions, source: &str) -> Result<String,
 }
 
 /// The code of one version: its types, then its informer and listers.
-fn generate_version(crd: &Crd, version: &str, schema: &Schema, options: &CrdOptions) -> Result<TokenStream, String> {
+///
+/// The code is made twice: the first time only to find every struct and enum the schema asks
+/// for and each place it occurs, so that the second can name them knowing all of them
+/// ([`names::plan`]) and write each shape once.
+fn generate_version(
+    crd: &Crd,
+    version: &CrdVersion,
+    schema: &Schema,
+    options: &CrdOptions,
+) -> Result<TokenStream, String> {
+    let mut survey = Types::new(crd, options, None);
+    version_code(crd, version, schema, options, &mut survey)?;
+    let plan = survey.plan();
+    let mut types = Types::new(crd, options, Some(plan));
+    let code = version_code(crd, version, schema, options, &mut types)?;
+    if !options.schemars {
+        return Ok(code);
+    }
+    // schemars' derive names `serde::Serializer` in what it writes for a field with
+    // `serialize_with` (the number fields): kinformer's serde, so the user's crate needs none.
+    let krate = &options.krate;
+    Ok(quote! {
+        #[allow(unused_imports)]
+        use #krate::serde;
+        #code
+    })
+}
+
+/// One walk of [`generate_version`].
+fn version_code(
+    crd: &Crd,
+    version: &CrdVersion,
+    schema: &Schema,
+    options: &CrdOptions,
+    types: &mut Types,
+) -> Result<TokenStream, String> {
     let kind = &crd.spec.names.kind;
-    let kind_ident: Ident = syn::parse_str(kind).map_err(|_| format!("kind {kind:?} is not a Rust type name"))?;
-    let mut types = Types {
-        krate: options.krate.clone(),
-        items: Vec::new(),
-        used: BTreeSet::from([kind.clone()]),
-    };
+    let kind_name = kind_type_name(kind);
+    let kind_ident: Ident = syn::parse_str(&kind_name).map_err(|_| format!("kind {kind:?} is not a Rust type name"))?;
     let krate = &options.krate;
     let root = &schema.properties;
-    // The spec struct carries kube's derive; without a `spec` the other top-level fields are
-    // flattened into the object (kube's `no_spec`).
-    let (spec_schema, no_spec) = match root.get("spec") {
-        Some(spec) => (spec.clone(), false),
-        None => {
-            let mut fields = schema.clone();
-            for reserved in ["apiVersion", "kind", "metadata", "status"] {
-                fields.properties.remove(reserved);
-            }
-            fields.required.retain(|r| fields.properties.contains_key(r));
-            (fields, true)
-        }
+    let namespaced = match crd.spec.scope.as_str() {
+        "Namespaced" => true,
+        "Cluster" => false,
+        other => return Err(format!("scope {other:?} is neither Namespaced nor Cluster")),
     };
-    let spec_name = format!("{kind}{}", if no_spec { "Fields" } else { "Spec" });
-    types.used.insert(spec_name.clone());
-    let spec_ident = format_ident!("{}", spec_name);
-    let spec_fields = types.fields(&spec_schema, &spec_name, true)?;
-    let all_optional = spec_fields.all_optional;
-    let status = match root.get("status") {
+    let spec = match root.get("spec") {
+        Some(spec_schema) => {
+            let spec_name = format!("{kind_name}Spec");
+            types.used.insert(spec_name.clone());
+            let spec_ident = format_ident!("{}", spec_name);
+            // The struct reads before the types of its fields.
+            let slot = types.items.len();
+            types.items.push(TokenStream::new());
+            let fields = types.fields(spec_schema, &spec_name, true)?;
+            let derives = types.struct_derives(fields.all_optional);
+            let serde_crate = types.path("serde");
+            let schemars_attr = types.schemars_attr();
+            let doc = doc_attrs(spec_schema.description.as_deref(), None);
+            let body = fields.tokens;
+            types.items[slot] = quote! {
+                #doc
+                #[derive(#derives)]
+                #[serde(crate = #serde_crate)]
+                #schemars_attr
+                pub struct #spec_ident #body
+            };
+            Some(root::Part {
+                ty: quote!(#spec_ident),
+                doc,
+                default: fields.all_optional,
+            })
+        }
+        None => None,
+    };
+    // `status` is the status subresource's only when the version has one; otherwise it is a
+    // plain top-level field.
+    let has_status_subresource = version.subresources.as_ref().is_some_and(|s| s.status.is_some());
+    let status = match root.get("status").filter(|_| has_status_subresource) {
         Some(status) => {
-            let name = format!("{kind}Status");
-            let ty = types.ty(status, &name)?;
-            match ty {
-                Ty::Named(ident) => Some(ident),
+            let name = format!("{kind_name}Status");
+            let ident = match types.ty(status, &name)? {
+                Ty::Named(ident) => ident,
                 other => {
                     let alias = types.unique(&name);
                     let tokens = types.tokens(&other);
@@ -231,87 +357,65 @@ fn generate_version(crd: &Crd, version: &str, schema: &Schema, options: &CrdOpti
                         #doc
                         pub type #alias = #tokens;
                     });
-                    Some(alias)
+                    alias
                 }
-            }
+            };
+            Some(root::Part {
+                ty: quote!(#ident),
+                doc: doc_attrs(status.description.as_deref(), None),
+                default: false,
+            })
         }
         None => None,
     };
-    let body = spec_fields.tokens;
-    let group = &crd.spec.group;
-    let plural = &crd.spec.names.plural;
-    let namespaced = match crd.spec.scope.as_str() {
-        "Namespaced" => true,
-        "Cluster" => false,
-        other => return Err(format!("scope {other:?} is neither Namespaced nor Cluster")),
-    };
-    let mut kube_args = vec![
-        quote!(group = #group),
-        quote!(version = #version),
-        quote!(kind = #kind),
-        quote!(plural = #plural),
-    ];
-    if namespaced {
-        kube_args.push(quote!(namespaced));
+    // Every other top-level field, typed, and a map of the ones the schema does not declare.
+    let mut others = schema.clone();
+    others.description = None;
+    let mut reserved = vec!["metadata"];
+    for name in ["apiVersion", "kind", "metadata", "spec"] {
+        others.properties.remove(name);
     }
-    if no_spec {
-        kube_args.push(quote!(no_spec));
+    if spec.is_some() {
+        reserved.push("spec");
     }
-    if let Some(status) = &status {
-        let status = status.to_string();
-        kube_args.push(quote!(status = #status));
+    if status.is_some() {
+        others.properties.remove("status");
+        reserved.push("status");
     }
-    for short in &crd.spec.names.short_names {
-        kube_args.push(quote!(shortname = #short));
-    }
-    for category in &crd.spec.names.categories {
-        kube_args.push(quote!(category = #category));
-    }
-    kube_args.push(quote!(derive = "PartialEq"));
-    if all_optional {
-        kube_args.push(quote!(derive = "Default"));
-    }
-    let (kube_core, k8s_openapi, schemars, serde, serde_json) = (
-        types.path("kube::core"),
-        types.path("k8s_openapi"),
-        types.path("schemars"),
-        types.path("serde"),
-        types.path("serde_json"),
-    );
-    kube_args.push(quote!(crates(
-        kube_core = #kube_core,
-        k8s_openapi = #k8s_openapi,
-        schemars = #schemars,
-        serde = #serde,
-        serde_json = #serde_json
-    )));
-    let derives = types.struct_derives(all_optional);
-    let serde_crate = serde.clone();
-    let schemars_crate = schemars.clone();
-    let doc = doc_attrs(spec_schema.description.as_deref(), None);
-    let spec = quote! {
-        #doc
-        #[derive(#krate::kube::CustomResource, #derives)]
-        #[kube(#(#kube_args),*)]
-        #[serde(crate = #serde_crate)]
-        #[schemars(crate = #schemars_crate)]
-        pub struct #spec_ident #body
-    };
+    others.required.retain(|r| others.properties.contains_key(r));
+    let fields = types.fields_of(&others, TypePath::from(&kind_name), true, &reserved)?;
+    let unknown = fields
+        .unknown
+        .clone()
+        .ok_or_else(|| "the root has no map of unknown fields".to_string())?;
+    let root_type = root::root_type(&root::Root {
+        crd,
+        version,
+        krate,
+        ident: &kind_ident,
+        namespaced,
+        description: schema.description.as_deref(),
+        spec,
+        status,
+        fields: &fields.list,
+        unknown: &unknown,
+        fields_optional: fields.all_optional,
+    });
     let desc = ResourceDesc {
         ty: kind_ident.clone().into(),
         name: kind_ident,
-        group: group.clone(),
-        version: version.to_string(),
+        group: crd.spec.group.clone(),
+        version: version.name.clone(),
         kind: kind.clone(),
-        plural: plural.clone(),
+        plural: crd.spec.names.plural.clone(),
         namespaced,
         krate: krate.clone(),
         inherent_impl: true,
     };
     let informers = generate(&desc);
-    let items = types.items;
+    let items = std::mem::take(&mut types.items);
     Ok(quote! {
-        #spec
+        #root_type
         #(#items)*
         #informers
     })
@@ -326,10 +430,43 @@ enum Ty {
     F64,
     Bool,
     IntOrString,
+    /// A resource quantity (see [`is_quantity`]): kinformer's, which writes back an integer as
+    /// an integer.
+    Quantity,
     Value,
     Vec(Box<Ty>),
     Map(Box<Ty>),
     Named(Ident),
+}
+
+impl Ty {
+    /// Whether an `f64` is in it, at any depth: such a field is written with
+    /// `__codegen::number`, integral values as integers.
+    fn has_number(&self) -> bool {
+        match self {
+            Ty::F64 => true,
+            Ty::Vec(inner) | Ty::Map(inner) => inner.has_number(),
+            _ => false,
+        }
+    }
+
+    /// Whether an `IntOrString` is in it, at any depth.
+    fn has_int_or_string(&self) -> bool {
+        match self {
+            Ty::IntOrString => true,
+            Ty::Vec(inner) | Ty::Map(inner) => inner.has_int_or_string(),
+            _ => false,
+        }
+    }
+}
+
+/// controller-gen's `pattern` of a `resource.Quantity` field (with `anyOf: [{type: integer},
+/// {type: string}]` and `x-kubernetes-int-or-string: true`).
+const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+/// Whether an int-or-string schema is a resource quantity: it has the quantity pattern.
+fn is_quantity(schema: &Schema) -> bool {
+    schema.pattern.as_deref() == Some(QUANTITY_PATTERN)
 }
 
 /// The fields of a struct, as a braced body.
@@ -337,16 +474,158 @@ struct Fields {
     tokens: TokenStream,
     /// Every field is an `Option` (or the flattened map), so the struct can derive `Default`.
     all_optional: bool,
+    /// The same fields one by one (the root type writes them twice, see [`root`]).
+    list: Vec<Field>,
+    /// The flattened map of unknown fields, if there is one.
+    unknown: Option<Ident>,
+}
+
+/// One field of [`Fields`], in parts.
+struct Field {
+    ident: Ident,
+    /// Its doc attributes.
+    doc: TokenStream,
+    /// Its `#[serde]` attribute, if any.
+    serde: TokenStream,
+    /// `pub name: Type`.
+    decl: TokenStream,
+}
+
+/// Where a schema sits, for naming its type: the root-level name it hangs under
+/// (`CertificateSpec`), then the Pascal-case name of each field on the way (`PrivateKey`). An
+/// array's items and a map's values sit where the array or map does.
+#[derive(Debug, Clone)]
+struct TypePath(Vec<String>);
+
+impl TypePath {
+    fn child(&self, json: &str) -> TypePath {
+        let mut path = self.0.clone();
+        path.push(type_ident(json));
+        TypePath(path)
+    }
+}
+
+impl From<&str> for TypePath {
+    /// A root-level name (`CertificateStatus`).
+    fn from(root: &str) -> Self {
+        TypePath(vec![root.to_string()])
+    }
+}
+
+impl From<&String> for TypePath {
+    fn from(root: &String) -> Self {
+        TypePath::from(root.as_str())
+    }
+}
+
+/// A struct or enum the survey walk found: every place it occurs, and their descriptions.
+struct Shape {
+    is_enum: bool,
+    paths: Vec<Vec<String>>,
+    descriptions: BTreeSet<Option<String>>,
+}
+
+/// The name and doc of each shape, by [`shape_key`].
+type Plan = BTreeMap<String, (String, Option<String>)>;
+
+/// What makes two schemas one type: their JSON, less what belongs to the field that holds
+/// them (its description, default and nullability: the field's doc and `Option` carry those).
+/// Everything inside, descriptions included, must be equal, so the fields of the one type are
+/// documented truly for every place it is used.
+fn shape_key(schema: &Schema) -> String {
+    let mut bare = schema.clone();
+    bare.description = None;
+    bare.default = None;
+    bare.nullable = false;
+    serde_json::to_string(&bare).unwrap_or_default()
 }
 
 /// The named types of one version, as they are made.
 struct Types {
     krate: Path,
+    schemars: bool,
     items: Vec<TokenStream>,
     used: BTreeSet<String>,
+    /// The survey walk: every shape met, by key, with its places (`None` in the second walk).
+    shapes: Option<BTreeMap<String, Shape>>,
+    /// The second walk: each shape's name and doc, and the shapes already written.
+    plan: Plan,
+    written: BTreeSet<String>,
 }
 
 impl Types {
+    /// Types for one version of `crd`; `plan` is `None` for the survey walk.
+    fn new(crd: &Crd, options: &CrdOptions, plan: Option<Plan>) -> Types {
+        let kind = kind_type_name(&crd.spec.names.kind);
+        // The root type and the names the informer generator gives its types.
+        let used = ["", "Informer", "Lister", "NamespaceLister"]
+            .iter()
+            .map(|suffix| format!("{kind}{suffix}"))
+            .collect();
+        Types {
+            krate: options.krate.clone(),
+            schemars: options.schemars,
+            items: Vec::new(),
+            used,
+            shapes: plan.is_none().then(BTreeMap::new),
+            plan: plan.unwrap_or_default(),
+            written: BTreeSet::new(),
+        }
+    }
+
+    /// After the survey walk: the name and doc of every shape it met (see [`names::plan`]).
+    /// A shared type keeps a doc only when every place describes it the same way.
+    fn plan(&self) -> Plan {
+        let shapes = self
+            .shapes
+            .as_ref()
+            .map(|s| s.iter().collect::<Vec<_>>())
+            .unwrap_or_default();
+        let wanted: Vec<Wanted> = shapes
+            .iter()
+            .map(|(_, shape)| Wanted {
+                paths: shape.paths.clone(),
+                min_names: if shape.is_enum { 2 } else { 1 },
+            })
+            .collect();
+        let names = names::plan(&wanted, &self.used);
+        shapes
+            .into_iter()
+            .zip(names)
+            .map(|((key, shape), name)| {
+                let doc = match shape.descriptions.iter().collect::<Vec<_>>()[..] {
+                    [Some(one)] => Some(one.clone()),
+                    _ => None,
+                };
+                (key.clone(), (name, doc))
+            })
+            .collect()
+    }
+
+    /// The shape of `schema` at `path`: its name, its doc, and whether to write it now (the
+    /// second walk writes each shape once; the survey walk writes every place, under a
+    /// placeholder name, to meet the shapes inside each).
+    fn shape(&mut self, schema: &Schema, path: &TypePath, is_enum: bool) -> (Ident, Option<String>, bool) {
+        let key = shape_key(schema);
+        if let Some(shapes) = &mut self.shapes {
+            let shape = shapes.entry(key.clone()).or_insert_with(|| Shape {
+                is_enum,
+                paths: Vec::new(),
+                descriptions: BTreeSet::new(),
+            });
+            shape.paths.push(path.0.clone());
+            shape.descriptions.insert(schema.description.clone());
+            return (format_ident!("Shape"), schema.description.clone(), true);
+        }
+        let (name, doc) = self
+            .plan
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| (path.0.concat(), schema.description.clone()));
+        let first = self.written.insert(key);
+        (format_ident!("{}", name), doc, first)
+    }
+
     /// A type name not yet used in this version (`Name`, then `Name2`, `Name3`, …).
     fn unique(&mut self, name: &str) -> Ident {
         let base = type_ident(name);
@@ -375,6 +654,7 @@ impl Types {
             Ty::F64 => quote!(f64),
             Ty::Bool => quote!(bool),
             Ty::IntOrString => quote!(#krate::k8s_openapi::apimachinery::pkg::util::intstr::IntOrString),
+            Ty::Quantity => quote!(#krate::quantity::Quantity),
             Ty::Value => quote!(#krate::serde_json::Value),
             Ty::Vec(inner) => {
                 let inner = self.tokens(inner);
@@ -388,10 +668,45 @@ impl Types {
         }
     }
 
+    /// `ty` with `IntOrString` replaced by a type whose `JsonSchema` says int-or-string
+    /// (k8s-openapi's has one only with its `schemars` feature), for `#[schemars(with)]`.
+    fn schema_twin(&self, ty: &Ty) -> TokenStream {
+        match ty {
+            Ty::IntOrString => {
+                let krate = &self.krate;
+                quote!(#krate::__codegen::IntOrStringSchema)
+            }
+            Ty::Vec(inner) => {
+                let inner = self.schema_twin(inner);
+                quote!(::std::vec::Vec<#inner>)
+            }
+            Ty::Map(inner) => {
+                let inner = self.schema_twin(inner);
+                quote!(::std::collections::BTreeMap<::std::string::String, #inner>)
+            }
+            other => self.tokens(other),
+        }
+    }
+
+    /// `#[schemars(crate = …)]` when schemars derives are on.
+    fn schemars_attr(&self) -> TokenStream {
+        if self.schemars {
+            let schemars_crate = self.path("schemars");
+            quote!(#[schemars(crate = #schemars_crate)])
+        } else {
+            TokenStream::new()
+        }
+    }
+
     fn struct_derives(&self, default: bool) -> TokenStream {
         let krate = &self.krate;
         let default = if default {
             quote!(, ::core::default::Default)
+        } else {
+            TokenStream::new()
+        };
+        let schemars = if self.schemars {
+            quote!(, #krate::schemars::JsonSchema)
         } else {
             TokenStream::new()
         };
@@ -400,16 +715,22 @@ impl Types {
             #krate::serde::Deserialize,
             ::core::clone::Clone,
             ::core::fmt::Debug,
-            ::core::cmp::PartialEq,
-            #krate::schemars::JsonSchema
+            ::core::cmp::PartialEq
+            #schemars
             #default
         }
     }
 
-    /// The Rust type of `schema`; object and enum schemas become types named after `name`.
-    fn ty(&mut self, schema: &Schema, name: &str) -> Result<Ty, String> {
+    /// The Rust type of `schema`; object and enum schemas become types named after where they
+    /// sit (see [`names::plan`]).
+    fn ty(&mut self, schema: &Schema, path: impl Into<TypePath>) -> Result<Ty, String> {
+        let path = path.into();
         if schema.int_or_string {
-            return Ok(Ty::IntOrString);
+            return Ok(if is_quantity(schema) {
+                Ty::Quantity
+            } else {
+                Ty::IntOrString
+            });
         }
         if schema.embedded_resource {
             return Ok(Ty::Value);
@@ -421,9 +742,9 @@ impl Types {
         Ok(match type_ {
             "object" => {
                 if !schema.properties.is_empty() {
-                    Ty::Named(self.object(schema, name)?)
+                    Ty::Named(self.object(schema, &path)?)
                 } else if let Some(AdditionalProperties::Schema(values)) = &schema.additional_properties {
-                    Ty::Map(Box::new(self.element(values, name)?))
+                    Ty::Map(Box::new(self.ty(values, path)?))
                 } else if schema.preserve_unknown_fields {
                     Ty::Value
                 } else {
@@ -431,11 +752,11 @@ impl Types {
                 }
             }
             "array" => match &schema.items {
-                Some(items) => Ty::Vec(Box::new(self.element(items, name)?)),
+                Some(items) => Ty::Vec(Box::new(self.ty(items, path)?)),
                 None => Ty::Vec(Box::new(Ty::Value)),
             },
             "string" => match string_enum(schema) {
-                Some(values) => Ty::Named(self.enumeration(schema, name, &values)),
+                Some(values) => Ty::Named(self.enumeration(schema, &path, &values)),
                 None => Ty::String,
             },
             "integer" => match schema.format.as_deref() {
@@ -445,35 +766,30 @@ impl Types {
             "number" => Ty::F64,
             "boolean" => Ty::Bool,
             "" => Ty::Value,
-            other => return Err(format!("{name}: unknown schema type {other:?}")),
-        })
-    }
-
-    /// An array's element or a map's value: int-or-string there is kept as JSON (k8s-openapi
-    /// gives `IntOrString` no schema to derive from in a container).
-    fn element(&mut self, schema: &Schema, name: &str) -> Result<Ty, String> {
-        Ok(match self.ty(schema, name)? {
-            Ty::IntOrString => Ty::Value,
-            other => other,
+            other => return Err(format!("{}: unknown schema type {other:?}", path.0.concat())),
         })
     }
 
     /// A struct for an object schema with properties.
-    fn object(&mut self, schema: &Schema, name: &str) -> Result<Ident, String> {
-        let ident = self.unique(name);
+    fn object(&mut self, schema: &Schema, path: &TypePath) -> Result<Ident, String> {
+        let (ident, doc, write) = self.shape(schema, path, false);
+        if !write {
+            return Ok(ident);
+        }
         // Reserve the place: the struct reads before the types of its fields.
         let slot = self.items.len();
         self.items.push(TokenStream::new());
-        let fields = self.fields(schema, &ident.to_string(), false)?;
+        let fields = self.fields(schema, path.clone(), false)?;
         let derives = self.struct_derives(fields.all_optional);
         let body = fields.tokens;
-        let doc = doc_attrs(schema.description.as_deref(), None);
-        let (serde_crate, schemars_crate) = (self.path("serde"), self.path("schemars"));
+        let doc = doc_attrs(doc.as_deref(), None);
+        let serde_crate = self.path("serde");
+        let schemars_attr = self.schemars_attr();
         self.items[slot] = quote! {
             #doc
             #[derive(#derives)]
             #[serde(crate = #serde_crate)]
-            #[schemars(crate = #schemars_crate)]
+            #schemars_attr
             pub struct #ident #body
         };
         Ok(ident)
@@ -482,12 +798,26 @@ impl Types {
     /// The braced fields of an object schema. `force_struct` adds the flattened map of unknown
     /// fields even without `x-kubernetes-preserve-unknown-fields` when there are no properties
     /// (a spec must be a struct).
-    fn fields(&mut self, schema: &Schema, owner: &str, force_struct: bool) -> Result<Fields, String> {
-        let mut taken = BTreeSet::new();
+    fn fields(&mut self, schema: &Schema, owner: impl Into<TypePath>, force_struct: bool) -> Result<Fields, String> {
+        let keep_unknown = schema.preserve_unknown_fields || (force_struct && schema.properties.is_empty());
+        self.fields_of(schema, owner.into(), keep_unknown, &[])
+    }
+
+    /// The fields of an object schema: Rust names avoid `reserved`; `keep_unknown` adds the
+    /// flattened map of the fields the schema does not name.
+    fn fields_of(
+        &mut self,
+        schema: &Schema,
+        owner: TypePath,
+        keep_unknown: bool,
+        reserved: &[&str],
+    ) -> Result<Fields, String> {
+        let mut taken: BTreeSet<String> = reserved.iter().map(|r| r.to_string()).collect();
+        let mut list = Vec::new();
         let mut fields = Vec::new();
         let mut all_optional = true;
         for (json, property) in &schema.properties {
-            let ty = self.ty(property, &format!("{owner}{}", pascal(json)))?;
+            let ty = self.ty(property, owner.child(json))?;
             let required = schema.required.iter().any(|r| r == json);
             let optional = !required || property.nullable;
             all_optional &= optional;
@@ -495,6 +825,10 @@ impl Types {
             let mut serde_args = Vec::new();
             if ident.to_string().trim_start_matches("r#") != json {
                 serde_args.push(quote!(rename = #json));
+            }
+            if ty.has_number() {
+                let with = self.path("__codegen::number");
+                serde_args.push(quote!(serialize_with = #with));
             }
             if optional {
                 serde_args.push(quote!(default));
@@ -507,7 +841,11 @@ impl Types {
             } else {
                 quote!(#[serde(#(#serde_args),*)])
             };
-            let schemars_attr = if ty == Ty::IntOrString {
+            // schemars reads serde's `serialize_with` and cannot derive through it: a number
+            // field states its type instead.
+            let schemars_attr = if !self.schemars || !(ty.has_int_or_string() || ty.has_number()) {
+                TokenStream::new()
+            } else if ty == Ty::IntOrString {
                 let with = self.path(if optional {
                     "__codegen::optional_int_or_string_schema"
                 } else {
@@ -515,7 +853,12 @@ impl Types {
                 });
                 quote!(#[schemars(schema_with = #with)])
             } else {
-                TokenStream::new()
+                let mut twin = self.schema_twin(&ty);
+                if optional {
+                    twin = quote!(::core::option::Option<#twin>);
+                }
+                let twin = twin.to_string().replace(' ', "");
+                quote!(#[schemars(with = #twin)])
             };
             let mut ty_tokens = self.tokens(&ty);
             if optional {
@@ -528,73 +871,211 @@ impl Types {
                 #schemars_attr
                 pub #ident: #ty_tokens
             });
+            list.push(Field {
+                ident: ident.clone(),
+                doc,
+                serde: serde_attr,
+                decl: quote!(pub #ident: #ty_tokens),
+            });
         }
-        let keeps_unknown = schema.preserve_unknown_fields || (force_struct && schema.properties.is_empty());
-        if keeps_unknown {
+        let mut unknown = None;
+        if keep_unknown {
             let values = match (&schema.additional_properties, schema.properties.is_empty()) {
-                (Some(AdditionalProperties::Schema(values)), true) => self.element(values, &format!("{owner}Value"))?,
+                (Some(AdditionalProperties::Schema(values)), true) => self.ty(values, owner.child("value"))?,
                 _ => Ty::Value,
+            };
+            let schemars_attr = if self.schemars && values.has_int_or_string() {
+                let twin = self.schema_twin(&Ty::Map(Box::new(values.clone())));
+                let twin = twin.to_string().replace(' ', "");
+                quote!(#[schemars(with = #twin)])
+            } else {
+                TokenStream::new()
             };
             let values = self.tokens(&values);
             let ident = field_ident("extra", &mut taken);
             fields.push(quote! {
                 /// Fields the schema does not name, kept as the server sent them.
                 #[serde(flatten)]
+                #schemars_attr
                 pub #ident: ::std::collections::BTreeMap<::std::string::String, #values>
             });
+            list.push(Field {
+                ident: ident.clone(),
+                doc: quote!(#[doc = " Fields the schema does not name, kept as the server sent them."]),
+                serde: quote!(#[serde(flatten)]),
+                decl: quote!(pub #ident: ::std::collections::BTreeMap<::std::string::String, #values>),
+            });
+            unknown = Some(ident);
         }
         Ok(Fields {
             tokens: quote!({ #(#fields),* }),
             all_optional,
+            list,
+            unknown,
         })
     }
 
     /// An enum for a string schema with an `enum` of strings.
-    fn enumeration(&mut self, schema: &Schema, name: &str, values: &[String]) -> Ident {
-        let ident = self.unique(name);
-        let mut taken = BTreeSet::new();
-        let variants = values.iter().map(|value| {
-            let base = if value.is_empty() {
-                "Empty".to_string()
-            } else {
-                type_ident(value)
-            };
-            let mut variant = base.clone();
-            let mut n = 2;
-            while !taken.insert(variant.clone()) {
-                variant = format!("{base}{n}");
-                n += 1;
-            }
+    fn enumeration(&mut self, schema: &Schema, path: &TypePath, values: &[String]) -> Ident {
+        let (ident, doc, write) = self.shape(schema, path, true);
+        if !write {
+            return ident;
+        }
+        let default = schema
+            .default
+            .as_ref()
+            .and_then(serde_json::Value::as_str)
+            .filter(|d| values.iter().any(|v| v == d));
+        let variants = values.iter().zip(variant_names(values)).map(|(value, variant)| {
             let variant = format_ident!("{}", variant);
+            let doc = if value.is_empty() {
+                " `\"\"`".to_string()
+            } else {
+                format!(" `{value}`")
+            };
+            let default = (default == Some(value.as_str())).then(|| quote!(#[default]));
             quote! {
+                #[doc = #doc]
                 #[serde(rename = #value)]
+                #default
                 #variant
             }
         });
-        let doc = doc_attrs(schema.description.as_deref(), None);
+        let default_derive = default.map(|_| quote!(, ::core::default::Default));
+        let doc = doc_attrs(doc.as_deref(), None);
         let krate = &self.krate;
-        let (serde_crate, schemars_crate) = (self.path("serde"), self.path("schemars"));
+        let serde_crate = self.path("serde");
+        let schemars_attr = self.schemars_attr();
+        let schemars_derive = if self.schemars {
+            quote!(, #krate::schemars::JsonSchema)
+        } else {
+            TokenStream::new()
+        };
         self.items.push(quote! {
             #doc
             #[derive(
                 #krate::serde::Serialize,
                 #krate::serde::Deserialize,
                 ::core::clone::Clone,
-                ::core::marker::Copy,
                 ::core::fmt::Debug,
                 ::core::cmp::PartialEq,
                 ::core::cmp::Eq,
-                ::core::hash::Hash,
-                #krate::schemars::JsonSchema
+                ::core::hash::Hash
+                #schemars_derive
+                #default_derive
             )]
             #[serde(crate = #serde_crate)]
-            #[schemars(crate = #schemars_crate)]
+            #schemars_attr
             pub enum #ident {
-                #(#variants),*
+                #(#variants,)*
+                /// A value this type was generated without (the CRD gained it later), kept as
+                /// the server sent it and written back unchanged.
+                #[serde(untagged)]
+                Other(::std::string::String)
             }
         });
         ident
     }
+}
+
+/// The catch-all variant of every generated enum; a value whose own name would be `Other`
+/// is numbered (`Other2`) so that the catch-all keeps its name when a CRD adds such a value.
+const OTHER_VARIANT: &str = "Other";
+
+/// The variant names of an enum's `values`, in their order: each value's Pascal case (the
+/// casing of every generated name), `Empty` for `""`, a spelled-out name for a value without
+/// letters or digits (`*` → `Star`, `>=` → `GreaterEqual`, see [`symbol_name`]). Values whose
+/// names clash (`https` and `HTTPS`) are told apart without depending on the order the CRD
+/// lists them in: the value spelled most like the name (most letters in the same case) keeps
+/// it, the others are numbered in that order, ties in the byte order of the values (`https` →
+/// `Https`, `HTTPS` → `Https2`; `In` → `In`, `in` → `In2`). A number never takes a name that
+/// another value has by itself.
+fn variant_names(values: &[String]) -> Vec<String> {
+    let bases: Vec<String> = values.iter().map(|v| variant_base(v)).collect();
+    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, base) in bases.iter().enumerate() {
+        groups.entry(base).or_default().push(i);
+    }
+    let mut taken: BTreeSet<String> = bases.iter().cloned().collect();
+    taken.insert(OTHER_VARIANT.to_string());
+    let mut names = bases.clone();
+    for (base, mut members) in groups {
+        // How many of a value's letters and digits are spelled as in the name.
+        let likeness = |i: usize| {
+            let spelled = values[i].chars().filter(char::is_ascii_alphanumeric);
+            spelled.zip(base.chars()).filter(|(a, b)| a == b).count()
+        };
+        members.sort_by(|a, b| {
+            likeness(*b)
+                .cmp(&likeness(*a))
+                .then_with(|| values[*a].cmp(&values[*b]))
+        });
+        let mut n = 2;
+        for (place, member) in members.into_iter().enumerate() {
+            if place == 0 && base != OTHER_VARIANT {
+                continue;
+            }
+            while taken.contains(&format!("{base}{n}")) {
+                n += 1;
+            }
+            names[member] = format!("{base}{n}");
+            taken.insert(names[member].clone());
+        }
+    }
+    names
+}
+
+/// A value's own variant name, before clashes are numbered.
+fn variant_base(value: &str) -> String {
+    if value.is_empty() {
+        "Empty".to_string()
+    } else if value.chars().any(|c| c.is_ascii_alphanumeric()) {
+        type_ident(value)
+    } else {
+        value.chars().map(symbol_name).collect()
+    }
+}
+
+/// The name of a character in a value made only of symbols (`*` → `Star`, `-` → `Dash`); a
+/// character without one is written as its code point (`U2192`).
+fn symbol_name(c: char) -> String {
+    let name = match c {
+        '*' => "Star",
+        '-' => "Dash",
+        '+' => "Plus",
+        '/' => "Slash",
+        '\\' => "Backslash",
+        '.' => "Dot",
+        '=' => "Equal",
+        '!' => "Not",
+        '<' => "Less",
+        '>' => "Greater",
+        '_' => "Underscore",
+        ':' => "Colon",
+        ';' => "Semicolon",
+        ',' => "Comma",
+        ' ' => "Space",
+        '%' => "Percent",
+        '&' => "And",
+        '|' => "Or",
+        '~' => "Tilde",
+        '?' => "Question",
+        '@' => "At",
+        '#' => "Hash",
+        '$' => "Dollar",
+        '^' => "Caret",
+        '(' => "OpenParen",
+        ')' => "CloseParen",
+        '[' => "OpenBracket",
+        ']' => "CloseBracket",
+        '{' => "OpenBrace",
+        '}' => "CloseBrace",
+        '\'' => "Quote",
+        '"' => "DoubleQuote",
+        '`' => "Backtick",
+        _ => return format!("U{:04X}", u32::from(c)),
+    };
+    name.to_string()
 }
 
 /// The values of a string enum, when every value is a string (`null` aside).

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A `CustomResourceDefinition` document.
 #[derive(Debug, Clone, Deserialize)]
@@ -21,6 +21,11 @@ pub struct Crd {
     pub metadata: CrdMeta,
     /// What the CRD defines.
     pub spec: CrdSpec,
+    /// The whole document as it was read (set by [`super::crds_from_yaml`]): the generated
+    /// `CustomResourceExt::crd()` returns it, so printer columns, short names, categories and
+    /// subresources reach the user's code losslessly. `Null` when the CRD was built otherwise.
+    #[serde(skip)]
+    pub document: serde_json::Value,
 }
 
 /// The CRD's own metadata (its name only).
@@ -76,6 +81,9 @@ pub struct CrdVersion {
     /// Whether it is deprecated.
     #[serde(default)]
     pub deprecated: bool,
+    /// The warning the server sends with every request to a deprecated version.
+    #[serde(default)]
+    pub deprecation_warning: Option<String>,
     /// The version's schema.
     #[serde(default)]
     pub schema: Option<CrdValidation>,
@@ -99,10 +107,29 @@ pub struct CrdSubresources {
     /// Present when `/status` is enabled.
     #[serde(default)]
     pub status: Option<serde_json::Value>,
+    /// Present when `/scale` is enabled.
+    #[serde(default)]
+    pub scale: Option<CrdScale>,
 }
 
-/// One node of a structural schema.
+/// `subresources.scale` of a version: where the replica counts and the selector live.
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CrdScale {
+    /// JSON path of the desired replicas (`.spec.replicas`).
+    #[serde(default)]
+    pub spec_replicas_path: String,
+    /// JSON path of the observed replicas (`.status.replicas`).
+    #[serde(default)]
+    pub status_replicas_path: String,
+    /// JSON path of the label selector (`.status.selector`), if any.
+    #[serde(default)]
+    pub label_selector_path: Option<String>,
+}
+
+/// One node of a structural schema. It serializes (to the JSON it was read from, less what is
+/// not listed here) so that code generation can tell equal shapes apart by their JSON.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Schema {
     /// `object`, `array`, `string`, `integer`, `number`, `boolean`, or absent.
@@ -114,6 +141,9 @@ pub struct Schema {
     /// The field's documentation.
     #[serde(default)]
     pub description: Option<String>,
+    /// The regular expression a string must match (a resource quantity's is well known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
     /// The fields of an object.
     #[serde(default)]
     pub properties: BTreeMap<String, Schema>,
@@ -147,7 +177,7 @@ pub struct Schema {
 }
 
 /// `additionalProperties`: a schema, or a boolean.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum AdditionalProperties {
     /// `true` (any value) or `false` (none).

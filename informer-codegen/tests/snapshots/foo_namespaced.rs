@@ -5,6 +5,7 @@ pub struct FooInformer {
 }
 impl FooInformer {
     /// The factory's shared informer for this type, created on first use.
+    #[inline]
     pub fn new(
         factory: &::kinformer::factory::SharedInformerFactory,
     ) -> ::core::result::Result<Self, ::kinformer::factory::FactoryError> {
@@ -13,16 +14,19 @@ impl FooInformer {
         })
     }
     /// The underlying shared informer.
+    #[inline]
     pub fn informer(&self) -> &::kinformer::cache::SharedIndexInformer<Foo> {
         &self.informer
     }
     /// A lister over the informer's cache.
+    #[inline]
     pub fn lister(&self) -> FooLister {
         FooLister {
             lister: ::kinformer::cache::Lister::new(self.informer.indexer().clone()),
         }
     }
     /// Adds an event handler to the shared informer.
+    #[inline]
     pub fn add_event_handler(
         &self,
         handler: impl ::kinformer::cache::ResourceEventHandler<Foo>,
@@ -33,6 +37,7 @@ impl FooInformer {
         self.informer.add_event_handler(handler)
     }
     /// Whether the informer's cache has synced.
+    #[inline]
     pub fn has_synced(&self) -> bool {
         self.informer.has_synced()
     }
@@ -44,6 +49,7 @@ pub struct FooLister {
 }
 impl FooLister {
     /// Every cached object matching `selector`.
+    #[inline]
     pub fn list(
         &self,
         selector: &::kinformer::cache::Selector,
@@ -53,6 +59,7 @@ impl FooLister {
 }
 impl FooLister {
     /// The `Foo` objects of `namespace`, served from the namespace index.
+    #[inline]
     pub fn foos(&self, namespace: &str) -> FooNamespaceLister {
         FooNamespaceLister {
             lister: self.lister.namespaced(namespace),
@@ -65,6 +72,7 @@ pub struct FooNamespaceLister {
 }
 impl FooNamespaceLister {
     /// Objects of this namespace matching `selector`.
+    #[inline]
     pub fn list(
         &self,
         selector: &::kinformer::cache::Selector,
@@ -72,18 +80,21 @@ impl FooNamespaceLister {
         self.lister.list(selector)
     }
     /// The object of this namespace named `name`, if cached.
+    #[inline]
     pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<Foo>> {
         self.lister.get(name)
     }
 }
 impl Foo {
     /// The shared `Foo` informer of `factory` (the same one `informer_for` returns).
+    #[inline]
     pub fn informer(
         factory: &::kinformer::factory::SharedInformerFactory,
     ) -> ::core::result::Result<FooInformer, ::kinformer::factory::FactoryError> {
         FooInformer::new(factory)
     }
     /// The shared metadata-only `Foo` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+    #[inline]
     pub fn metadata_informer(
         factory: &::kinformer::factory::SharedInformerFactory,
     ) -> ::core::result::Result<

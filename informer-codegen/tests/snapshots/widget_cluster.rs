@@ -5,6 +5,7 @@ pub struct WidgetInformer {
 }
 impl WidgetInformer {
     /// The factory's shared informer for this type, created on first use.
+    #[inline]
     pub fn new(
         factory: &my::kinformer::factory::SharedInformerFactory,
     ) -> ::core::result::Result<Self, my::kinformer::factory::FactoryError> {
@@ -13,16 +14,19 @@ impl WidgetInformer {
         })
     }
     /// The underlying shared informer.
+    #[inline]
     pub fn informer(&self) -> &my::kinformer::cache::SharedIndexInformer<Widget> {
         &self.informer
     }
     /// A lister over the informer's cache.
+    #[inline]
     pub fn lister(&self) -> WidgetLister {
         WidgetLister {
             lister: my::kinformer::cache::Lister::new(self.informer.indexer().clone()),
         }
     }
     /// Adds an event handler to the shared informer.
+    #[inline]
     pub fn add_event_handler(
         &self,
         handler: impl my::kinformer::cache::ResourceEventHandler<Widget>,
@@ -33,6 +37,7 @@ impl WidgetInformer {
         self.informer.add_event_handler(handler)
     }
     /// Whether the informer's cache has synced.
+    #[inline]
     pub fn has_synced(&self) -> bool {
         self.informer.has_synced()
     }
@@ -44,6 +49,7 @@ pub struct WidgetLister {
 }
 impl WidgetLister {
     /// Every cached object matching `selector`.
+    #[inline]
     pub fn list(
         &self,
         selector: &my::kinformer::cache::Selector,
@@ -53,18 +59,21 @@ impl WidgetLister {
 }
 impl WidgetLister {
     /// The object named `name`, if cached.
+    #[inline]
     pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<Widget>> {
         self.lister.get(name)
     }
 }
 impl Widget {
     /// The shared `Widget` informer of `factory` (the same one `informer_for` returns).
+    #[inline]
     pub fn informer(
         factory: &my::kinformer::factory::SharedInformerFactory,
     ) -> ::core::result::Result<WidgetInformer, my::kinformer::factory::FactoryError> {
         WidgetInformer::new(factory)
     }
     /// The shared metadata-only `Widget` informer of `factory`: its cache holds each object's `ObjectMeta` alone (the same one `metadata_informer_for` returns).
+    #[inline]
     pub fn metadata_informer(
         factory: &my::kinformer::factory::SharedInformerFactory,
     ) -> ::core::result::Result<

@@ -14,6 +14,7 @@
 //! ```toml
 //! output = "src/generated"        # relative to the config file
 //! kinformer = "::kinformer"       # how generated code reaches kinformer (the default)
+//! schemars = false                # derive JsonSchema for CRD types too (off by default)
 //! builtin = [
 //!     # group  version  Kind  plural  scope  type
 //!     "storage.k8s.io v1 StorageClass storageclasses cluster ::kinformer::k8s_openapi::api::storage::v1::StorageClass",
@@ -70,6 +71,12 @@ pub struct Config {
     /// Built-in resources, one table line each (see the module docs).
     #[serde(default)]
     pub builtin: Vec<String>,
+    /// Derive schemars' `JsonSchema` for the types generated from CRDs (default `false`): only
+    /// code that makes a schema from the Rust types needs it (kube's `CustomResourceExt::crd()`
+    /// through schemars, envtest's CRD-from-type helpers); it is a large part of the generated
+    /// code's build time.
+    #[serde(default)]
+    pub schemars: bool,
     /// CRD YAML sources.
     #[serde(default, rename = "crd")]
     pub crds: Vec<CrdSource>,
@@ -248,6 +255,7 @@ pub fn plan(config: &Config, config_path: &Path) -> Result<Vec<GeneratedFile>, C
                 let options = CrdOptions {
                     krate: krate.clone(),
                     versions: source.versions.clone(),
+                    schemars: config.schemars,
                 };
                 let contents = crd_file(&crd, &options, &shown).map_err(|e| CodegenError(format!("{shown}: {e}")))?;
                 if let Some(first) = modules.insert(stem.clone(), shown.clone()) {

@@ -873,9 +873,11 @@ fn main() -> Result<(), BoxError> {
     // A run of some workloads only must not replace the whole report with them.
     let partial = !["p1", "p2", "p3", "p4", "p5", "p6"].iter().all(|w| run(w));
     if args.quick || partial {
-        let path = workspace_root()
-            .join("target/bench")
-            .join(if args.quick { "BENCHMARKS.quick.md" } else { "BENCHMARKS.partial.md" });
+        let path = workspace_root().join("target/bench").join(if args.quick {
+            "BENCHMARKS.quick.md"
+        } else {
+            "BENCHMARKS.partial.md"
+        });
         std::fs::create_dir_all(path.parent().unwrap_or(&out_dir))?;
         std::fs::write(&path, &report)?;
         eprintln!(

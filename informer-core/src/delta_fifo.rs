@@ -292,7 +292,8 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
                     .as_ref()
                     .is_some_and(|known| known.undecodable_keys().contains(&key));
             if marked {
-                inner.queue_mark(UndecodableChange::Deleted { key });
+                let resource_version = obj.meta().resource_version.clone().unwrap_or_default();
+                inner.queue_mark(UndecodableChange::Deleted { key, resource_version });
                 drop(inner);
                 self.not_empty.notify_waiters();
             }
@@ -396,7 +397,10 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
             .collect();
         for key in stale_marks {
             touched.insert(key.clone());
-            inner.queue_mark(UndecodableChange::Deleted { key });
+            inner.queue_mark(UndecodableChange::Deleted {
+                key,
+                resource_version: String::new(),
+            });
         }
 
         if !inner.populated {
@@ -421,7 +425,7 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
 
     /// Queues the delete: a tombstone carrying the last state queued or cached, if any (the
     /// final state did not decode, so it is unknown), and the clearing of the mark.
-    fn delete_undecodable(&self, key: String) -> Result<(), StoreError> {
+    fn delete_undecodable(&self, key: String, resource_version: &str) -> Result<(), StoreError> {
         let cached = match &self.known_objects {
             Some(known) => known.get_by_key(&key),
             None => None,
@@ -442,7 +446,10 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for DeltaFifo<K> {
                 DeltaObject::DeletedFinalStateUnknown(tombstone),
             );
         }
-        inner.queue_mark(UndecodableChange::Deleted { key });
+        inner.queue_mark(UndecodableChange::Deleted {
+            key,
+            resource_version: resource_version.to_string(),
+        });
         drop(inner);
         self.not_empty.notify_waiters();
         Ok(())
@@ -880,7 +887,13 @@ mod tests {
                 ("ns/kept".to_string(), (vec![], Some(marked("ns/kept", "5")))),
                 (
                     "ns/stale".to_string(),
-                    (vec![], Some(UndecodableChange::Deleted { key: "ns/stale".into() }))
+                    (
+                        vec![],
+                        Some(UndecodableChange::Deleted {
+                            key: "ns/stale".into(),
+                            resource_version: String::new()
+                        })
+                    )
                 ),
             ],
             "no tombstone for the undecodable key; the stale mark is cleared"
@@ -893,7 +906,7 @@ mod tests {
         let cache = Indexer::default();
         cache.add(cm("a", "1")).unwrap();
         let fifo = fifo_with(&cache);
-        fifo.delete_undecodable("ns/a".into()).unwrap();
+        fifo.delete_undecodable("ns/a".into(), "2").unwrap();
         fifo.add(cm("a", "3")).unwrap();
         // Recreated after: the delete (a tombstone of the cached state) comes first.
         let (kinds, mark) = pop_with_mark(&fifo).await;

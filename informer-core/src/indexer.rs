@@ -419,11 +419,14 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
         Ok(())
     }
 
-    fn delete_undecodable(&self, key: String) -> Result<(), StoreError> {
+    fn delete_undecodable(&self, key: String, resource_version: &str) -> Result<(), StoreError> {
         let mut inner = match &self.backing {
             Backing::One(store) => store.writer(),
-            Backing::Merged(_) => return self.part_of_key(&key)?.delete_undecodable(key),
+            Backing::Merged(_) => return self.part_of_key(&key)?.delete_undecodable(key, resource_version),
         };
+        if !resource_version.is_empty() {
+            inner.set_resource_version(resource_version);
+        }
         inner.unmark(&key);
         inner.remove(&key);
         Ok(())

@@ -259,8 +259,12 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for RealFifo<K> {
 
     /// Queues the delete in order; the informer deletes the cached version, if any, when it
     /// applies it.
-    fn delete_undecodable(&self, key: String) -> Result<(), StoreError> {
-        self.push(QueueItem::Undecodable(UndecodableChange::Deleted { key }), true)
+    fn delete_undecodable(&self, key: String, resource_version: &str) -> Result<(), StoreError> {
+        let resource_version = resource_version.to_string();
+        self.push(
+            QueueItem::Undecodable(UndecodableChange::Deleted { key, resource_version }),
+            true,
+        )
     }
 
     /// Queues the changes in order under one lock and wakes the consumer once. Keys are

@@ -1104,7 +1104,7 @@ where
                         let rv = undecodable.resource_version.clone();
                         let stored = if m.deleted {
                             event_received_besides_added = true;
-                            self.store.delete_undecodable(key)
+                            self.store.delete_undecodable(key, &rv)
                         } else {
                             self.store.mark_undecodable(key, undecodable)
                         };

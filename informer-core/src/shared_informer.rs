@@ -886,8 +886,11 @@ fn apply_item<K: Resource>(
                 new_marks.push((key.clone(), undecodable.clone()));
             }
         }
-        QueueItem::Undecodable(UndecodableChange::Deleted { key }) => {
+        QueueItem::Undecodable(UndecodableChange::Deleted { key, resource_version }) => {
             // The final state did not decode: handlers get the last decoded one as a tombstone.
+            if !resource_version.is_empty() {
+                cache.set_resource_version(resource_version);
+            }
             cache.unmark(key);
             if let Some(old) = cache.remove(key) {
                 let tombstone = DeletedFinalStateUnknown {
@@ -1048,10 +1051,12 @@ fn apply_replaced_all<K: Resource>(
 
 #[cfg(test)]
 mod model_tests {
-    //! Property test: any sequence of reflector writes (add/update/delete/replace/resync),
-    //! interleaved with pops through the real `process_batch`, on either queue, leaves the cache equal to the
-    //! server's state, every index consistent, and a handler's view (built only from the
-    //! notifications it received) equal to the cache: no delete is lost, no object resurrected.
+    //! Property test: any sequence of reflector writes (add/update/delete/replace/resync, and
+    //! objects that stop decoding), interleaved with pops through the real `process_batch`, on
+    //! either queue, leaves the cache equal to the server's state (an undecodable object marked,
+    //! with its last decoded version if it had one), every index consistent, and a handler's
+    //! view (built only from the notifications it received) equal to the cache: no delete is
+    //! lost, no object resurrected, no undecodable object taken for deleted.
 
     use std::collections::{BTreeMap, HashMap};
 
@@ -1090,8 +1095,11 @@ mod model_tests {
         Apply(u8, u8),
         /// The server deletes object `i` if it exists (watch DELETED).
         Delete(u8),
-        /// The server's state changes unseen, then a relist replaces the store.
-        Relist(Vec<(u8, u8)>),
+        /// The server creates or modifies object `i` into a version that does not decode.
+        Break(u8),
+        /// The server's state changes unseen, then a relist replaces the store (`None`: an
+        /// object that does not decode).
+        Relist(Vec<(u8, Option<u8>)>),
         Resync,
         /// The informer pops up to n items.
         Pop(u8),
@@ -1101,7 +1109,9 @@ mod model_tests {
         prop_oneof![
             4 => (0u8..8, 0u8..4).prop_map(|(i, v)| Op::Apply(i, v)),
             2 => (0u8..8).prop_map(Op::Delete),
-            1 => proptest::collection::vec((0u8..8, 0u8..4), 0..6).prop_map(Op::Relist),
+            2 => (0u8..8).prop_map(Op::Break),
+            1 => proptest::collection::vec((0u8..8, proptest::option::weighted(0.7, 0u8..4)), 0..6)
+                .prop_map(Op::Relist),
             1 => Just(Op::Resync),
             3 => (1u8..5).prop_map(Op::Pop),
         ]
@@ -1248,13 +1258,18 @@ mod model_tests {
                 Ok(())
             };
 
-            let mut server: HashMap<String, String> = HashMap::new();
+            // key → the value on the server, `None` when it does not decode.
+            let mut server: HashMap<String, Option<String>> = HashMap::new();
+            // key → the last decodable value written to the queue since the key was created.
+            let mut last_decoded: HashMap<String, String> = HashMap::new();
+            let undecodable = |rv: u64| crate::Undecodable::new(rv.to_string(), "invalid type: x");
             let mut rv = 0u64;
             for op in ops {
                 match op {
                     Op::Apply(i, v) => {
                         rv += 1;
-                        let existed = server.insert(key(i), v.to_string()).is_some();
+                        let existed = server.insert(key(i), Some(v.to_string())).is_some();
+                        last_decoded.insert(key(i), v.to_string());
                         let obj = object(i, v, rv);
                         if existed {
                             fifo.update(obj).unwrap()
@@ -1263,20 +1278,48 @@ mod model_tests {
                         }
                     }
                     Op::Delete(i) => {
-                        if server.remove(&key(i)).is_some() {
+                        if let Some(value) = server.remove(&key(i)) {
                             rv += 1;
-                            fifo.delete(object(i, 0, rv)).unwrap();
+                            last_decoded.remove(&key(i));
+                            match value {
+                                Some(_) => fifo.delete(object(i, 0, rv)).unwrap(),
+                                None => fifo.delete_undecodable(key(i), &rv.to_string()).unwrap(),
+                            }
                         }
+                    }
+                    Op::Break(i) => {
+                        rv += 1;
+                        server.insert(key(i), None);
+                        fifo.mark_undecodable(key(i), undecodable(rv)).unwrap();
                     }
                     Op::Relist(list) => {
                         rv += 1;
                         server.clear();
                         let mut objects = BTreeMap::new();
+                        let mut marks = BTreeMap::new();
                         for (i, v) in list {
-                            server.insert(key(i), v.to_string());
-                            objects.insert(key(i), object(i, v, rv));
+                            server.insert(key(i), v.map(|v| v.to_string()));
+                            match v {
+                                Some(v) => {
+                                    marks.remove(&key(i));
+                                    objects.insert(key(i), object(i, v, rv));
+                                }
+                                None => {
+                                    objects.remove(&key(i));
+                                    marks.insert(key(i), undecodable(rv));
+                                }
+                            }
                         }
-                        fifo.replace(objects.into_values().collect(), &rv.to_string()).unwrap();
+                        last_decoded.retain(|k, _| server.contains_key(k));
+                        for (k, obj) in &objects {
+                            last_decoded.insert(k.clone(), label(obj));
+                        }
+                        fifo.replace_with_undecodable(
+                            objects.into_values().collect(),
+                            marks.into_iter().collect(),
+                            &rv.to_string(),
+                        )
+                        .unwrap();
                     }
                     Op::Resync => fifo.resync().unwrap(),
                     Op::Pop(n) => {
@@ -1301,7 +1344,23 @@ mod model_tests {
                 .iter()
                 .map(|o| (meta_key(o), label(o)))
                 .collect();
-            assert_eq!(cache, server, "cache equals the server");
+            let expected: HashMap<String, String> = server
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.clone().or_else(|| last_decoded.get(k).cloned())?)))
+                .collect();
+            assert_eq!(
+                cache, expected,
+                "cache equals the server, undecodable objects as last decoded"
+            );
+            let mut marked: Vec<String> = informer.indexer().undecodable().into_iter().map(|(k, _)| k).collect();
+            marked.sort();
+            let mut expected_marks: Vec<String> = server
+                .iter()
+                .filter(|(_, v)| v.is_none())
+                .map(|(k, _)| k.clone())
+                .collect();
+            expected_marks.sort();
+            assert_eq!(marked, expected_marks, "exactly the undecodable objects are marked");
             informer.indexer().check_invariants().unwrap();
             if rv > 0 && queue == QueueKind::RealFifo {
                 assert_eq!(

@@ -86,11 +86,11 @@ pub trait Store<K>: Send + Sync {
         let _ = (key, undecodable);
         Ok(())
     }
-    /// The object under `key`, which does not decode, was deleted (a watch DELETED the
-    /// reflector could not decode): the mark goes and any cached version is deleted as usual.
-    /// By default ignored.
-    fn delete_undecodable(&self, key: String) -> Result<(), StoreError> {
-        let _ = key;
+    /// The object under `key`, which does not decode, was deleted at `resource_version` (a
+    /// watch DELETED the reflector could not decode; empty if its metadata did not say): the
+    /// mark goes and any cached version is deleted as usual. By default ignored.
+    fn delete_undecodable(&self, key: String, resource_version: &str) -> Result<(), StoreError> {
+        let _ = (key, resource_version);
         Ok(())
     }
     /// [`replace`](Store::replace) with the keys of the listed objects that did not decode:

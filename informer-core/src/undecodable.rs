@@ -180,6 +180,8 @@ pub enum UndecodableChange {
     Deleted {
         /// The object's key.
         key: String,
+        /// The resourceVersion of the delete (empty when a relist found the key gone).
+        resource_version: String,
     },
 }
 
@@ -187,7 +189,7 @@ impl UndecodableChange {
     /// The key the change is about.
     pub fn key(&self) -> &str {
         match self {
-            UndecodableChange::Marked { key, .. } | UndecodableChange::Deleted { key } => key,
+            UndecodableChange::Marked { key, .. } | UndecodableChange::Deleted { key, .. } => key,
         }
     }
 }

@@ -35,7 +35,14 @@
 //! only; `Webhook`: a `ConversionReview` to the CRD's webhook, whose failure fails the request
 //! with `500`), the preferred version is the highest by Kubernetes' version priority, and
 //! `deprecated` versions answer with a `Warning`. `kubectl get` receives a `Table` with a CRD
-//! version's `additionalPrinterColumns`.
+//! version's `additionalPrinterColumns`, and for a built-in kind kube-apiserver's printer
+//! columns (a Pod's `READY`, `STATUS`, `RESTARTS`; a Deployment's `READY`, `UP-TO-DATE`,
+//! `AVAILABLE`; an Event's `LAST SEEN`, `TYPE`, `REASON`, `OBJECT`, `MESSAGE`; …), the
+//! priority-1 ones shown by `-o wide`. `events.k8s.io/v1` and core `v1` Events are one store,
+//! as on kube-apiserver: an Event written through either API is read, listed and watched
+//! through both with kube-apiserver's field mapping, and core Events can be selected by
+//! `involvedObject.*`, `reason`, `type`, `source` and `reportingComponent`, so `kubectl
+//! describe` lists the Events a controller records through `events.k8s.io/v1`.
 //!
 //! Admission webhooks run as kube-apiserver runs them (`admission/`). On a create, update,
 //! patch, apply, `/status` or `/scale` write and on a delete, in this order: the matching
@@ -103,8 +110,17 @@
 //! - no controllers but the CRD, namespace and garbage-collection ones (no Deployment → ReplicaSet
 //!   → Pod; write status yourself);
 //! - one version served per built-in group; custom objects are not defaulted again on read in
-//!   the storage version's schema (kube-apiserver does); `kubectl get` of a built-in kind shows
-//!   `NAME` and `AGE` only (no per-kind columns).
+//!   the storage version's schema (kube-apiserver does);
+//! - `kubectl get` Tables: kube-apiserver's columns for the built-in kinds envtest serves (the
+//!   Go printers of Kubernetes 1.32); kinds without a Go printer (CRDs themselves, roles) show
+//!   `Name` and `Created At`. A column's description is k8s-openapi's field documentation
+//!   where kube-apiserver uses the Go type's, so wording may differ by Kubernetes version;
+//! - Events: `events.k8s.io/v1` field selectors take the core names (`involvedObject.name`,
+//!   not `regarding.name`); no Event-specific validation (kube-apiserver requires
+//!   `eventTime`, `reportingController` and `reportingInstance` on `events.k8s.io/v1` writes)
+//!   and no Event TTL; `managedFields` of an Event written through `events.k8s.io/v1` name
+//!   that API's field paths while the stored object has the core form; other kinds' field
+//!   selectors (a Pod's `spec.nodeName`, `status.phase`) are not supported (`400`).
 //!
 //! # Limits
 //!

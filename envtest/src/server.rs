@@ -201,6 +201,11 @@ impl Server {
                     .filter(|((ns, _), _)| p.namespace.as_ref().is_none_or(|n| n == ns))
                     .filter(|((_, name), _)| p.name.as_ref().is_none_or(|n| n == name))
                     .map(|(_, o)| (**o).clone())
+                    // In the path's form: `events.k8s.io` Events are stored as core Events.
+                    .map(|o| match crate::events::is_event(&p.info.group, &p.info.plural) {
+                        true => crate::events::convert(o, &p.info.api_version()),
+                        false => o,
+                    })
                     .collect()
             })
             .unwrap_or_default())

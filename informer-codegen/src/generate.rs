@@ -70,6 +70,13 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
                 pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<#ty>> {
                     self.lister.get(name)
                 }
+
+                /// The object of this namespace named `name`: cached, present on the server but
+                /// undecodable (never taken for deleted), or absent.
+                #[inline]
+                pub fn lookup(&self, name: &str) -> #krate::cache::Lookup<#ty> {
+                    self.lister.lookup(name)
+                }
             }
         }
     } else {
@@ -79,6 +86,13 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
                 #[inline]
                 pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<#ty>> {
                     self.lister.get(name)
+                }
+
+                /// The object named `name`: cached, present on the server but undecodable (never
+                /// taken for deleted), or absent.
+                #[inline]
+                pub fn lookup(&self, name: &str) -> #krate::cache::Lookup<#ty> {
+                    self.lister.lookup(name)
                 }
             }
         }
@@ -174,6 +188,13 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
             #[inline]
             pub fn list(&self, selector: &#krate::cache::Selector) -> ::std::vec::Vec<::std::sync::Arc<#ty>> {
                 self.lister.list(selector)
+            }
+
+            /// The keys of the objects the server holds that do not decode into this type, with
+            /// why (they are never taken for deleted; see `lookup`).
+            #[inline]
+            pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, #krate::cache::Undecodable)> {
+                self.lister.undecodable()
             }
         }
 

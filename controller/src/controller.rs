@@ -47,7 +47,11 @@
 //!   its future dropped, and it takes the error path as a [`ReconcileTimeout`].
 //! - Failed reconciles are treated as the [`outcome`](crate::outcome) module's table says:
 //!   [`TerminalError`]s are not retried, [`RequeueAfterError`]s are retried after their delay,
-//!   other errors as the error policy says, or rate-limited.
+//!   other errors as the error policy says, or rate-limited; a stale-cache race (a 409 or 404
+//!   from the API server, see [`error_chain`](crate::error_chain)) is a requeue logged at INFO.
+//!   Each log line of a failed reconcile names the controller and the key as fields of its own
+//!   (not only of the INFO `reconcile` span), and prints the error's chain once
+//!   ([`ErrorChain`]).
 //! - Under a [`Manager`](crate::Manager) with leader election, a deposed leader writes nothing
 //!   for the controller: before every reconcile a worker checks the lease's term by the local
 //!   clock ([`Leadership`], see [`run_leading`](BuiltController::run_leading)) and puts a key
@@ -97,6 +101,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
+use crate::error_chain::{ErrorChain, stale_cache_race};
 use crate::event_recorder::EventRecorder;
 use crate::leadership::{Leadership, NotLeader};
 use crate::metrics::ControllerMetrics;
@@ -631,10 +636,7 @@ where
                 self.metrics.requeue_after.inc();
                 "requeue_after"
             }
-            Err(e) => {
-                self.on_error(key, priority, &e, elapsed);
-                "error"
-            }
+            Err(e) => self.on_error(key, priority, &e, elapsed),
         };
         span.record("result", result);
         debug!(?elapsed, result, "reconciled");
@@ -685,36 +687,61 @@ where
     }
 
     /// The error path: log and count, then forget, retry after a delay, ask the error policy,
-    /// or retry rate-limited (the [`outcome`](crate::outcome) module's table).
-    fn on_error(&self, key: &ObjectKey, priority: i32, e: &BoxError, elapsed: Duration) {
+    /// or retry rate-limited (the [`outcome`](crate::outcome) module's table); returns the
+    /// `result` label it counted.
+    ///
+    /// Every line names the controller and the key itself: the `reconcile` span is at INFO, so
+    /// under the default `warn` filter its fields are not shown. A stale-cache race (409/404, see
+    /// [`error_chain`](crate::error_chain)) is an INFO requeue; an error that is retried is a
+    /// WARN; one that ends the retries (terminal) or a recovered panic is an ERROR.
+    fn on_error(&self, key: &ObjectKey, priority: i32, e: &BoxError, elapsed: Duration) -> &'static str {
         let e: &(dyn std::error::Error + Send + Sync + 'static) = &**e;
+        let terminal = find_in_chain::<TerminalError>(e).is_some();
+        let requeue_after = find_in_chain::<RequeueAfterError>(e).is_some();
+        let not_leader = is_not_leader(e) || !self.context.is_leading();
+        if !terminal
+            && !requeue_after
+            && !not_leader
+            && let Some(status) = stale_cache_race(e)
+        {
+            self.metrics.requeue.inc();
+            info!(controller = %self.name, key = %key, code = status.code, reason = %status.reason,
+                message = %status.message, ?elapsed, "reconcile raced a stale cache: requeued");
+            self.retry(key, None, priority);
+            return "requeue";
+        }
         self.metrics.error.inc();
         self.metrics.errors.inc();
-        if is_not_leader(e) || !self.context.is_leading() {
+        let error = ErrorChain(e);
+        if not_leader {
             // The expected race of a deposed leader, not a failure of the reconciler.
-            info!(error = %error_chain(e), ?elapsed, "reconcile stopped: this replica may no longer lead");
+            info!(controller = %self.name, key = %key, %error, ?elapsed,
+                "reconcile stopped: this replica may no longer lead");
+        } else if terminal || find_in_chain::<ReconcilePanic>(e).is_some() {
+            error!(controller = %self.name, key = %key, %error, ?elapsed, "reconcile failed");
         } else {
-            error!(error = %error_chain(e), ?elapsed, "reconcile failed");
+            warn!(controller = %self.name, key = %key, %error, ?elapsed, "reconcile failed: retrying");
         }
-        if find_in_chain::<TerminalError>(e).is_some() {
+        if terminal {
             self.metrics.terminal_errors.inc();
             self.queue.forget(key);
             debug!("terminal error: the key is not retried");
-            return;
+            return "error";
         }
         if let Some(requeue) = find_in_chain::<RequeueAfterError>(e) {
             self.retry(key, Some(requeue.after()), priority);
-            return;
+            return "error";
         }
         let Some(policy) = &self.outcomes.error_policy else {
             self.retry(key, None, priority);
-            return;
+            return "error";
         };
         let request = key.clone();
         let action = match std::panic::catch_unwind(AssertUnwindSafe(|| policy(e, &request, &self.context))) {
             Ok(action) => action,
             Err(panic) => {
-                error!(panic = %panic_message(&*panic), "the error policy panicked: retrying rate-limited");
+                error!(controller = %self.name, key = %key, panic = %panic_message(&*panic),
+                    "the error policy panicked: retrying rate-limited");
                 Action::Requeue
             }
         };
@@ -724,6 +751,7 @@ where
             Action::Requeue => self.retry(key, None, priority),
             Action::RequeueAfter(delay) => self.retry(key, Some(delay), priority),
         }
+        "error"
     }
 }
 
@@ -770,17 +798,6 @@ fn is_not_leader(e: &(dyn std::error::Error + 'static)) -> bool {
         next = e.source();
     }
     false
-}
-
-/// `error: source: source ...`
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut chain = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let _ = write!(chain, ": {cause}");
-        source = cause.source();
-    }
-    chain
 }
 
 pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> &str {

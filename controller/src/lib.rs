@@ -44,6 +44,7 @@
 mod builder;
 pub mod controller;
 pub mod controllerutil;
+pub mod error_chain;
 pub mod event_recorder;
 pub mod finalizer;
 mod handler;
@@ -66,6 +67,7 @@ pub use controller::{BuiltController, ControllerError, ErrorPolicy};
 pub use controllerutil::{
     OwnerReferenceError, PatchError, apply, patch_status_if_changed, set_controller_reference, set_owner_reference,
 };
+pub use error_chain::{ErrorChain, stale_cache_race};
 pub use event_recorder::{EventRecorder, EventRecorderConfig, EventRecorderStats, EventType, Reporter};
 pub use finalizer::{Event as FinalizerEvent, FinalizerError, finalizer, has_finalizer};
 pub use handler::{Enqueuer, MapFunc};

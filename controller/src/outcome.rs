@@ -15,13 +15,15 @@
 //! | `Ok(Action::RequeueAfter(d))` | `forget`, then `add_after(d)`; `result="requeue_after"` |
 //! | `Err(e)`, a [`TerminalError`] in its chain | `forget`, no retry; also counted in `controller_runtime_terminal_reconcile_errors_total` |
 //! | `Err(e)`, a [`RequeueAfterError`] in its chain | `add_after(d)`, backoff untouched (neither advanced nor reset) |
+//! | `Err(e)`, a 409 or 404 `kube::Error::Api` in its chain ([stale-cache race](crate::error_chain)) | `add_rate_limited`, logged at INFO; `result="requeue"`, not counted as an error, the error policy not asked |
 //! | `Err(e)`, otherwise, with an error policy | the policy's [`Action`](crate::Action), as above (`Done` forgets, `Requeue` is rate-limited, `RequeueAfter(d)` is `add_after(d)` with the backoff untouched) |
 //! | `Err(e)`, otherwise | `add_rate_limited` (controller-runtime's default) |
 //! | past the reconcile timeout | cancelled, then as `Err(ReconcileTimeout)`; also counted in `controller_runtime_reconcile_timeouts_total` |
 //! | a panic (recovery on, the default) | as `Err(ReconcilePanic)`; also counted in `controller_runtime_reconcile_panics_total` |
 //! | a panic (recovery off) | counted; the controller stops at once and its `run` returns [`ControllerError::ReconcilePanicked`](crate::ControllerError::ReconcilePanicked) |
 //!
-//! Every error is logged with its source chain and counted in
+//! Every other error is logged with its source chain (at WARN when it is retried, at ERROR when
+//! it is terminal or a recovered panic) and counted in
 //! `controller_runtime_reconcile_errors_total` and `controller_runtime_reconcile_total{result="error"}`.
 //!
 //! ```

@@ -339,7 +339,11 @@ async fn falls_back_to_core_v1_when_events_api_is_not_served() {
     // envtest keeps both Event APIs in one store (as kube-apiserver), so the event is listed
     // through events.k8s.io too: what shows the fallback is that only the refused create was
     // sent there.
-    assert_eq!(writes(&env, EVENTS_V1).len(), 1, "only the refused create went to events.k8s.io");
+    assert_eq!(
+        writes(&env, EVENTS_V1).len(),
+        1,
+        "only the refused create went to events.k8s.io"
+    );
     let events = core_events(&env).await;
     assert_eq!(events.len(), 1, "{events:?}");
     let ev = &events[0];

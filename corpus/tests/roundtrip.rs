@@ -150,14 +150,6 @@ fn read_crds() -> Vec<Crd> {
         .collect()
 }
 
-async fn kubectl_available() -> bool {
-    tokio::process::Command::new("kubectl")
-        .args(["version", "--client"])
-        .output()
-        .await
-        .is_ok_and(|o| o.status.success())
-}
-
 /// Runs kubectl against envtest (the kubeconfig in `home`) and returns its stdout; panics with
 /// its output if it fails.
 async fn kubectl(home: &Path, args: &[&str]) -> String {
@@ -246,7 +238,7 @@ struct Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_corpus_object_round_trips_through_kubectl_envtest_and_a_generated_lister() {
-    if !kubectl_available().await {
+    if !envtest::kubectl::available().expect("kubectl is required here") {
         eprintln!("SKIPPED: kubectl is not installed on this machine");
         return;
     }

@@ -191,6 +191,7 @@ mod field_manager;
 pub mod fuzzing;
 mod gc;
 mod kubeconfig;
+pub mod kubectl;
 mod limits;
 mod object;
 mod openapi;

@@ -20,15 +20,6 @@ impl Drop for Guard {
     }
 }
 
-fn kubectl_available() -> bool {
-    Command::new("kubectl")
-        .args(["version", "--client"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn kubectl(home: &Path, args: &[&str]) -> Output {
     Command::new("kubectl")
         .args(args)
@@ -104,7 +95,7 @@ spec:
 
 #[test]
 fn kubectl_works_against_the_binary() {
-    if !kubectl_available() {
+    if !envtest::kubectl::available().expect("kubectl is required here") {
         eprintln!("SKIPPED: kubectl is not installed on this machine");
         return;
     }

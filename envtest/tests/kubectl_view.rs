@@ -12,17 +12,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
-
-fn kubectl_available() -> bool {
-    Command::new("kubectl")
-        .args(["version", "--client"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 /// Runs kubectl (off the runtime's workers) and returns its stdout; fails the test on an error.
 async fn kubectl(home: &Path, args: &[&str]) -> String {
@@ -82,7 +73,7 @@ fn ago(seconds: i64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_and_describe_show_what_a_cluster_shows() {
-    if !kubectl_available() {
+    if !envtest::kubectl::available().expect("kubectl is required here") {
         eprintln!("SKIPPED: kubectl is not installed on this machine");
         return;
     }

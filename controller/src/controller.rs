@@ -706,7 +706,7 @@ where
         {
             self.metrics.requeue.inc();
             info!(controller = %self.name, key = %key, code = status.code, reason = %status.reason,
-                message = %status.message, ?elapsed, "reconcile raced a stale cache: requeued");
+                error = %status.message, ?elapsed, "reconcile raced a stale cache: requeued");
             self.retry(key, None, priority);
             return "requeue";
         }

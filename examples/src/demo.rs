@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kinformer::controller::{Action, Context, Reconciler, Request};
+use kinformer::controller::{Action, Context, ErrorChain, Reconciler, Request, stale_cache_race};
 use kube::api::{Api, PostParams};
 
 /// An error of the example programs, shown to the user as one line.
@@ -88,16 +88,31 @@ pub struct Summary {
 }
 
 impl Stats {
-    fn record(&self, result: &'static str, took: Duration) {
-        self.samples
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Sample { result, took });
+    /// Records one reconcile and prints its `line` under the same lock, so every reconcile
+    /// [`print_summary`](Self::print_summary) counts has its line above the table, and no other.
+    fn record(&self, result: &'static str, took: Duration, line: Option<String>) {
+        let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        samples.push(Sample { result, took });
+        if let Some(line) = line {
+            println!("{line}");
+        }
     }
 
     /// The figures so far.
     pub fn summary(&self) -> Summary {
-        let samples = self.samples.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        Self::summarize(&self.samples.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Prints the summary table (see [`print_summary`]) of the figures so far, with no
+    /// reconcile line printed in between; returns the figures.
+    pub fn print_summary(&self, objects: &[(&str, usize)]) -> Summary {
+        let samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+        let summary = Self::summarize(&samples);
+        print_summary(objects, &summary);
+        summary
+    }
+
+    fn summarize(samples: &[Sample]) -> Summary {
         let mut took: Vec<Duration> = samples.iter().map(|s| s.took).collect();
         took.sort_unstable();
         let percentile = |p: f64| -> Duration {
@@ -118,7 +133,10 @@ impl Stats {
 }
 
 /// Wraps a reconciler: prints one line per reconcile (when `verbose`) and records it in
-/// [`Stats`].
+/// [`Stats`]. The result is the one the controller counts: a 409 or 404 from the API server
+/// is a stale-cache race the controller requeues
+/// ([`stale_cache_race`](kinformer::controller::stale_cache_race)), shown as `requeue` with the
+/// server's reason; any other error as `error` with its chain printed once.
 pub struct Instrumented<R> {
     /// The wrapped reconciler.
     pub inner: R,
@@ -132,7 +150,7 @@ impl<K, R> Reconciler<K> for Instrumented<R>
 where
     K: Send + Sync + 'static,
     R: Reconciler<K>,
-    R::Error: std::fmt::Display,
+    R::Error: std::error::Error + 'static,
 {
     type Error = R::Error;
 
@@ -145,16 +163,22 @@ where
             Ok(Action::Done) => ("success", String::new()),
             Ok(Action::Requeue) => ("requeue", String::new()),
             Ok(Action::RequeueAfter(d)) => ("requeue_after", format!(" after {d:?}")),
-            Err(e) => ("error", format!(": {e}")),
+            Err(e) => match stale_cache_race(e) {
+                Some(status) => (
+                    "requeue",
+                    format!(": {} {}: {}", status.code, status.reason, status.message),
+                ),
+                None => ("error", format!(": {}", ErrorChain(e))),
+            },
         };
-        self.stats.record(result, took);
-        if self.verbose {
-            println!(
+        let line = self.verbose.then(|| {
+            format!(
                 "  reconcile {:<10} {shown:<28} {result}{detail} ({:.1} ms)",
                 ctx.controller_name(),
                 took.as_secs_f64() * 1e3
-            );
-        }
+            )
+        });
+        self.stats.record(result, took, line);
         outcome
     }
 }

@@ -81,6 +81,76 @@ fn sample_controller_demo_converges_and_prints_its_summary() {
     }
 }
 
+/// The demo at its default log filter (RUST_LOG unset): a successful run logs no ERROR line
+/// (the conflicting Foo's retried error is a WARN naming the controller and the key; a 409 or
+/// 404 race with the cache is a requeue, not an error), and prints one line per reconcile with
+/// its key and result, as many as the summary counts.
+#[test]
+fn sample_controller_demo_logs_no_error_and_one_line_per_reconcile() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+        .args(["--embedded", "--timeout", "90"])
+        .env_remove("KUBECONFIG")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{stdout}\n{stderr}", out.status);
+    let errors: Vec<&str> = stdout
+        .lines()
+        .chain(stderr.lines())
+        .filter(|l| l.contains(" ERROR "))
+        .collect();
+    assert!(errors.is_empty(), "ERROR lines:\n{}", errors.join("\n"));
+    // The conflicting Foo's error, at the default level, names its controller and key itself.
+    assert!(
+        stderr.lines().any(|l| l.contains(" WARN ")
+            && l.contains("reconcile failed")
+            && l.contains("controller=foo")
+            && l.contains("key=default/conflict")
+            && l.contains("Resource \"taken\" already exists")),
+        "no WARN line naming controller=foo key=default/conflict:\n{stderr}"
+    );
+
+    // The lines above the summary table are the reconciles it counts (printed under one lock);
+    // the conflicting Foo's retries may go on below it until the demo stops.
+    let (above, _) = stdout
+        .split_once("  ┌")
+        .unwrap_or_else(|| panic!("no summary table:\n{stdout}"));
+    let lines: Vec<&str> = above.lines().filter(|l| l.starts_with("  reconcile ")).collect();
+    for line in &lines {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (controller, key, result) = (words[1], words[2], words[3].trim_end_matches(':'));
+        assert_eq!(controller, "foo", "{line}");
+        assert!(
+            key.starts_with("default/") && key.len() > "default/".len(),
+            "no key: {line}"
+        );
+        assert!(
+            ["success", "requeue", "requeue_after", "error"].contains(&result),
+            "no result: {line}"
+        );
+        assert!(line.ends_with(" ms)"), "no duration: {line}");
+        // Only the Foo whose Deployment belongs to someone else fails; a race with the cache
+        // (e.g. 409 AlreadyExists for a Deployment the cache has not seen yet) is a requeue.
+        if result == "error" {
+            assert_eq!(key, "default/conflict", "{line}");
+        }
+    }
+    let counted: usize = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("  │ reconciles"))
+        .and_then(|row| row.trim_matches(|c: char| c == '│' || c.is_whitespace()).parse().ok())
+        .unwrap_or_else(|| panic!("no reconciles row:\n{stdout}"));
+    assert_eq!(lines.len(), counted, "one line per reconcile:\n{stdout}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("default/foo-1") && l.contains(" success ")),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn sample_controller_fails_with_a_message_when_it_cannot_converge_in_time() {
     let out = Command::new(env!("CARGO_BIN_EXE_sample-controller"))

@@ -163,7 +163,6 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
             return Err(format!("did not converge: {e}").into());
         }
     };
-    let summary = stats.summary();
     let foos = Api::<Foo>::namespaced(client.clone(), &args.common.namespace)
         .list(&ListParams::default())
         .await?
@@ -179,15 +178,12 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
         .await?
         .items
         .len();
-    demo::print_summary(
-        &[
-            ("Foos", foos),
-            ("Deployments", deployment_count),
-            ("Index entries", report.indexed.len()),
-            ("Events", events),
-        ],
-        &summary,
-    );
+    stats.print_summary(&[
+        ("Foos", foos),
+        ("Deployments", deployment_count),
+        ("Index entries", report.indexed.len()),
+        ("Events", events),
+    ]);
     println!(
         "converged: {} Foos ({}), each with its Deployment scaled and available",
         report.converged.len(),

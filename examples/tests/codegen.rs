@@ -144,7 +144,12 @@ fn valid_objects_of_every_generated_type_round_trip_through_json() {
         }
     }));
     assert_eq!(
-        class.spec.parameters_ref.as_ref().map(|p| p.kind.as_str()),
+        class
+            .spec
+            .parameters_ref
+            .as_ref()
+            .and_then(Option::as_ref)
+            .map(|p| p.kind.as_str()),
         Some("ConfigMap")
     );
     #[allow(deprecated)] // v1beta1 is deprecated in the CRD, so its type is too.

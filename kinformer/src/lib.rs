@@ -78,7 +78,7 @@ pub mod __codegen {
 
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use schemars::{Schema, SchemaGenerator, json_schema};
-    use serde::{Serialize, Serializer};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     /// The schema of an `IntOrString` field: kube-apiserver's `x-kubernetes-int-or-string`
     /// (k8s-openapi gives `IntOrString` a schema only with its `schemars` feature).
@@ -168,6 +168,18 @@ pub mod __codegen {
         }
     }
 
+    /// `deserialize_with` of a nullable field that is not required, an `Option<Option<T>>`
+    /// (with `#[serde(default)]`, so an absent field stays `None`): `null` is `Some(None)` and a
+    /// value `v` is `Some(Some(v))`. kube-apiserver stores an explicit `null` in a nullable
+    /// field, so telling it from an absent field is what writes the object back as it was read.
+    pub fn nullable<'de, T, D>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+    where
+        T: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Option::<T>::deserialize(deserializer).map(Some)
+    }
+
     /// `serialize_with` of a `type: number` field (`f64`, or an `Option`, `Vec` or map of them):
     /// see [`Numbers`].
     pub fn number<T: Numbers, S: Serializer>(value: &T, serializer: S) -> Result<S::Ok, S::Error> {
@@ -251,6 +263,36 @@ pub mod __codegen {
             assert_eq!(written(Some(vec![1.0, 1.5])), "[1,1.5]");
             assert_eq!(written(None::<f64>), "null");
             assert_eq!(written(BTreeMap::from([("a".to_string(), 2.0)])), r#"{"a":2}"#);
+            assert_eq!(written(Some(None::<f64>)), "null");
+            assert_eq!(written(Some(Some(3.0))), "3");
+        }
+
+        /// A struct shaped as the generator emits a nullable field that is not required.
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Nullable {
+            #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+            flag: Option<Option<bool>>,
+            #[serde(
+                default,
+                deserialize_with = "nullable",
+                serialize_with = "number",
+                skip_serializing_if = "Option::is_none"
+            )]
+            ratio: Option<Option<f64>>,
+        }
+
+        #[test]
+        fn nullable_fields_keep_absent_null_and_value_apart_both_ways() {
+            for (json, flag, ratio) in [
+                (r#"{}"#, None, None),
+                (r#"{"flag":null,"ratio":null}"#, Some(None), Some(None)),
+                (r#"{"flag":true,"ratio":100}"#, Some(Some(true)), Some(Some(100.0))),
+                (r#"{"ratio":0.5}"#, None, Some(Some(0.5))),
+            ] {
+                let read: Nullable = serde_json::from_str(json).unwrap();
+                assert_eq!(read, Nullable { flag, ratio }, "reading {json}");
+                assert_eq!(serde_json::to_string(&read).unwrap(), json, "writing back {json}");
+            }
         }
     }
 }

@@ -204,6 +204,14 @@ pub mod v1beta1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<EnvironmentConfig>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl EnvironmentConfigLister {
         /// The object named `name`, if cached.
@@ -213,6 +221,15 @@ pub mod v1beta1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<EnvironmentConfig>> {
             self.lister.get(name)
+        }
+        /// The object named `name`: cached, present on the server but undecodable (never
+        /// taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(
+            &self,
+            name: &str,
+        ) -> ::kinformer::cache::Lookup<EnvironmentConfig> {
+            self.lister.lookup(name)
         }
     }
     impl EnvironmentConfig {

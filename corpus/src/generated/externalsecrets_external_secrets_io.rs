@@ -1300,9 +1300,12 @@ pub mod v1 {
         #[serde(
             rename = "refreshTime",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub refresh_time: ::core::option::Option<::std::string::String>,
+        pub refresh_time: ::core::option::Option<
+            ::core::option::Option<::std::string::String>,
+        >,
         /// SyncedResourceVersion keeps track of the last synced version
         #[serde(
             rename = "syncedResourceVersion",
@@ -1439,6 +1442,14 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<ExternalSecret>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ExternalSecretLister {
         /// The `ExternalSecret` objects of `namespace`, served from the namespace index.
@@ -1469,6 +1480,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<ExternalSecret>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<ExternalSecret> {
+            self.lister.lookup(name)
         }
     }
     impl ExternalSecret {

@@ -1609,6 +1609,14 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<Gateway>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl GatewayLister {
         /// The `Gateway` objects of `namespace`, served from the namespace index.
@@ -1639,6 +1647,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<Gateway>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<Gateway> {
+            self.lister.lookup(name)
         }
     }
     impl Gateway {
@@ -3269,6 +3283,14 @@ pub mod v1beta1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<Gateway>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl GatewayLister {
         /// The `Gateway` objects of `namespace`, served from the namespace index.
@@ -3299,6 +3321,12 @@ pub mod v1beta1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<Gateway>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<Gateway> {
+            self.lister.lookup(name)
         }
     }
     impl Gateway {

@@ -465,6 +465,14 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<PrometheusRule>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl PrometheusRuleLister {
         /// The `PrometheusRule` objects of `namespace`, served from the namespace index.
@@ -495,6 +503,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<PrometheusRule>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<PrometheusRule> {
+            self.lister.lookup(name)
         }
     }
     impl PrometheusRule {

@@ -297,6 +297,14 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<ReferenceGrant>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ReferenceGrantLister {
         /// The `ReferenceGrant` objects of `namespace`, served from the namespace index.
@@ -327,6 +335,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<ReferenceGrant>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<ReferenceGrant> {
+            self.lister.lookup(name)
         }
     }
     impl ReferenceGrant {
@@ -647,6 +661,14 @@ pub mod v1beta1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<ReferenceGrant>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ReferenceGrantLister {
         /// The `ReferenceGrant` objects of `namespace`, served from the namespace index.
@@ -677,6 +699,12 @@ pub mod v1beta1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<ReferenceGrant>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<ReferenceGrant> {
+            self.lister.lookup(name)
         }
     }
     impl ReferenceGrant {

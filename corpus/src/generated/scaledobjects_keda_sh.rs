@@ -774,6 +774,14 @@ pub mod v1alpha1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<ScaledObject>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ScaledObjectLister {
         /// The `ScaledObject` objects of `namespace`, served from the namespace index.
@@ -804,6 +812,12 @@ pub mod v1alpha1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<ScaledObject>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<ScaledObject> {
+            self.lister.lookup(name)
         }
     }
     impl ScaledObject {

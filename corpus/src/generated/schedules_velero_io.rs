@@ -172,9 +172,12 @@ pub mod v1 {
         #[serde(
             rename = "useOwnerReferencesInBackup",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub use_owner_references_in_backup: ::core::option::Option<bool>,
+        pub use_owner_references_in_backup: ::core::option::Option<
+            ::core::option::Option<bool>,
+        >,
     }
     /// Template is the definition of the Backup to be run
     /// on the provided schedule
@@ -206,9 +209,12 @@ pub mod v1 {
         #[serde(
             rename = "defaultVolumesToFsBackup",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub default_volumes_to_fs_backup: ::core::option::Option<bool>,
+        pub default_volumes_to_fs_backup: ::core::option::Option<
+            ::core::option::Option<bool>,
+        >,
         /// DefaultVolumesToRestic specifies whether restic should be used to take a
         /// backup of all pod volumes by default.
         ///
@@ -216,9 +222,12 @@ pub mod v1 {
         #[serde(
             rename = "defaultVolumesToRestic",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub default_volumes_to_restic: ::core::option::Option<bool>,
+        pub default_volumes_to_restic: ::core::option::Option<
+            ::core::option::Option<bool>,
+        >,
         /// ExcludedClusterScopedResources is a slice of cluster-scoped
         /// resource type names to exclude from the backup.
         /// If set to "*", all cluster-scoped resource types are excluded.
@@ -226,10 +235,11 @@ pub mod v1 {
         #[serde(
             rename = "excludedClusterScopedResources",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub excluded_cluster_scoped_resources: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// ExcludedNamespaceScopedResources is a slice of namespace-scoped
         /// resource type names to exclude from the backup.
@@ -238,30 +248,33 @@ pub mod v1 {
         #[serde(
             rename = "excludedNamespaceScopedResources",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub excluded_namespace_scoped_resources: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// ExcludedNamespaces contains a list of namespaces that are not
         /// included in the backup.
         #[serde(
             rename = "excludedNamespaces",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub excluded_namespaces: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// ExcludedResources is a slice of resource names that are not
         /// included in the backup.
         #[serde(
             rename = "excludedResources",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub excluded_resources: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// Hooks represent custom behaviors that should be executed at different phases of the backup.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -271,9 +284,12 @@ pub mod v1 {
         #[serde(
             rename = "includeClusterResources",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub include_cluster_resources: ::core::option::Option<bool>,
+        pub include_cluster_resources: ::core::option::Option<
+            ::core::option::Option<bool>,
+        >,
         /// IncludedClusterScopedResources is a slice of cluster-scoped
         /// resource type names to include in the backup.
         /// If set to "*", all cluster-scoped resource types are included.
@@ -282,10 +298,11 @@ pub mod v1 {
         #[serde(
             rename = "includedClusterScopedResources",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub included_cluster_scoped_resources: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// IncludedNamespaceScopedResources is a slice of namespace-scoped
         /// resource type names to include in the backup.
@@ -293,30 +310,33 @@ pub mod v1 {
         #[serde(
             rename = "includedNamespaceScopedResources",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub included_namespace_scoped_resources: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// IncludedNamespaces is a slice of namespace names to include objects
         /// from. If empty, all namespaces are included.
         #[serde(
             rename = "includedNamespaces",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub included_namespaces: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// IncludedResources is a slice of resource names to include
         /// in the backup. If empty, all resources are included.
         #[serde(
             rename = "includedResources",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub included_resources: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// ItemOperationTimeout specifies the time used to wait for asynchronous BackupItemAction operations
         /// The default value is 4 hour.
@@ -332,9 +352,12 @@ pub mod v1 {
         #[serde(
             rename = "labelSelector",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub label_selector: ::core::option::Option<LabelSelector>,
+        pub label_selector: ::core::option::Option<
+            ::core::option::Option<LabelSelector>,
+        >,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub metadata: ::core::option::Option<Metadata>,
         /// OrLabelSelectors is list of metav1.LabelSelector to filter with
@@ -345,19 +368,28 @@ pub mod v1 {
         #[serde(
             rename = "orLabelSelectors",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub or_label_selectors: ::core::option::Option<::std::vec::Vec<LabelSelector>>,
+        pub or_label_selectors: ::core::option::Option<
+            ::core::option::Option<::std::vec::Vec<LabelSelector>>,
+        >,
         /// OrderedResources specifies the backup order of resources of specific Kind.
         /// The map key is the resource name and value is a list of object names separated by commas.
         /// Each resource name has format "namespace/objectname".  For cluster resources, simply use "objectname".
         #[serde(
             rename = "orderedResources",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub ordered_resources: ::core::option::Option<
-            ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
+            ::core::option::Option<
+                ::std::collections::BTreeMap<
+                    ::std::string::String,
+                    ::std::string::String,
+                >,
+            >,
         >,
         /// ResourcePolicy specifies the referenced resource policies that backup should follow
         #[serde(
@@ -370,18 +402,20 @@ pub mod v1 {
         #[serde(
             rename = "snapshotMoveData",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub snapshot_move_data: ::core::option::Option<bool>,
+        pub snapshot_move_data: ::core::option::Option<::core::option::Option<bool>>,
         /// SnapshotVolumes specifies whether to take snapshots
         /// of any PV's referenced in the set of objects included
         /// in the Backup.
         #[serde(
             rename = "snapshotVolumes",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub snapshot_volumes: ::core::option::Option<bool>,
+        pub snapshot_volumes: ::core::option::Option<::core::option::Option<bool>>,
         /// StorageLocation is a string containing the name of a BackupStorageLocation where the backup should be stored.
         #[serde(
             rename = "storageLocation",
@@ -397,9 +431,12 @@ pub mod v1 {
         #[serde(
             rename = "uploaderConfig",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub uploader_config: ::core::option::Option<UploaderConfig>,
+        pub uploader_config: ::core::option::Option<
+            ::core::option::Option<UploaderConfig>,
+        >,
         /// VolumeGroupSnapshotLabelKey specifies the label key to group PVCs under a VGS.
         #[serde(
             rename = "volumeGroupSnapshotLabelKey",
@@ -431,8 +468,14 @@ pub mod v1 {
     #[serde(crate = "::kinformer::serde")]
     pub struct Hooks {
         /// Resources are hooks that should be executed when backing up individual instances of a resource.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        pub resources: ::core::option::Option<::std::vec::Vec<Resources>>,
+        #[serde(
+            default,
+            deserialize_with = "::kinformer::__codegen::nullable",
+            skip_serializing_if = "Option::is_none"
+        )]
+        pub resources: ::core::option::Option<
+            ::core::option::Option<::std::vec::Vec<Resources>>,
+        >,
     }
     /// BackupResourceHookSpec defines one or more BackupResourceHooks that should be executed based on
     /// the rules defined for namespaces, resources, and label selector.
@@ -449,47 +492,54 @@ pub mod v1 {
         #[serde(
             rename = "excludedNamespaces",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub excluded_namespaces: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// ExcludedResources specifies the resources to which this hook spec does not apply.
         #[serde(
             rename = "excludedResources",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub excluded_resources: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// IncludedNamespaces specifies the namespaces to which this hook spec applies. If empty, it applies
         /// to all namespaces.
         #[serde(
             rename = "includedNamespaces",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub included_namespaces: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// IncludedResources specifies the resources to which this hook spec applies. If empty, it applies
         /// to all resources.
         #[serde(
             rename = "includedResources",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
         pub included_resources: ::core::option::Option<
-            ::std::vec::Vec<::std::string::String>,
+            ::core::option::Option<::std::vec::Vec<::std::string::String>>,
         >,
         /// LabelSelector, if specified, filters the resources to which this hook spec applies.
         #[serde(
             rename = "labelSelector",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub label_selector: ::core::option::Option<LabelSelector>,
+        pub label_selector: ::core::option::Option<
+            ::core::option::Option<LabelSelector>,
+        >,
         /// Name is the name of this hook.
         pub name: ::std::string::String,
         /// PostHooks is a list of BackupResourceHooks to execute after storing the item in the backup.
@@ -680,15 +730,25 @@ pub mod v1 {
     pub struct Status {
         /// LastBackup is the last time a Backup was run for this
         /// Schedule schedule
-        #[serde(rename = "lastBackup", default, skip_serializing_if = "Option::is_none")]
-        pub last_backup: ::core::option::Option<::std::string::String>,
+        #[serde(
+            rename = "lastBackup",
+            default,
+            deserialize_with = "::kinformer::__codegen::nullable",
+            skip_serializing_if = "Option::is_none"
+        )]
+        pub last_backup: ::core::option::Option<
+            ::core::option::Option<::std::string::String>,
+        >,
         /// LastSkipped is the last time a Schedule was skipped
         #[serde(
             rename = "lastSkipped",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub last_skipped: ::core::option::Option<::std::string::String>,
+        pub last_skipped: ::core::option::Option<
+            ::core::option::Option<::std::string::String>,
+        >,
         /// Phase is the current phase of the Schedule
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub phase: ::core::option::Option<StatusPhase>,
@@ -787,6 +847,14 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<Schedule>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ScheduleLister {
         /// The `Schedule` objects of `namespace`, served from the namespace index.
@@ -817,6 +885,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<Schedule>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<Schedule> {
+            self.lister.lookup(name)
         }
     }
     impl Schedule {

@@ -1489,6 +1489,14 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<ServiceMonitor>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ServiceMonitorLister {
         /// The `ServiceMonitor` objects of `namespace`, served from the namespace index.
@@ -1519,6 +1527,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<ServiceMonitor>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<ServiceMonitor> {
+            self.lister.lookup(name)
         }
     }
     impl ServiceMonitor {

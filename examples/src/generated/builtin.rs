@@ -142,6 +142,16 @@ pub mod core {
             > {
                 self.lister.list(selector)
             }
+            /// The keys of the objects the server holds that do not decode into this type, with
+            /// why (they are never taken for deleted; see `lookup`).
+            #[inline]
+            pub fn undecodable(
+                &self,
+            ) -> ::std::vec::Vec<
+                (::std::string::String, ::kinformer::cache::Undecodable),
+            > {
+                self.lister.undecodable()
+            }
         }
         impl LimitRangeLister {
             /// The `LimitRange` objects of `namespace`, served from the namespace index.
@@ -178,6 +188,17 @@ pub mod core {
                 ::std::sync::Arc<::kinformer::k8s_openapi::api::core::v1::LimitRange>,
             > {
                 self.lister.get(name)
+            }
+            /// The object of this namespace named `name`: cached, present on the server but
+            /// undecodable (never taken for deleted), or absent.
+            #[inline]
+            pub fn lookup(
+                &self,
+                name: &str,
+            ) -> ::kinformer::cache::Lookup<
+                ::kinformer::k8s_openapi::api::core::v1::LimitRange,
+            > {
+                self.lister.lookup(name)
             }
         }
     }
@@ -295,6 +316,16 @@ pub mod policy {
             > {
                 self.lister.list(selector)
             }
+            /// The keys of the objects the server holds that do not decode into this type, with
+            /// why (they are never taken for deleted; see `lookup`).
+            #[inline]
+            pub fn undecodable(
+                &self,
+            ) -> ::std::vec::Vec<
+                (::std::string::String, ::kinformer::cache::Undecodable),
+            > {
+                self.lister.undecodable()
+            }
         }
         impl PodDisruptionBudgetLister {
             /// The `PodDisruptionBudget` objects of `namespace`, served from the namespace index.
@@ -338,6 +369,17 @@ pub mod policy {
                 >,
             > {
                 self.lister.get(name)
+            }
+            /// The object of this namespace named `name`: cached, present on the server but
+            /// undecodable (never taken for deleted), or absent.
+            #[inline]
+            pub fn lookup(
+                &self,
+                name: &str,
+            ) -> ::kinformer::cache::Lookup<
+                ::kinformer::k8s_openapi::api::policy::v1::PodDisruptionBudget,
+            > {
+                self.lister.lookup(name)
             }
         }
     }

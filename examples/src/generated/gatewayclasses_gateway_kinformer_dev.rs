@@ -159,9 +159,12 @@ pub mod v1 {
         #[serde(
             rename = "parametersRef",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub parameters_ref: ::core::option::Option<ParametersRef>,
+        pub parameters_ref: ::core::option::Option<
+            ::core::option::Option<ParametersRef>,
+        >,
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -317,6 +320,14 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<GatewayClass>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl GatewayClassLister {
         /// The object named `name`, if cached.
@@ -326,6 +337,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<GatewayClass>> {
             self.lister.get(name)
+        }
+        /// The object named `name`: cached, present on the server but undecodable (never
+        /// taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<GatewayClass> {
+            self.lister.lookup(name)
         }
     }
     impl GatewayClass {
@@ -512,9 +529,12 @@ pub mod v1beta1 {
         #[serde(
             rename = "parametersRef",
             default,
+            deserialize_with = "::kinformer::__codegen::nullable",
             skip_serializing_if = "Option::is_none"
         )]
-        pub parameters_ref: ::core::option::Option<ParametersRef>,
+        pub parameters_ref: ::core::option::Option<
+            ::core::option::Option<ParametersRef>,
+        >,
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -670,6 +690,14 @@ pub mod v1beta1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<GatewayClass>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(
+            &self,
+        ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl GatewayClassLister {
         /// The object named `name`, if cached.
@@ -679,6 +707,12 @@ pub mod v1beta1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<GatewayClass>> {
             self.lister.get(name)
+        }
+        /// The object named `name`: cached, present on the server but undecodable (never
+        /// taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<GatewayClass> {
+            self.lister.lookup(name)
         }
     }
     impl GatewayClass {

@@ -109,6 +109,12 @@ pub mod v1 {
         > {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl MutatingWebhookConfigurationLister {
         /// The object named `name`, if cached.
@@ -120,6 +126,16 @@ pub mod v1 {
             ::std::sync::Arc<::k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>,
         > {
             self.lister.get(name)
+        }
+        /// The object named `name`: cached, present on the server but undecodable (never
+        /// taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(
+            &self,
+            name: &str,
+        ) -> crate::__private::cache::Lookup<::k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>
+        {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `admissionregistration.k8s.io/v1` `ValidatingWebhookConfiguration`, from a `SharedInformerFactory`.
@@ -195,6 +211,12 @@ pub mod v1 {
         > {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ValidatingWebhookConfigurationLister {
         /// The object named `name`, if cached.
@@ -206,6 +228,17 @@ pub mod v1 {
             ::std::sync::Arc<::k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>,
         > {
             self.lister.get(name)
+        }
+        /// The object named `name`: cached, present on the server but undecodable (never
+        /// taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(
+            &self,
+            name: &str,
+        ) -> crate::__private::cache::Lookup<
+            ::k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+        > {
+            self.lister.lookup(name)
         }
     }
 }

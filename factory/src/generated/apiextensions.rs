@@ -104,6 +104,12 @@ pub mod v1 {
         > {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl CustomResourceDefinitionLister {
         /// The object named `name`, if cached.
@@ -117,6 +123,17 @@ pub mod v1 {
             >,
         > {
             self.lister.get(name)
+        }
+        /// The object named `name`: cached, present on the server but undecodable (never
+        /// taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(
+            &self,
+            name: &str,
+        ) -> crate::__private::cache::Lookup<
+            ::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        > {
+            self.lister.lookup(name)
         }
     }
 }

@@ -106,6 +106,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::apps::v1::Deployment>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl DeploymentLister {
         /// The `Deployment` objects of `namespace`, served from the namespace index.
@@ -136,6 +142,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::apps::v1::Deployment>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::apps::v1::Deployment> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `apps/v1` `ReplicaSet`, from a `SharedInformerFactory`.
@@ -198,6 +210,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::apps::v1::ReplicaSet>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ReplicaSetLister {
         /// The `ReplicaSet` objects of `namespace`, served from the namespace index.
@@ -228,6 +246,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::apps::v1::ReplicaSet>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::apps::v1::ReplicaSet> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `apps/v1` `StatefulSet`, from a `SharedInformerFactory`.
@@ -290,6 +314,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::apps::v1::StatefulSet>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl StatefulSetLister {
         /// The `StatefulSet` objects of `namespace`, served from the namespace index.
@@ -320,6 +350,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::apps::v1::StatefulSet>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::apps::v1::StatefulSet> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `apps/v1` `DaemonSet`, from a `SharedInformerFactory`.
@@ -382,6 +418,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::apps::v1::DaemonSet>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl DaemonSetLister {
         /// The `DaemonSet` objects of `namespace`, served from the namespace index.
@@ -412,6 +454,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::apps::v1::DaemonSet>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::apps::v1::DaemonSet> {
+            self.lister.lookup(name)
         }
     }
 }

@@ -88,6 +88,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::batch::v1::Job>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl JobLister {
         /// The `Job` objects of `namespace`, served from the namespace index.
@@ -115,6 +121,12 @@ pub mod v1 {
         #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::batch::v1::Job>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::batch::v1::Job> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `batch/v1` `CronJob`, from a `SharedInformerFactory`.
@@ -177,6 +189,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::batch::v1::CronJob>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl CronJobLister {
         /// The `CronJob` objects of `namespace`, served from the namespace index.
@@ -207,6 +225,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::batch::v1::CronJob>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::batch::v1::CronJob> {
+            self.lister.lookup(name)
         }
     }
 }

@@ -132,6 +132,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::Pod>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl PodLister {
         /// The `Pod` objects of `namespace`, served from the namespace index.
@@ -159,6 +165,12 @@ pub mod v1 {
         #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Pod>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::core::v1::Pod> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `v1` `Service`, from a `SharedInformerFactory`.
@@ -219,6 +231,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::Service>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ServiceLister {
         /// The `Service` objects of `namespace`, served from the namespace index.
@@ -249,6 +267,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Service>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::core::v1::Service> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `v1` `ConfigMap`, from a `SharedInformerFactory`.
@@ -311,6 +335,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::ConfigMap>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ConfigMapLister {
         /// The `ConfigMap` objects of `namespace`, served from the namespace index.
@@ -341,6 +371,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::ConfigMap>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::core::v1::ConfigMap> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `v1` `Secret`, from a `SharedInformerFactory`.
@@ -401,6 +437,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::Secret>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl SecretLister {
         /// The `Secret` objects of `namespace`, served from the namespace index.
@@ -431,6 +473,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Secret>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::core::v1::Secret> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `v1` `Namespace`, from a `SharedInformerFactory`.
@@ -493,6 +541,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::Namespace>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl NamespaceLister {
         /// The object named `name`, if cached.
@@ -502,6 +556,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Namespace>> {
             self.lister.get(name)
+        }
+        /// The object named `name`: cached, present on the server but undecodable (never
+        /// taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::core::v1::Namespace> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `v1` `Node`, from a `SharedInformerFactory`.
@@ -562,12 +622,24 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::Node>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl NodeLister {
         /// The object named `name`, if cached.
         #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Node>> {
             self.lister.get(name)
+        }
+        /// The object named `name`: cached, present on the server but undecodable (never
+        /// taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::core::v1::Node> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `v1` `Event`, from a `SharedInformerFactory`.
@@ -628,6 +700,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::Event>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl EventLister {
         /// The `Event` objects of `namespace`, served from the namespace index.
@@ -655,6 +733,12 @@ pub mod v1 {
         #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Event>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::core::v1::Event> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `v1` `Endpoints`, from a `SharedInformerFactory`.
@@ -717,6 +801,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::Endpoints>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl EndpointsLister {
         /// The `Endpoints` objects of `namespace`, served from the namespace index.
@@ -747,6 +837,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::Endpoints>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::core::v1::Endpoints> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `v1` `ServiceAccount`, from a `SharedInformerFactory`.
@@ -809,6 +905,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::ServiceAccount>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ServiceAccountLister {
         /// The `ServiceAccount` objects of `namespace`, served from the namespace index.
@@ -839,6 +941,15 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::ServiceAccount>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(
+            &self,
+            name: &str,
+        ) -> crate::__private::cache::Lookup<::k8s_openapi::api::core::v1::ServiceAccount> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `v1` `PersistentVolumeClaim`, from a `SharedInformerFactory`.
@@ -904,6 +1015,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::core::v1::PersistentVolumeClaim>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl PersistentVolumeClaimLister {
         /// The `PersistentVolumeClaim` objects of `namespace`, served from the namespace index.
@@ -934,6 +1051,15 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::core::v1::PersistentVolumeClaim>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(
+            &self,
+            name: &str,
+        ) -> crate::__private::cache::Lookup<::k8s_openapi::api::core::v1::PersistentVolumeClaim> {
+            self.lister.lookup(name)
         }
     }
 }

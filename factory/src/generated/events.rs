@@ -83,6 +83,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::events::v1::Event>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl EventLister {
         /// The `Event` objects of `namespace`, served from the namespace index.
@@ -113,6 +119,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::events::v1::Event>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::events::v1::Event> {
+            self.lister.lookup(name)
         }
     }
 }

@@ -104,6 +104,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::rbac::v1::Role>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl RoleLister {
         /// The `Role` objects of `namespace`, served from the namespace index.
@@ -131,6 +137,12 @@ pub mod v1 {
         #[inline]
         pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::rbac::v1::Role>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::rbac::v1::Role> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `rbac.authorization.k8s.io/v1` `RoleBinding`, from a `SharedInformerFactory`.
@@ -193,6 +205,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::rbac::v1::RoleBinding>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl RoleBindingLister {
         /// The `RoleBinding` objects of `namespace`, served from the namespace index.
@@ -223,6 +241,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::rbac::v1::RoleBinding>> {
             self.lister.get(name)
+        }
+        /// The object of this namespace named `name`: cached, present on the server but
+        /// undecodable (never taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::rbac::v1::RoleBinding> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `rbac.authorization.k8s.io/v1` `ClusterRole`, from a `SharedInformerFactory`.
@@ -285,6 +309,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::rbac::v1::ClusterRole>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ClusterRoleLister {
         /// The object named `name`, if cached.
@@ -294,6 +324,12 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::rbac::v1::ClusterRole>> {
             self.lister.get(name)
+        }
+        /// The object named `name`: cached, present on the server but undecodable (never
+        /// taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(&self, name: &str) -> crate::__private::cache::Lookup<::k8s_openapi::api::rbac::v1::ClusterRole> {
+            self.lister.lookup(name)
         }
     }
     /// The shared informer of `rbac.authorization.k8s.io/v1` `ClusterRoleBinding`, from a `SharedInformerFactory`.
@@ -356,6 +392,12 @@ pub mod v1 {
         ) -> ::std::vec::Vec<::std::sync::Arc<::k8s_openapi::api::rbac::v1::ClusterRoleBinding>> {
             self.lister.list(selector)
         }
+        /// The keys of the objects the server holds that do not decode into this type, with
+        /// why (they are never taken for deleted; see `lookup`).
+        #[inline]
+        pub fn undecodable(&self) -> ::std::vec::Vec<(::std::string::String, crate::__private::cache::Undecodable)> {
+            self.lister.undecodable()
+        }
     }
     impl ClusterRoleBindingLister {
         /// The object named `name`, if cached.
@@ -365,6 +407,15 @@ pub mod v1 {
             name: &str,
         ) -> ::core::option::Option<::std::sync::Arc<::k8s_openapi::api::rbac::v1::ClusterRoleBinding>> {
             self.lister.get(name)
+        }
+        /// The object named `name`: cached, present on the server but undecodable (never
+        /// taken for deleted), or absent.
+        #[inline]
+        pub fn lookup(
+            &self,
+            name: &str,
+        ) -> crate::__private::cache::Lookup<::k8s_openapi::api::rbac::v1::ClusterRoleBinding> {
+            self.lister.lookup(name)
         }
     }
 }

@@ -22,7 +22,11 @@
 //!   variant names as `variant_names` says; `Default` when the schema has a default), `f64` for
 //!   `number`, written with `__codegen::number` so an integral value within ±2^53 is written as
 //!   an integer (`100` stays `100`, as kube-apiserver, which reads custom resources as
-//!   unstructured JSON, stores it anyway), `Option<T>` for fields that are not required (or are nullable), `BTreeMap`
+//!   unstructured JSON, stores it anyway), `Option<T>` for fields that are not required (or are
+//!   required and nullable: `null` reads as `None`, and `None` is written `null`),
+//!   `Option<Option<T>>` for a nullable field that is not required (absent is `None`, an
+//!   explicit `null` is `Some(None)`, as the server stores it, and each is written back as it
+//!   was read), `BTreeMap`
 //!   for `additionalProperties`, `IntOrString` for `x-kubernetes-int-or-string` (in arrays and
 //!   maps too), kinformer's `quantity::Quantity` for a resource quantity (controller-gen's
 //!   int-or-string with the quantity `pattern`: it writes `cpu: 1` back as a number, where
@@ -58,7 +62,6 @@
 //! - Validation (`pattern`, `minimum`, `maxLength`, `anyOf`/`oneOf`/`allOf`/`not`, CEL
 //!   `x-kubernetes-validations`) is the server's business and is not checked on the client;
 //!   types come from `type` alone.
-//! - A nullable field that is not required reads `null` and absent alike and writes neither.
 //! - An `IntOrString` holds an `i32` (k8s-openapi's type): an int-or-string field that is not a
 //!   quantity and holds a larger integer does not decode.
 //! - A `number` is an `f64`: an integer beyond ±2^53 loses precision, and a float with no
@@ -94,11 +97,22 @@ use schema::{AdditionalProperties, Crd, CrdVersion, Schema};
 
 /// Why a CRD could not be turned into Rust.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CrdError {
     /// The CRD's name (`certificates.cert-manager.io`), or where it came from.
     pub crd: String,
     /// What is wrong.
     pub message: String,
+}
+
+impl CrdError {
+    /// An error about `crd` (its name, or where it came from).
+    pub fn new(crd: impl Into<String>, message: impl Into<String>) -> Self {
+        CrdError {
+            crd: crd.into(),
+            message: message.into(),
+        }
+    }
 }
 
 impl std::fmt::Display for CrdError {
@@ -143,8 +157,9 @@ pub fn file_stem(crd: &Crd) -> String {
     format!("{}_{}", crd.spec.names.plural, crd.spec.group).replace(['.', '-'], "_")
 }
 
-/// How [`generate_crd`] writes its output.
+/// How [`generate_crd`] writes its output: `CrdOptions::new().versions(["v1"]).schemars(true)`.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct CrdOptions {
     /// The path generated code reaches kinformer by (`::kinformer`).
     pub krate: Path,
@@ -162,6 +177,39 @@ impl Default for CrdOptions {
             versions: Vec::new(),
             schemars: false,
         }
+    }
+}
+
+impl CrdOptions {
+    /// The defaults: code reaches kinformer by `::kinformer`, every served version, no
+    /// schemars derives.
+    pub fn new() -> Self {
+        CrdOptions::default()
+    }
+
+    /// The path generated code reaches kinformer by.
+    #[must_use]
+    pub fn krate(mut self, krate: Path) -> Self {
+        self.krate = krate;
+        self
+    }
+
+    /// The versions to generate; none means every served version.
+    #[must_use]
+    pub fn versions<I, V>(mut self, versions: I) -> Self
+    where
+        I: IntoIterator<Item = V>,
+        V: Into<String>,
+    {
+        self.versions = versions.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether to derive schemars' `JsonSchema` for the generated types.
+    #[must_use]
+    pub fn schemars(mut self, schemars: bool) -> Self {
+        self.schemars = schemars;
+        self
     }
 }
 
@@ -820,6 +868,9 @@ impl Types {
             let ty = self.ty(property, owner.child(json))?;
             let required = schema.required.iter().any(|r| r == json);
             let optional = !required || property.nullable;
+            // Absent, `null` and a value are three states the server keeps apart (it stores an
+            // explicit `null`): `None`, `Some(None)`, `Some(Some(v))`.
+            let double = !required && property.nullable;
             all_optional &= optional;
             let ident = field_ident(json, &mut taken);
             let mut serde_args = Vec::new();
@@ -832,6 +883,10 @@ impl Types {
             }
             if optional {
                 serde_args.push(quote!(default));
+                if double {
+                    let with = self.path("__codegen::nullable");
+                    serde_args.push(quote!(deserialize_with = #with));
+                }
                 if !required {
                     serde_args.push(quote!(skip_serializing_if = "Option::is_none"));
                 }
@@ -857,11 +912,17 @@ impl Types {
                 if optional {
                     twin = quote!(::core::option::Option<#twin>);
                 }
+                if double {
+                    twin = quote!(::core::option::Option<#twin>);
+                }
                 let twin = twin.to_string().replace(' ', "");
                 quote!(#[schemars(with = #twin)])
             };
             let mut ty_tokens = self.tokens(&ty);
             if optional {
+                ty_tokens = quote!(::core::option::Option<#ty_tokens>);
+            }
+            if double {
                 ty_tokens = quote!(::core::option::Option<#ty_tokens>);
             }
             let doc = doc_attrs(property.description.as_deref(), property.default.as_ref());

@@ -97,10 +97,7 @@ fn a_crd_becomes_types_with_kube_impls_and_informers_for_each_served_version() {
     // Served, its root has no spec: `new` takes a name alone, and there is no HasSpec.
     let mut served = crd.clone();
     served.spec.versions[1].served = true;
-    let only = CrdOptions {
-        versions: vec!["v1alpha1".into()],
-        ..CrdOptions::default()
-    };
+    let only = CrdOptions::new().versions(["v1alpha1"]);
     let code = crd_file(&served, &only, "w.yaml").unwrap();
     assert!(code.contains("pub mod v1alpha1") && code.contains("pub fn new(name: &str) -> Self {"));
     assert!(!code.contains("HasSpec") && !code.contains("pub spec:"), "{code}");
@@ -127,19 +124,13 @@ fn bad_crds_are_named_errors() {
     );
 
     let crd = widget();
-    let missing = CrdOptions {
-        versions: vec!["v9".into()],
-        ..CrdOptions::default()
-    };
+    let missing = CrdOptions::new().versions(["v9"]);
     assert_eq!(
         generate_crd(&crd, &missing).unwrap_err().to_string(),
         "widgets.example.com: has no version v9"
     );
     // Naming a version the server does not serve is an error, not an informer of 404s.
-    let unserved = CrdOptions {
-        versions: vec!["v1alpha1".into()],
-        ..CrdOptions::default()
-    };
+    let unserved = CrdOptions::new().versions(["v1alpha1"]);
     assert_eq!(
         generate_crd(&crd, &unserved).unwrap_err().to_string(),
         "widgets.example.com: version v1alpha1 is not served (served: false): the server answers 404 for it"
@@ -375,10 +366,7 @@ fn int_or_string_in_arrays_and_maps_is_int_or_string_and_quantities_are_quantiti
 fn schemars_derives_are_written_only_when_asked_for() {
     let code = route_code(&CrdOptions::default());
     assert!(!code.contains("JsonSchema") && !code.contains("#[schemars"), "{code}");
-    let code = squashed(&route_code(&CrdOptions {
-        schemars: true,
-        ..CrdOptions::default()
-    }));
+    let code = squashed(&route_code(&CrdOptions::new().schemars(true)));
     assert!(code.contains("::kinformer::schemars::JsonSchema"), "{code}");
     assert!(
         code.contains(
@@ -579,4 +567,52 @@ fn deprecated_versions_are_deprecated_types_with_the_servers_warning() {
     assert!(code.contains("#[allow(deprecated)]\npub mod v1 {"));
     assert!(code.contains("#[allow(deprecated)]\npub mod v1beta1 {"));
     assert!(!code.contains("#[allow(deprecated)]\npub mod v2 {"));
+}
+
+#[test]
+fn nullable_fields_that_are_not_required_keep_null_apart_from_absent() {
+    let yaml = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: backups.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {kind: Backup, plural: backups}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              required: [target]
+              properties:
+                includeClusterResources: {type: boolean, nullable: true}
+                ratio: {type: number, nullable: true}
+                target: {type: string, nullable: true}
+                plain: {type: boolean}
+"#;
+    let crd = crds_from_yaml(yaml, "backup.yaml").unwrap().remove(0);
+    let code = squashed(&crd_file(&crd, &CrdOptions::default(), "backup.yaml").unwrap());
+    let option = "::core::option::Option";
+    for expected in [
+        // Absent, null and a value: None, Some(None), Some(Some(v)), each written back as read.
+        format!(
+            "#[serde(rename=\"includeClusterResources\",default,deserialize_with=\"::kinformer::__codegen::nullable\",skip_serializing_if=\"Option::is_none\")]pubinclude_cluster_resources:{option}<{option}<bool>>"
+        ),
+        // A nullable number is written by `number` through both Options.
+        format!(
+            "#[serde(serialize_with=\"::kinformer::__codegen::number\",default,deserialize_with=\"::kinformer::__codegen::nullable\",skip_serializing_if=\"Option::is_none\")]pubratio:{option}<{option}<f64>>"
+        ),
+        // Required and nullable: null is None, always written.
+        format!("#[serde(default)]pubtarget:{option}<::std::string::String>"),
+        // Neither: absent is None, null reads as None too.
+        format!("#[serde(default,skip_serializing_if=\"Option::is_none\")]pubplain:{option}<bool>"),
+    ] {
+        assert!(code.contains(&expected), "missing {expected:?} in:\n{code}");
+    }
 }

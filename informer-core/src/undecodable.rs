@@ -169,6 +169,7 @@ impl<K> Lookup<K> {
 pub enum UndecodableChange {
     /// The object under `key` does not decode: mark it. A cached decoded version stays and
     /// handlers hear nothing.
+    #[non_exhaustive]
     Marked {
         /// The object's key.
         key: String,
@@ -177,6 +178,7 @@ pub enum UndecodableChange {
     },
     /// The object under `key`, which did not decode, is gone (a watch DELETED, or missing from
     /// a relist): drop the mark and delete any cached version (handlers get a tombstone).
+    #[non_exhaustive]
     Deleted {
         /// The object's key.
         key: String,

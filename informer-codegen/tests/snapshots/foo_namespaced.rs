@@ -56,6 +56,14 @@ impl FooLister {
     ) -> ::std::vec::Vec<::std::sync::Arc<Foo>> {
         self.lister.list(selector)
     }
+    /// The keys of the objects the server holds that do not decode into this type, with
+    /// why (they are never taken for deleted; see `lookup`).
+    #[inline]
+    pub fn undecodable(
+        &self,
+    ) -> ::std::vec::Vec<(::std::string::String, ::kinformer::cache::Undecodable)> {
+        self.lister.undecodable()
+    }
 }
 impl FooLister {
     /// The `Foo` objects of `namespace`, served from the namespace index.
@@ -83,6 +91,12 @@ impl FooNamespaceLister {
     #[inline]
     pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<Foo>> {
         self.lister.get(name)
+    }
+    /// The object of this namespace named `name`: cached, present on the server but
+    /// undecodable (never taken for deleted), or absent.
+    #[inline]
+    pub fn lookup(&self, name: &str) -> ::kinformer::cache::Lookup<Foo> {
+        self.lister.lookup(name)
     }
 }
 impl Foo {

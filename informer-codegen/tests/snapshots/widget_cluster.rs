@@ -56,12 +56,26 @@ impl WidgetLister {
     ) -> ::std::vec::Vec<::std::sync::Arc<Widget>> {
         self.lister.list(selector)
     }
+    /// The keys of the objects the server holds that do not decode into this type, with
+    /// why (they are never taken for deleted; see `lookup`).
+    #[inline]
+    pub fn undecodable(
+        &self,
+    ) -> ::std::vec::Vec<(::std::string::String, my::kinformer::cache::Undecodable)> {
+        self.lister.undecodable()
+    }
 }
 impl WidgetLister {
     /// The object named `name`, if cached.
     #[inline]
     pub fn get(&self, name: &str) -> ::core::option::Option<::std::sync::Arc<Widget>> {
         self.lister.get(name)
+    }
+    /// The object named `name`: cached, present on the server but undecodable (never
+    /// taken for deleted), or absent.
+    #[inline]
+    pub fn lookup(&self, name: &str) -> my::kinformer::cache::Lookup<Widget> {
+        self.lister.lookup(name)
     }
 }
 impl Widget {

@@ -164,15 +164,6 @@ fn sample_controller_fails_with_a_message_when_it_cannot_converge_in_time() {
     assert!(stderr.contains("did not converge: timed out waiting for"), "{stderr}");
 }
 
-fn kubectl_available() -> bool {
-    Command::new("kubectl")
-        .args(["version", "--client"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn kubectl(home: &Path, kubeconfig: &str, args: &[&str]) -> String {
     let out = Command::new("kubectl")
         .args(args)
@@ -191,7 +182,7 @@ fn kubectl(home: &Path, kubeconfig: &str, args: &[&str]) -> String {
 
 #[test]
 fn kubectl_sees_the_foos_deployments_and_events_of_a_keep_running_demo() {
-    if !kubectl_available() {
+    if !envtest::kubectl::available().expect("kubectl is required here") {
         eprintln!("SKIPPED: kubectl is not installed (CI installs v1.32)");
         return;
     }

@@ -11,8 +11,9 @@
 //! An update enqueues the keys of both the old and the new object (an owner reference or a
 //! mapped key may have changed), as controller-runtime does. A notification enqueues only if
 //! it passes the controller's event filters (metadata) and its source's own predicates (typed).
-//! Handlers run on the informer's
-//! listener thread: they filter, compute keys and add them to the queue, nothing else. The
+//! Handlers are registered
+//! non-blocking, so their listeners drain on the runtime's async workers (no thread of their
+//! own): they filter, compute keys and add them to the queue, nothing else, and never block. The
 //! only allocations are the keys themselves (and a mapper's `Vec`).
 //!
 //! Priorities, as controller-runtime's handlers with its priority queue: an add from the

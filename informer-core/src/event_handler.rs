@@ -1,9 +1,10 @@
 //! What informers notify: the [`ResourceEventHandler`] trait (client-go `controller.go`'s
 //! `ResourceEventHandler`, `ResourceEventHandlerFuncs`, `FilteringResourceEventHandler`).
 //!
-//! Handlers are called from their own listener thread, one notification at a time, in the
-//! order the informer saw the changes. They should be quick (enqueue a key into a work
-//! queue); a slow handler delays only itself.
+//! Each handler is called by its own listener (`listener.rs`), one notification at a time, in
+//! the order the informer saw the changes; a listener holds no thread of its own (its drains run
+//! on the runtime's blocking pool, or on the async workers for a non-blocking handler). Handlers
+//! should be quick (enqueue a key into a work queue); a slow handler delays only itself.
 
 use std::sync::Arc;
 

@@ -211,17 +211,21 @@ pub fn init_tracing() {
         .init();
 }
 
-/// The kubeconfig of the cluster to run against: `explicit` (`--kubeconfig`), else KUBECONFIG;
-/// `None` (run the embedded demo) when neither is set or `embedded` (`--embedded`) is.
+/// The kubeconfig of the cluster to run against: `explicit` (`--kubeconfig`) alone; `None` (run
+/// the embedded demo) without it or with `embedded` (`--embedded`). An exported KUBECONFIG never
+/// sends a demo to a real cluster by itself: the demo keeps its embedded server and prints one
+/// line saying so.
 pub fn cluster_kubeconfig(explicit: Option<&std::path::Path>, embedded: bool) -> Option<PathBuf> {
     if embedded {
         return None;
     }
-    explicit.map(std::path::Path::to_path_buf).or_else(|| {
-        std::env::var_os("KUBECONFIG")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    })
+    if explicit.is_none() && std::env::var_os("KUBECONFIG").is_some_and(|v| !v.is_empty()) {
+        println!(
+            "▸ KUBECONFIG is set but not used: the demo runs on its embedded API server \
+             (--kubeconfig \"$KUBECONFIG\" runs it against that cluster)"
+        );
+    }
+    explicit.map(std::path::Path::to_path_buf)
 }
 
 /// A client for the current context of the kubeconfig at `path`.
@@ -255,7 +259,7 @@ pub struct CommonArgs {
     #[arg(long, conflicts_with = "kubeconfig")]
     pub embedded: bool,
     /// Run against the cluster of this kubeconfig until SIGINT/SIGTERM, with leader election
-    /// (KUBECONFIG works too).
+    /// (an exported KUBECONFIG alone does not: the demo stays on its embedded server).
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
     /// How long the demo may take to converge before it fails.

@@ -30,6 +30,31 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// An exported KUBECONFIG (here one that points nowhere) does not send the demo to a cluster: it
+/// runs on its embedded server, converges, and says why it ignored KUBECONFIG.
+#[test]
+fn an_exported_kubeconfig_alone_keeps_the_demo_on_its_embedded_server() {
+    let dir = temp_dir("demo-kubeconfig-ignored");
+    let out = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+        .args(["--timeout", "90"])
+        .env("KUBECONFIG", dir.join("no-such-kubeconfig"))
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        stdout.contains("▸ KUBECONFIG is set but not used: the demo runs on its embedded API server"),
+        "no line about the ignored KUBECONFIG:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("▸ caches synced"),
+        "the embedded demo did not run:\n{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn sample_controller_demo_converges_and_prints_its_summary() {
     let out = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
@@ -387,8 +412,8 @@ async fn sample_controller_runs_against_the_cluster_of_its_kubeconfig_with_leade
     let kubeconfig = dir.join("kubeconfig");
     env.write_kubeconfig(&kubeconfig).unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
-        .args(["--metrics-addr", "127.0.0.1:0"])
-        .env("KUBECONFIG", &kubeconfig)
+        .args(["--metrics-addr", "127.0.0.1:0", "--kubeconfig"])
+        .arg(&kubeconfig)
         .env("HOME", &dir)
         .env("RUST_LOG", "error")
         .stdout(Stdio::null())

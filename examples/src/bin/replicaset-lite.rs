@@ -1,11 +1,11 @@
 //! `replicaset-lite`: kube-controller-manager's ReplicaSet controller (ReplicaSet → Pods) on
 //! kinformer, with client-go's expectations.
 //!
-//! With no KUBECONFIG (or with `--embedded`) it starts envtest in-process with a fake kubelet,
+//! Without `--kubeconfig` it starts envtest in-process with a fake kubelet,
 //! runs a scripted scenario (create, scale up and down, a Pod deleted behind the controller's
 //! back, a ReplicaSet deleted), checks that no Pod was ever created twice, prints a summary and
 //! exits 0 once the cluster converged (non-zero, with the reason, if it did not within
-//! `--timeout`). With `--kubeconfig PATH` or KUBECONFIG it runs against that cluster, with
+//! `--timeout`). With `--kubeconfig PATH` (not an exported KUBECONFIG alone) it runs against that cluster, with
 //! leader election, until SIGINT or SIGTERM.
 
 use std::net::SocketAddr;

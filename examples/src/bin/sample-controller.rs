@@ -1,15 +1,16 @@
 //! `sample-controller`: Kubernetes' sample-controller (Foo → Deployment) on kinformer, with a
 //! finalizer that removes a deleted Foo's entry from the shared index ConfigMap `foo-index`.
 //!
-//! With no KUBECONFIG (or with `--embedded`) it starts envtest in-process, serves Foo's
+//! Without `--kubeconfig` it starts envtest in-process, serves Foo's
 //! webhooks from the Manager (validating, mutating, and the `v1alpha1` ↔ `v1` conversion; see
 //! `sample_controller::webhooks`) and installs the Foo CRD and the webhook configurations, runs
 //! a scripted scenario against the controller (one write denied by the validating webhook
 //! among them), prints a summary and exits 0 once the cluster converged (every Deployment,
 //! status and index entry as wanted, the deleted Foo gone) (non-zero, with the reason, if it
-//! did not within `--timeout`). With `--kubeconfig PATH` or KUBECONFIG it runs against that
-//! cluster, with leader election, until SIGINT or SIGTERM; there it serves no webhooks (the
-//! cluster cannot reach this process) and installs Foo in `v1` only.
+//! did not within `--timeout`). With `--kubeconfig PATH` it runs against that cluster, with
+//! leader election, until SIGINT or SIGTERM; there it serves no webhooks (the cluster cannot
+//! reach this process) and installs Foo in `v1` only. An exported KUBECONFIG alone never sends
+//! it to a real cluster: it keeps the embedded server and prints a line saying so.
 
 // The resource is called Foo, as upstream: `foo` names one, not a placeholder.
 #![allow(clippy::disallowed_names)]

@@ -364,12 +364,24 @@ async fn greeter_reconciles_against_the_cluster_of_its_kubeconfig() {
     let dir = temp_dir("greeter");
     let kubeconfig = dir.join("kubeconfig");
     env.write_kubeconfig(&kubeconfig).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_greeter"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_greeter"))
         .env("KUBECONFIG", &kubeconfig)
         .env("HOME", &dir)
-        .env("RUST_LOG", "error")
+        // The default filter of kinformer::init_logging: it must show the reconcile's result.
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    // Read on a thread of its own; the test's runtime also serves envtest, so it must not block.
+    let (lines_tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
     let _guard = Guard(child);
     let gvk = GroupVersionKind::gvk("example.com", "v1", "Greeting");
     let resource = ApiResource::from_gvk(&gvk);
@@ -396,6 +408,23 @@ async fn greeter_reconciles_against_the_cluster_of_its_kubeconfig() {
         }
         assert!(tokio::time::Instant::now() < deadline, "no ConfigMap for the Greeting");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // One line per reconcile on stderr with controller, key and result, at the default filter.
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, lines.recv()).await {
+            Ok(Some(line)) => {
+                if line.contains("reconciled")
+                    && line.contains("controller=greeter")
+                    && line.contains("key=default/hello")
+                    && line.contains("result=\"success\"")
+                {
+                    break;
+                }
+                seen.push(line);
+            }
+            Ok(None) | Err(_) => panic!("no reconcile result line on stderr; it printed:\n{}", seen.join("\n")),
+        }
     }
     env.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -12,6 +12,8 @@
 //!   [`controller::webhook`]: admission and conversion webhooks served by the Manager over
 //!   HTTPS.
 //! - [`Informer`]: `#[derive(Informer)]` for your own resource types.
+//! - `init_logging()` (feature `logging`, on by default): stderr logs, `RUST_LOG` aware, showing
+//!   each reconcile's result by default; [`tracing`] is re-exported for your own log lines.
 //!
 //! ```no_run
 //! use kinformer::Informer;
@@ -50,6 +52,11 @@ pub use workqueue;
 
 pub mod quantity;
 
+#[cfg(feature = "logging")]
+mod logging;
+#[cfg(feature = "logging")]
+pub use logging::{DEFAULT_FILTER, LoggingError, init_logging};
+
 // What kinformer's API exposes, so a controller crate needs no direct dependency on these
 // (and cannot end up with a second, mismatched version of them).
 pub use k8s_openapi;
@@ -58,6 +65,7 @@ pub use schemars;
 pub use serde;
 pub use serde_json;
 pub use tokio_util::sync::CancellationToken;
+pub use tracing;
 
 /// Code generation for your own repository (feature `codegen`): Rust types, informers and
 /// listers from CRD YAML, and built-in accessors, driven by a `kinformer-codegen.toml` from

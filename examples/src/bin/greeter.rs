@@ -33,6 +33,8 @@ async fn reconcile(req: Request, ctx: Context<Greeting>) -> Result<Action, kinfo
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Logs to stderr; RUST_LOG overrides the default (a line per reconcile, warnings, errors).
+    kinformer::init_logging()?;
     let client = Client::try_default().await?;
     let crd = Greeting::crd();
     Api::<Crd>::all(client.clone())

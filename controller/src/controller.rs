@@ -89,6 +89,7 @@ use std::any::Any;
 use std::fmt::Write as _;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use factory::{FactoryError, SharedInformerFactory};
@@ -419,12 +420,14 @@ where
             }
         };
         let mut workers = JoinSet::new();
+        // The reconciles running now (not the worker tasks: an idle worker waits for a key).
+        let reconciling = Arc::new(AtomicUsize::new(0));
         // A reconcile's panic with recovery off: the controller stops at once and fails.
         let mut panicked = None;
         if synced {
             self.metrics.max_concurrent_reconciles.set(self.workers as i64);
             for _ in 0..self.workers {
-                workers.spawn(self.worker(external_stop_now, context).run());
+                workers.spawn(self.worker(external_stop_now, context, &reconciling).run());
             }
             info!(controller = %self.name, workers = self.workers, "workers started");
             loop {
@@ -447,7 +450,7 @@ where
                             error!(controller = %self.name, error = ?e, "a worker ended unexpectedly: restarting it");
                         }
                         self.metrics.active_workers.set(0);
-                        workers.spawn(self.worker(external_stop_now, context).run());
+                        workers.spawn(self.worker(external_stop_now, context, &reconciling).run());
                     }
                 }
             }
@@ -473,8 +476,10 @@ where
                 () = stop_now.cancelled() => Ending::StoppedNow,
             }
         };
-        let in_flight = workers.len();
-        if in_flight > 0 {
+        // Read before the abort: the reconciles it cuts short. Idle workers are aborted too, but
+        // dropped nothing.
+        let in_flight = reconciling.load(Ordering::SeqCst);
+        if !workers.is_empty() {
             workers.abort_all();
             while workers.join_next().await.is_some() {}
             self.metrics.active_workers.set(0);
@@ -510,9 +515,15 @@ where
         result
     }
 
-    fn worker(&self, stop_now: &CancellationToken, context: &Context<K>) -> Worker<K, R> {
+    fn worker(
+        &self,
+        stop_now: &CancellationToken,
+        context: &Context<K>,
+        reconciling: &Arc<AtomicUsize>,
+    ) -> Worker<K, R> {
         Worker {
             name: self.name.clone(),
+            reconciling: Arc::clone(reconciling),
             stop_now: stop_now.clone(),
             refused_retries: Arc::clone(&self.refused_retries),
             queue: self.queue.clone(),
@@ -551,6 +562,22 @@ where
     }
 }
 
+/// One reconcile in the controller's count of those running, for as long as it lives.
+struct Running<'a>(&'a AtomicUsize);
+
+impl<'a> Running<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// How the workers ended after shutdown.
 enum Ending {
     /// They reconciled every queued key within the graceful shutdown timeout.
@@ -567,6 +594,8 @@ enum Ending {
 /// the leadership ends (its context's leadership token, which `stop_now` is forwarded to).
 struct Worker<K, R> {
     name: String,
+    /// The controller's count of reconciles running, shared by its workers.
+    reconciling: Arc<AtomicUsize>,
     stop_now: CancellationToken,
     refused_retries: RefusedRetries,
     queue: WorkQueue,
@@ -603,6 +632,8 @@ where
                 self.context.token().cancelled().await;
                 return;
             }
+            // Counted until dropped: an aborted or panicking reconcile leaves the count too.
+            let _running = Running::enter(&self.reconciling);
             self.metrics.active_workers.inc();
             self.reconcile(&key, priority).await;
             self.queue.done(&key);

@@ -104,8 +104,13 @@ use crate::webhook::{WebhookError, WebhookServer, WebhookServerConfig};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ManagerError {
-    /// The metrics or health probe address could not be bound.
-    #[error("binding the {what} endpoint on {addr}: {source}")]
+    /// The metrics or health probe address could not be bound. The message names the
+    /// builder setting that chose the address (`ManagerBuilder::metrics_addr` or
+    /// `health_probe_addr`), so a port already in use says what to change.
+    #[error(
+        "binding the {what} endpoint on {addr} (set by ManagerBuilder::{}): {source}",
+        bind_setting(what)
+    )]
     Bind {
         /// Which endpoint: `metrics` or `health probe`.
         what: &'static str,
@@ -368,6 +373,16 @@ impl ManagerBuilder {
             reconcile_timeout: self.reconcile_timeout,
             webhook_server,
         })
+    }
+}
+
+/// The [`ManagerBuilder`] method that sets the address of endpoint `what` (of
+/// [`ManagerError::Bind`]).
+fn bind_setting(what: &str) -> &'static str {
+    if what == "metrics" {
+        "metrics_addr"
+    } else {
+        "health_probe_addr"
     }
 }
 

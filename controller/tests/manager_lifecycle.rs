@@ -318,6 +318,37 @@ async fn custom_health_and_readiness_checks_are_reported_per_check() {
 /// The defaults are reachable in a cluster: every interface, 8080 and 8081 (not bound here:
 /// checked through the error of a port already taken).
 #[tokio::test]
+async fn a_port_in_use_names_the_address_the_cause_and_the_setting() {
+    let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap();
+    let metrics = Manager::builder(client.clone())
+        .no_health_probe_server()
+        .metrics_addr(addr)
+        .build();
+    let probes = Manager::builder(client)
+        .no_metrics_server()
+        .health_probe_addr(addr)
+        .build();
+    for (result, setting) in [
+        (metrics, "ManagerBuilder::metrics_addr"),
+        (probes, "ManagerBuilder::health_probe_addr"),
+    ] {
+        let Err(e @ ManagerError::Bind { .. }) = result else {
+            panic!("{:?}", result.err())
+        };
+        let message = e.to_string();
+        assert!(message.contains(&addr.to_string()), "{message}");
+        assert!(message.contains(setting), "{message}");
+        let ManagerError::Bind { source, .. } = &e else {
+            unreachable!()
+        };
+        assert_eq!(source.kind(), std::io::ErrorKind::AddrInUse, "{message}");
+        assert!(message.contains(&source.to_string()), "{message}");
+    }
+}
+
+#[tokio::test]
 async fn default_addresses_are_every_interface_on_8080_and_8081() {
     let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
     // Take both ports on every interface first, if free, so `build` must fail binding them.

@@ -298,12 +298,34 @@ pub fn cluster_manager(
     let probes = args
         .health_probe_addr
         .unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 8081)));
-    Ok(Manager::builder(client)
+    Manager::builder(client)
         .metrics_addr(metrics)
         .health_probe_addr(probes)
         .handle_signals(true)
         .leader_election(LeaderElectionConfig::with_default_identity(&args.namespace, lease_name))
-        .build()?)
+        .build()
+        .map_err(manager_error)
+}
+
+/// A Manager's build error for the user: an address that could not be bound (a port already in
+/// use) names the flag that sets it; any other error as it is.
+pub fn manager_error(e: kinformer::controller::ManagerError) -> DemoError {
+    use kinformer::controller::ManagerError;
+    match e {
+        ManagerError::Bind { what, addr, source } => {
+            let flag = if what == "metrics" {
+                "--metrics-addr"
+            } else {
+                "--health-probe-addr"
+            };
+            format!(
+                "cannot serve the {what} endpoint on {addr}: {source}; choose another address with \
+                 {flag} (127.0.0.1:0 takes any free port)"
+            )
+            .into()
+        }
+        other => other.into(),
+    }
 }
 
 /// Where a manager serves its endpoints, for messages.

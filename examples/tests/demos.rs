@@ -329,6 +329,31 @@ fn kubectl_sees_the_foos_deployments_and_events_of_a_keep_running_demo() {
 }
 
 #[test]
+fn a_metrics_port_in_use_names_the_address_the_cause_and_the_flag() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap().to_string();
+    let dir = temp_dir("port-in-use");
+    let output = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+        .args(["--metrics-addr", &addr])
+        .env("HOME", &dir)
+        .env_remove("KUBECONFIG")
+        .env("RUST_LOG", "error")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the demo ran on a port in use: {stderr}");
+    let line = stderr
+        .lines()
+        .find(|line| line.starts_with("sample-controller: "))
+        .unwrap_or_else(|| panic!("no error line: {stderr}"));
+    for part in [addr.as_str(), "metrics", "Address already in use", "--metrics-addr"] {
+        assert!(line.contains(part), "{part:?} not in {line:?}");
+    }
+    drop(held);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn readme_walkthrough_is_the_greeter_binary() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
     let greeter = include_str!("../src/bin/greeter.rs");

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WebhookError {
-    /// The server's address could not be bound.
-    #[error("binding the webhook server on {addr}: {source}")]
+    /// The server's address could not be bound; the message names the setting that chose it.
+    #[error("binding the webhook server on {addr} (set by WebhookServerConfig::addr): {source}")]
     Bind {
         /// The address asked for.
         addr: SocketAddr,

@@ -93,7 +93,8 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))),
         )
         .handle_signals(true)
-        .build()?;
+        .build()
+        .map_err(demo::manager_error)?;
     let inner = ReplicaSetController::new(&factory)?;
     let writes = inner.writes();
     let stats = Stats::default();

@@ -109,7 +109,8 @@ async fn run_demo(args: &Args) -> Result<(), DemoError> {
                 .cert_dir(certificates.dir()),
         )
         .handle_signals(true)
-        .build()?;
+        .build()
+        .map_err(demo::manager_error)?;
     let webhook_server = manager.webhook_server().ok_or("the Manager has no webhook server")?;
     webhooks::register(webhook_server)?;
     webhooks::install(&client, webhook_server, certificates.ca_bundle()).await?;

@@ -99,6 +99,16 @@ const CREATED_AT: BuiltinColumn = col(
     |o, _| json!(str_at(o, &["metadata", "creationTimestamp"])),
 );
 
+/// An integer column whose cell is the object's `.<part>.<field>` (0 when absent), described by
+/// the `field` property of `schema`'s type, as the Go printers' integer columns are.
+macro_rules! int_col {
+    ($name:literal, $schema:ty, $part:literal, $field:literal) => {
+        col($name, "integer", Doc::Field(schema::<$schema>, $field), |o, _| {
+            json!(int_at(o, &[$part, $field]))
+        })
+    };
+}
+
 /// The columns of the built-in resource `group/plural`; a resource the Go printers do not
 /// cover gets apiserver's default table convertor's `Name` and `Created At`.
 pub(super) fn columns(group: &str, plural: &str) -> Vec<BuiltinColumn> {
@@ -174,18 +184,8 @@ pub(super) fn columns(group: &str, plural: &str) -> Vec<BuiltinColumn> {
                     ))
                 },
             ),
-            col(
-                "Up-to-date",
-                "integer",
-                Doc::Field(schema::<apps::DeploymentStatus>, "updatedReplicas"),
-                |o, _| json!(int_at(o, &["status", "updatedReplicas"])),
-            ),
-            col(
-                "Available",
-                "integer",
-                Doc::Field(schema::<apps::DeploymentStatus>, "availableReplicas"),
-                |o, _| json!(int_at(o, &["status", "availableReplicas"])),
-            ),
+            int_col!("Up-to-date", apps::DeploymentStatus, "status", "updatedReplicas"),
+            int_col!("Available", apps::DeploymentStatus, "status", "availableReplicas"),
             AGE,
             CONTAINERS,
             IMAGES,
@@ -193,24 +193,9 @@ pub(super) fn columns(group: &str, plural: &str) -> Vec<BuiltinColumn> {
         ],
         ("apps", "replicasets") => vec![
             NAME,
-            col(
-                "Desired",
-                "integer",
-                Doc::Field(schema::<apps::ReplicaSetSpec>, "replicas"),
-                |o, _| json!(int_at(o, &["spec", "replicas"])),
-            ),
-            col(
-                "Current",
-                "integer",
-                Doc::Field(schema::<apps::ReplicaSetStatus>, "replicas"),
-                |o, _| json!(int_at(o, &["status", "replicas"])),
-            ),
-            col(
-                "Ready",
-                "integer",
-                Doc::Field(schema::<apps::ReplicaSetStatus>, "readyReplicas"),
-                |o, _| json!(int_at(o, &["status", "readyReplicas"])),
-            ),
+            int_col!("Desired", apps::ReplicaSetSpec, "spec", "replicas"),
+            int_col!("Current", apps::ReplicaSetStatus, "status", "replicas"),
+            int_col!("Ready", apps::ReplicaSetStatus, "status", "readyReplicas"),
             AGE,
             CONTAINERS,
             IMAGES,
@@ -236,36 +221,11 @@ pub(super) fn columns(group: &str, plural: &str) -> Vec<BuiltinColumn> {
         ],
         ("apps", "daemonsets") => vec![
             NAME,
-            col(
-                "Desired",
-                "integer",
-                Doc::Field(schema::<apps::DaemonSetStatus>, "desiredNumberScheduled"),
-                |o, _| json!(int_at(o, &["status", "desiredNumberScheduled"])),
-            ),
-            col(
-                "Current",
-                "integer",
-                Doc::Field(schema::<apps::DaemonSetStatus>, "currentNumberScheduled"),
-                |o, _| json!(int_at(o, &["status", "currentNumberScheduled"])),
-            ),
-            col(
-                "Ready",
-                "integer",
-                Doc::Field(schema::<apps::DaemonSetStatus>, "numberReady"),
-                |o, _| json!(int_at(o, &["status", "numberReady"])),
-            ),
-            col(
-                "Up-to-date",
-                "integer",
-                Doc::Field(schema::<apps::DaemonSetStatus>, "updatedNumberScheduled"),
-                |o, _| json!(int_at(o, &["status", "updatedNumberScheduled"])),
-            ),
-            col(
-                "Available",
-                "integer",
-                Doc::Field(schema::<apps::DaemonSetStatus>, "numberAvailable"),
-                |o, _| json!(int_at(o, &["status", "numberAvailable"])),
-            ),
+            int_col!("Desired", apps::DaemonSetStatus, "status", "desiredNumberScheduled"),
+            int_col!("Current", apps::DaemonSetStatus, "status", "currentNumberScheduled"),
+            int_col!("Ready", apps::DaemonSetStatus, "status", "numberReady"),
+            int_col!("Up-to-date", apps::DaemonSetStatus, "status", "updatedNumberScheduled"),
+            int_col!("Available", apps::DaemonSetStatus, "status", "numberAvailable"),
             col(
                 "Node Selector",
                 "string",

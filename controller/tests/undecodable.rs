@@ -22,28 +22,6 @@ use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// The Widget CRD with a `spec` that keeps anything, so `spec.size: "big"` (not the i32 the
-/// Rust `Widget` expects) is stored.
-fn lenient_widget_crd() -> CustomResourceDefinition {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.test.kinformer.dev"},
-        "spec": {
-            "group": "test.kinformer.dev",
-            "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
-            "scope": "Namespaced",
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-                }}}
-            }]
-        }
-    }))
-    .unwrap()
-}
-
 fn widgets(client: &kube::Client) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("test.kinformer.dev", "v1", "Widget"));
     Api::namespaced_with(client.clone(), "default", &resource)
@@ -54,7 +32,10 @@ async fn an_undecodable_primary_is_a_typed_error_never_a_delete_and_reconciles_o
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
     Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &lenient_widget_crd())
+        .create(
+            &PostParams::default(),
+            &envtest::fixtures::open_spec_crd("test.kinformer.dev", "Widget", "widgets"),
+        )
         .await
         .unwrap();
     eventually(WAIT, "widgets served", || {

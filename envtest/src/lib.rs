@@ -186,6 +186,7 @@ mod events;
 mod faults;
 mod field;
 mod field_manager;
+pub mod fixtures;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;

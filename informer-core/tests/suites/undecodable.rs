@@ -51,27 +51,6 @@ impl Resource for Gadget {
     }
 }
 
-/// The CRD: `spec` keeps whatever it is given, so `spec.size: "big"` is stored.
-fn gadget_crd() -> CustomResourceDefinition {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "gadgets.test.kinformer.dev"},
-        "spec": {
-            "group": "test.kinformer.dev",
-            "names": {"kind": "Gadget", "plural": "gadgets", "singular": "gadget", "listKind": "GadgetList"},
-            "scope": "Namespaced",
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-                }}}
-            }]
-        }
-    }))
-    .unwrap()
-}
-
 /// Writes gadgets as JSON, whatever their spec.
 fn gadgets(client: &kube::Client) -> Api<DynamicObject> {
     let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("test.kinformer.dev", "v1", "Gadget"));
@@ -81,7 +60,7 @@ fn gadgets(client: &kube::Client) -> Api<DynamicObject> {
 async fn envtest_with_gadgets() -> envtest::Server {
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     Api::<CustomResourceDefinition>::all(env.client())
-        .create(&PostParams::default(), &gadget_crd())
+        .create(&PostParams::default(), &envtest::fixtures::open_spec_crd("test.kinformer.dev", "Gadget", "gadgets"))
         .await
         .unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

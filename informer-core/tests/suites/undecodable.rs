@@ -211,6 +211,11 @@ async fn an_object_that_never_decoded_is_known_undecodable_survives_a_relist_and
     .await;
     assert!(running.lister().undecodable().is_empty());
     assert!(undecodable_metric(&running.informer).is_empty());
+    // The cache is written before the handlers' drain runs: wait for the add to reach them.
+    eventually("the good version's add reaches the handler", || {
+        running.seen().contains(&"add bad".to_string())
+    })
+    .await;
     let seen = running.seen();
     assert!(seen.contains(&"add bad".to_string()), "{seen:?}");
     assert!(!seen.iter().any(|s| s.starts_with("delete")), "no delete reached a handler: {seen:?}");
@@ -244,6 +249,8 @@ async fn a_decoded_object_updated_to_an_undecodable_version_keeps_its_last_good_
     gadgets(&client).delete("flip", &DeleteParams::default()).await.unwrap();
     eventually("flip gone", || running.lister().lookup("flip").is_absent()).await;
     assert!(undecodable_metric(&running.informer).is_empty());
+    // The cache is written before the handlers' drain runs: wait for the delete to reach them.
+    eventually("the delete reaches the handler", || running.seen().len() == 3).await;
     assert_eq!(running.seen(), ["add flip", "add sentinel", "delete flip"]);
     running.stop().await;
 }

@@ -162,7 +162,7 @@ async fn controller_chaos_short() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long chaos run: cargo test -p controller --test chaos -- --ignored"]
+#[ignore = "long chaos run: cargo test -p kinformer-controller --test chaos -- --ignored"]
 async fn controller_chaos_long() {
     for seed in envtest::chaos::seeds(&(200..220).collect::<Vec<_>>()) {
         run_seed(seed, envtest::chaos::chaos_time(15)).await;

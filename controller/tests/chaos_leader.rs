@@ -362,7 +362,7 @@ async fn controller_leader_chaos_short() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long chaos run: cargo test -p controller --test chaos_leader -- --ignored"]
+#[ignore = "long chaos run: cargo test -p kinformer-controller --test chaos_leader -- --ignored"]
 async fn controller_leader_chaos_long() {
     for seed in envtest::chaos::seeds(&(300..320).collect::<Vec<_>>()) {
         run_seed(seed, envtest::chaos::chaos_time(15)).await;

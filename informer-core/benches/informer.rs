@@ -1,6 +1,6 @@
 //! Informer throughput on each queue, and what listeners cost.
 //!
-//! `cargo bench -p informer-core --bench informer [-- --quick]`
+//! `cargo bench -p kinformer-core --bench informer [-- --quick]`
 //!
 //! **Throughput.** A `SharedIndexInformer<ConfigMap>` over an in-memory `ListerWatcher` whose
 //! list and watch hand over objects decoded beforehand, so what is timed is the informer

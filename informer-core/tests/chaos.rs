@@ -12,7 +12,7 @@
 //!
 //! Runs on both queues. The short run is part of `cargo test` (two seeds per queue, a few
 //! seconds of chaos each); the long run is
-//! `cargo test -p informer-core --test chaos -- --ignored` (20 seeds per queue, or one seed
+//! `cargo test -p kinformer-core --test chaos -- --ignored` (20 seeds per queue, or one seed
 //! with `KINFORMER_CHAOS_SEED=<n>`, and `KINFORMER_CHAOS_SECS` of chaos each). A failure
 //! prints its seed; `RUST_LOG=informer_core::reflector=debug` replays it with the reflector's log.
 
@@ -378,7 +378,7 @@ async fn chaos_short_delta_fifo() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long chaos run: minutes; cargo test -p informer-core --test chaos -- --ignored"]
+#[ignore = "long chaos run: minutes; cargo test -p kinformer-core --test chaos -- --ignored"]
 async fn chaos_long() {
     for seed in envtest::chaos::seeds(&(100..120).collect::<Vec<_>>()) {
         for queue in [QueueKind::RealFifo, QueueKind::DeltaFifo] {

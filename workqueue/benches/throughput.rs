@@ -8,7 +8,7 @@
 //! producer. After criterion's measurements, the bench times both rigs again, interleaved so they
 //! see the same machine load, and prints the workqueue/mpsc throughput ratio.
 //!
-//! `cargo bench -p workqueue --bench throughput -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p kinformer-workqueue --bench throughput -- --warm-up-time 1 --measurement-time 3`
 
 use std::hint::black_box;
 use std::sync::Arc;

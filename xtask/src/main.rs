@@ -295,7 +295,7 @@ fn bench(rest: &[&str]) -> Result<(), String> {
         "-p",
         "kinformer-bench",
         "-p",
-        "envtest",
+        "kinformer-envtest",
         "--bins",
         "--examples",
     ]];

@@ -524,16 +524,16 @@ fn fanout_workload(events: usize, rounds: usize) -> Result<String, BoxError> {
 /// P4: the workqueue's interleaved ratio from its criterion bench (`-- zzz` skips the groups).
 fn workqueue_workload() -> Result<String, BoxError> {
     let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["bench", "-p", "workqueue", "--bench", "throughput", "--", "zzz"])
+        .args(["bench", "-p", "kinformer-workqueue", "--bench", "throughput", "--", "zzz"])
         .current_dir(workspace_root())
         .stderr(Stdio::inherit())
         .output()?;
     if !output.status.success() {
-        return Err(format!("cargo bench -p workqueue failed ({})", output.status).into());
+        return Err(format!("cargo bench -p kinformer-workqueue failed ({})", output.status).into());
     }
     let text = String::from_utf8_lossy(&output.stdout);
     let mut out = String::from(
-        "\n#### P4 workqueue (`cargo bench -p workqueue --bench throughput -- zzz`)\n\n\
+        "\n#### P4 workqueue (`cargo bench -p kinformer-workqueue --bench throughput -- zzz`)\n\n\
          Median of 101 interleaved rounds of 10k keys, against one tokio mpsc channel per worker \
          (the smallest hand-off, no dedup). kube-runtime's controller has no standalone \
          rate-limited queue to run in this rig.\n\n| workers | line |\n|---|---|\n",

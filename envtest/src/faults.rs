@@ -20,12 +20,12 @@
 //! [`MAX_RETRY_AFTER_SECS`]) and added with saturating arithmetic, so no value a client sends
 //! can overflow or stall the server for good. With a token set, these routes require it.
 //!
-//! The request log records every API request (method, path, query, watch?, `Accept`) so tests
-//! can assert on what a client actually sent. It is bounded twice, oldest entries dropped
-//! first: by entries (`Config::request_log_capacity`, default 100,000) and by bytes
-//! (`Config::request_log_bytes`, default 64 MiB, counting each entry's strings and fixed
-//! size), since 100,000 requests with 60 KB query strings would otherwise hold ~6 GB. An entry
-//! larger than the whole byte budget is not recorded.
+//! The request log records every API request (method, path, query, watch?, `Accept`, the
+//! impersonated user) so tests can assert on what a client actually sent. It is bounded twice,
+//! oldest entries dropped first: by entries (`Config::request_log_capacity`, default
+//! 100,000) and by bytes (`Config::request_log_bytes`, default 64 MiB, counting each entry's
+//! strings and fixed size), since 100,000 requests with 60 KB query strings would otherwise
+//! hold ~6 GB. An entry larger than the whole byte budget is not recorded.
 
 use crate::status::ApiError;
 use crate::storage::{Snapshot, Storage};
@@ -57,12 +57,17 @@ pub struct RecordedRequest {
     /// The (first) `Accept` header (`""` if absent or not visible ASCII), e.g. a metadata-only
     /// client's `application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,...`.
     pub accept: String,
+    /// Who the request acts as: its `Impersonate-User` header (`""` if absent or not visible
+    /// ASCII). envtest authenticates one token and enforces no RBAC, so a test that runs a
+    /// client as a ServiceAccount (kube's `AuthInfo::impersonate`) finds that client's requests
+    /// by this field and checks them against the RBAC rules it expects.
+    pub user: String,
 }
 
 impl RecordedRequest {
     /// What this entry costs the request log's byte budget: its strings and its fixed size.
     fn log_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.method.len() + self.path.len() + self.query.len() + self.accept.len()
+        std::mem::size_of::<Self>() + self.method.len() + self.path.len() + self.query.len() + self.accept.len() + self.user.len()
     }
 
     /// The decoded value of a query parameter.

@@ -348,6 +348,12 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned(),
+        user: req
+            .headers()
+            .get("impersonate-user")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned(),
     });
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;

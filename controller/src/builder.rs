@@ -26,6 +26,7 @@ use crate::handler::{Enqueuer, MapFunc, Mapping, OwnerType};
 use crate::metrics::Metrics;
 use crate::object_key::{ObjectKey, Request};
 use crate::predicate::{EventFilters, Filters, Predicate, TypedPredicate};
+use crate::rbac::{Permissions, Verb};
 use crate::reconciler::{Action, Context, ContextInner, Reconciler};
 use crate::runnable::hostname;
 use crate::source::{
@@ -152,6 +153,8 @@ pub struct Controller<K> {
     error_policy: Option<ErrorPolicy<K>>,
     /// The first error met while requesting informers, reported by `build`.
     error: Option<ControllerError>,
+    /// The API access the sources and the declared writes need (see [`crate::rbac`]).
+    permissions: Permissions,
 }
 
 /// The settings of a controller that do not depend on its primary type.
@@ -259,6 +262,7 @@ impl ControllerBuilder {
             primary_type,
             options.predicates,
         );
+        controller.permissions.grant_for::<K>(&Verb::READ);
         if options.every_owner {
             controller.error.get_or_insert(ControllerError::InvalidConfig(
                 "every_owner applies to owns_with only".into(),
@@ -277,13 +281,15 @@ impl ControllerBuilder {
             only_controller: true,
         };
         let predicates = Filters::default();
-        Controller::with_primary(
+        let mut controller = Controller::with_primary(
             self.common,
             informer,
             dynamic_source(resource),
             primary_type,
             predicates,
-        )
+        );
+        controller.permissions.grant_dynamic(resource, &Verb::READ);
+        controller
     }
 }
 
@@ -316,6 +322,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             sources: Vec::new(),
             error_policy: None,
             error,
+            permissions: Permissions::new(),
         }
     }
 
@@ -351,7 +358,8 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     /// Children of type `C` with predicates of their own, a choice of informer, and
     /// optionally every owner of the primary's kind enqueued (see [`SourceOptions`]).
     #[must_use]
-    pub fn owns_with<C: FactoryResource>(self, options: SourceOptions<C>) -> Self {
+    pub fn owns_with<C: FactoryResource>(mut self, options: SourceOptions<C>) -> Self {
+        self.permissions.grant_for::<C>(&Verb::READ);
         let (informer, cache) = options.informer(&self.common.factory);
         let mut owner = self.primary_type.clone();
         owner.only_controller = !options.every_owner;
@@ -388,7 +396,8 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
 
     /// Dynamic children (by group/version/kind), as [`owns`](Self::owns).
     #[must_use]
-    pub fn owns_dynamic(self, resource: &ApiResource, namespaced: bool) -> Self {
+    pub fn owns_dynamic(mut self, resource: &ApiResource, namespaced: bool) -> Self {
+        self.permissions.grant_dynamic(resource, &Verb::READ);
         let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
         let mapping = Mapping::Owner(self.primary_type.clone());
         self.add_source(
@@ -419,6 +428,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 "every_owner applies to owns_with only".into(),
             ));
         }
+        self.permissions.grant_for::<W>(&Verb::READ);
         let (informer, cache) = options.informer(&self.common.factory);
         let mapper: MapFunc<W> = Arc::new(mapper);
         let handling = Handling::Map(Mapping::Func(mapper));
@@ -473,11 +483,12 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     /// Dynamic objects (by group/version/kind), as [`watches`](Self::watches).
     #[must_use]
     pub fn watches_dynamic(
-        self,
+        mut self,
         resource: &ApiResource,
         namespaced: bool,
         mapper: impl Fn(&DynamicObject) -> Vec<ObjectKey> + Send + Sync + 'static,
     ) -> Self {
+        self.permissions.grant_dynamic(resource, &Verb::READ);
         let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
         let mapper: MapFunc<DynamicObject> = Arc::new(mapper);
         let handling = Handling::Map(Mapping::Func(mapper));
@@ -511,14 +522,42 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     /// ```
     #[must_use]
     pub fn watches_with<W: FactoryResource, H: ResourceEventHandler<W>>(
-        self,
+        mut self,
         make: impl FnOnce(Enqueuer) -> H + Send + 'static,
     ) -> Self {
+        self.permissions.grant_for::<W>(&Verb::READ);
         let informer = self.common.factory.informer_for::<W>();
         let make: MakeHandler<W> = Box::new(move |queue| Box::new(make(queue)));
         let handling = Handling::Custom(std::sync::Mutex::new(Some(make)));
         let source = typed_source::<W>(&CacheOptions::default());
         self.add_source(informer, handling, source, Filters::default())
+    }
+
+    /// Declares the writes the reconciler makes to `C` (kubebuilder's `+kubebuilder:rbac`
+    /// marker, checked into the controller): `writes::<Deployment>(&[Verb::Create,
+    /// Verb::Patch])`. They go into [`BuiltController::permissions`] and from there into the
+    /// controller's RBAC rules ([`crate::manifests`]); an owned type gets no write verb unless
+    /// declared. Any verb may be declared, `get` of a type read outside the sources included.
+    #[must_use]
+    pub fn writes<C: Resource<DynamicType = ()>>(mut self, verbs: &[Verb]) -> Self {
+        self.permissions.grant_for::<C>(verbs);
+        self
+    }
+
+    /// Declares the writes the reconciler makes to `C`'s status subresource (`foos/status`),
+    /// as [`writes`](Self::writes).
+    #[must_use]
+    pub fn writes_status<C: Resource<DynamicType = ()>>(mut self, verbs: &[Verb]) -> Self {
+        self.permissions.grant_subresource_for::<C>("status", verbs);
+        self
+    }
+
+    /// Declares that the reconciler reads `C` through the factory outside the controller's
+    /// sources (a lister of a type nothing here watches): `get`, `list`, `watch` on it.
+    #[must_use]
+    pub fn reads<C: Resource<DynamicType = ()>>(mut self) -> Self {
+        self.permissions.grant_for::<C>(&Verb::READ);
+        self
     }
 
     /// Adds a filter every notification (of every source) must pass to enqueue a key; see
@@ -643,6 +682,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             sources,
             error_policy,
             error,
+            mut permissions,
             ..
         } = self;
         if let Some(error) = error {
@@ -668,6 +708,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 .name(common.name.clone())
                 .metrics_provider(metrics.workqueue_provider()),
         );
+        permissions.merge(&Permissions::events());
         let (recorder, owns_recorder) = match common.recorder {
             Some(recorder) => (recorder, false),
             None => {
@@ -739,6 +780,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 recover_panic: common.recover_panic,
             },
             refused_retries: RefusedRetries::default(),
+            permissions,
         })
     }
 

@@ -108,6 +108,7 @@ use crate::leadership::{Leadership, NotLeader};
 use crate::metrics::ControllerMetrics;
 use crate::object_key::{ObjectKey, Request};
 use crate::outcome::{ReconcilePanic, ReconcileTimeout, RequeueAfterError, TerminalError, find_in_chain};
+use crate::rbac::Permissions;
 use crate::reconciler::{Action, BoxError, Context, Reconciler, RunScope};
 use crate::runnable::Runnable;
 use crate::source::ErasedRegistration;
@@ -234,6 +235,8 @@ pub struct BuiltController<K, R> {
     /// Keys whose retry a reconcile asked for once the queue was shutting down (so the queue
     /// refused it): reported dropped with the queue's unfinished keys, each key once.
     pub(crate) refused_retries: RefusedRetries,
+    /// The API access its sources, declared writes and event recorder need.
+    pub(crate) permissions: Permissions,
 }
 
 /// See [`BuiltController::refused_retries`].
@@ -247,6 +250,14 @@ where
     /// The controller's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The API access the controller needs: `get`, `list`, `watch` on each source's type, the
+    /// writes declared with [`Controller::writes`](crate::Controller::writes) and
+    /// [`writes_status`](crate::Controller::writes_status), and its event recorder's
+    /// ([`Permissions::events`]). [`crate::manifests`] writes them as its RBAC rules.
+    pub fn permissions(&self) -> &Permissions {
+        &self.permissions
     }
 
     /// The controller's work queue: add keys to it, at any priority, to trigger reconciles from

@@ -35,6 +35,9 @@
 //! - [`Leadership`] (`leadership.rs`): whether this replica may still write as leader, by its
 //!   local clock; reconcilers reach it through [`Context::ensure_leading`] and
 //!   [`Context::token`], so a leader stopped past its lease and resumed writes nothing.
+//! - [`rbac`] and [`manifests`]: the RBAC rules a controller's declared sources and writes
+//!   need ([`Permissions`], [`Verb`]), and the manifests that deploy it (ServiceAccount, roles,
+//!   Deployment with probes on the Manager's ports, CRDs).
 //! - [`webhook`]: admission (validating, mutating) and conversion webhooks over HTTPS, served
 //!   by the Manager ([`WebhookServer`]), and the configurations that register them.
 
@@ -52,10 +55,12 @@ pub mod healthz;
 pub mod leader_election;
 pub mod leadership;
 pub mod manager;
+pub mod manifests;
 pub mod metrics;
 mod object_key;
 pub mod outcome;
 pub mod predicate;
+pub mod rbac;
 mod reconciler;
 pub mod runnable;
 mod source;
@@ -79,6 +84,7 @@ pub use manager::{Manager, ManagerBuilder, ManagerError, ManagerHandle, ManagerS
 pub use metrics::{InformerCollector, InformerStatsSource, Metrics};
 pub use object_key::{ObjectKey, Request};
 pub use outcome::{ReconcilePanic, ReconcileTimeout, RequeueAfterError, TerminalError, terminal};
+pub use rbac::{Permissions, Verb};
 pub use reconciler::{Action, BoxError, Context, FnReconciler, Reconciler, UndecodableObject, reconciler_fn};
 pub use runnable::{Runnable, RunnableFn, hostname, runnable_fn};
 pub use webhook::{WebhookError, WebhookServer, WebhookServerConfig};

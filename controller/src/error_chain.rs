@@ -28,37 +28,12 @@
 //! ```
 
 use std::error::Error;
-use std::fmt;
 
 use kube::core::Status;
 
-/// Displays an error and its sources as `error: source: source …`, skipping a source whose text
-/// is already contained in its parent's text (the parent printed it).
-#[derive(Clone, Copy)]
-pub struct ErrorChain<'a>(pub &'a (dyn Error + 'static));
-
-impl fmt::Display for ErrorChain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parent = self.0.to_string();
-        f.write_str(&parent)?;
-        let mut source = self.0.source();
-        while let Some(cause) = source {
-            let text = cause.to_string();
-            if !parent.contains(&text) {
-                write!(f, ": {text}")?;
-            }
-            parent = text;
-            source = cause.source();
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for ErrorChain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
+/// Displays an error and its sources, each cause once (defined in informer-core, whose
+/// reflector prints its list and watch failures with it).
+pub use informer_core::ErrorChain;
 
 /// The API server's answer if `e` (or one of its sources) is a stale-cache race: a
 /// `kube::Error::Api` (or a bare [`Status`]) with code 409 (`Conflict`, `AlreadyExists`) or 404

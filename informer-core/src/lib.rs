@@ -47,9 +47,11 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
+pub mod client;
 mod compact;
 pub mod delta;
 pub mod delta_fifo;
+pub mod error_chain;
 pub mod event_handler;
 pub mod fifo;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -74,6 +76,7 @@ pub mod undecodable;
 pub use backoff::{Backoff, BackoffConfig};
 pub use delta::{DeletedFinalStateUnknown, DeletedObject, Delta, DeltaObject, DeltaType, Deltas};
 pub use delta_fifo::{DeltaFifo, DeltaFifoOptions};
+pub use error_chain::ErrorChain;
 pub use event_handler::{FilteringResourceEventHandler, ResourceEventHandler, ResourceEventHandlerFuncs};
 pub use fifo::{PopError, ProcessError, ProcessFn, Queue, QueueItem, ReplacedAll};
 pub use index::{IndexFunc, Indexers, NAMESPACE_INDEX, meta_namespace_index_func};

@@ -98,6 +98,16 @@
 //! event other than ADDED arrived. Watches started at a specific resourceVersion, and the
 //! stream that goes on after a streamed initial list, follow from the first event.
 //!
+//! # Failure lines
+//!
+//! A failed list or watch is one WARN line that says what failed, where, and for which
+//! resource: `list failed: connection refused to https://127.0.0.1:6443 (pods)`, with the
+//! fields `reflector`, `server` and `error` (the whole cause chain, each cause once, by
+//! [`ErrorChain`]). The server comes from the client: one built by
+//! [`client::from_config`](crate::client::from_config) or [`client::infer`](crate::client::infer)
+//! names it in its errors, as a Go client's `url.Error` does (`kube::Client` itself does not keep
+//! its URL, so with any other client the line names the cause and the resource only).
+//!
 //! With [`ReflectorConfig::use_watch_list`] the initial list is streamed
 //! (`sendInitialEvents=true`): initial ADDED events are collected until the BOOKMARK
 //! annotated `k8s.io/initial-events-end`, then replace the store, and the same stream goes on
@@ -137,7 +147,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::backoff::{Backoff, BackoffConfig};
+use crate::client;
 use crate::delta::DeltaType;
+use crate::error_chain::ErrorChain;
 use crate::listwatch::{ListWatchError, ListerWatcher, MalformedObject, WatchStream};
 use crate::store::{Store, StoreError, meta_namespace_key};
 use crate::undecodable::Undecodable;
@@ -451,6 +463,35 @@ fn list_page_size(configured: Option<u32>, paginated_result: bool, resource_vers
     }
 }
 
+/// What a failed list or watch line says after "list failed: ": the cause in a few words, the
+/// server it was sent to when the client knows it (see [`client`](crate::client)), and the
+/// reflector's name: `connection refused to https://127.0.0.1:6443 (pods)`. A request the
+/// server answered is its error's text (`api error 403 Forbidden: …`); a request that got no
+/// answer is its I/O cause, or else the last cause in its chain (a TLS failure, say), since
+/// the outer ones only say that the request failed. The full chain is the line's `error` field.
+fn failure(error: &ListWatchError, name: &str) -> String {
+    let server = client::server_of(error);
+    let cause = match (client::transport_cause(error), server, error) {
+        (Some(cause), _, _) => cause,
+        (None, Some(_), _) | (None, None, ListWatchError::Transport(_)) => {
+            let root = std::iter::successors(Some(error as &(dyn std::error::Error + 'static)), |&e| e.source());
+            root.last().map_or_else(|| error.to_string(), ToString::to_string)
+        }
+        (None, None, _) => error.to_string(),
+    };
+    let mut line = cause;
+    if let Some(server) = server {
+        line.push_str(" to ");
+        line.push_str(server);
+    }
+    if !name.is_empty() {
+        line.push_str(" (");
+        line.push_str(name);
+        line.push(')');
+    }
+    line
+}
+
 /// Keeps a store in step with one resource on the server.
 pub struct Reflector<K> {
     config: ReflectorConfig,
@@ -716,7 +757,13 @@ where
             Ok(listed) => listed,
             Err(e) => {
                 self.report(&e);
-                warn!(reflector = %self.config.name, error = %e, "list failed");
+                warn!(
+                    reflector = %self.config.name,
+                    server = client::server_of(&e).map(tracing::field::display),
+                    error = %ErrorChain(&e),
+                    "list failed: {}",
+                    failure(&e, &self.config.name),
+                );
                 return Transition::AfterBackoff(State::List { rv_unavailable });
             }
         };
@@ -1017,7 +1064,14 @@ where
             info!(reflector = %self.config.name, error = %error, "watch expired, relisting");
             Transition::AfterBackoff(State::List { rv_unavailable: false })
         } else {
-            warn!(reflector = %self.config.name, error = %error, %resource_version, "watch failed");
+            warn!(
+                reflector = %self.config.name,
+                server = client::server_of(&error).map(tracing::field::display),
+                error = %ErrorChain(&error),
+                %resource_version,
+                "watch failed: {}",
+                failure(&error, &self.config.name),
+            );
             Transition::AfterBackoff(State::Watch { resource_version })
         }
     }

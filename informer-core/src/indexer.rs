@@ -386,14 +386,17 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
             items.insert(meta_namespace_key(obj.as_ref())?, obj);
         }
         let mut inner = store.writer();
-        for (key, _) in &undecodable {
-            if !items.contains_key(key)
-                && let Some(last_decoded) = inner.get(key)
-            {
-                items.insert(key.clone(), last_decoded.clone());
+        // Built off the write lock; only the swap holds readers (see `thread_safe_store`).
+        inner.replace_off_lock(|current| {
+            for (key, _) in &undecodable {
+                if !items.contains_key(key)
+                    && let Some(last_decoded) = current.get(key)
+                {
+                    items.insert(key.clone(), last_decoded.clone());
+                }
             }
-        }
-        inner.replace(items);
+            (current.replacement(items, None), ())
+        });
         let new_marks = inner.set_marks(undecodable.into_iter().collect());
         inner.set_resource_version(resource_version);
         drop(inner);

@@ -48,7 +48,7 @@ use crate::reflector::{
     LastSyncResourceVersion, Reflector, ReflectorConfig, ReflectorMetrics, TransformFunc, WatchErrorHandler,
 };
 use crate::store::Store;
-use crate::thread_safe_store::{IndexError, Inner as CacheState, ThreadSafeStore};
+use crate::thread_safe_store::{Content, IndexError, Inner as CacheState, ThreadSafeStore, Writer as CacheWriter};
 use crate::undecodable::{Undecodable, UndecodableChange, type_name, warn_marked};
 
 /// The shortest resync period a handler can ask for (client-go `minimumResyncPeriod`).
@@ -864,7 +864,7 @@ type Outgoing<K> = Vec<(Notification<K>, bool)>;
 /// Applies one queue item to the cache, appending the notifications it makes to `out` and the
 /// undecodable marks it makes anew (to log once) to `new_marks`.
 fn apply_item<K: Resource>(
-    cache: &mut CacheState<K>,
+    cache: &mut CacheWriter<'_, K>,
     item: &QueueItem<K>,
     initial: bool,
     out: &mut Outgoing<K>,
@@ -978,18 +978,37 @@ fn apply_delta<K: Resource>(
 /// content. Handlers hear of the deletions first, then of the listed objects in list order.
 /// Keys listed but undecodable are present: their cached version, if any, stays, unnotified,
 /// and they become the cache's whole set of undecodable marks.
+///
+/// The diff and the new content are built off the write lock, so readers are not held while
+/// it runs; only the swap is (see `thread_safe_store`'s module doc).
 fn apply_replaced_all<K: Resource>(
-    cache: &mut CacheState<K>,
+    cache: &mut CacheWriter<'_, K>,
     replaced: &ReplacedAll<K>,
     initial: bool,
     out: &mut Outgoing<K>,
     new_marks: &mut Vec<(String, Undecodable)>,
 ) {
+    let (marks, mut notifications) = cache.replace_off_lock(|cache| diff_replaced_all(cache, replaced, initial));
+    new_marks.extend(cache.set_marks(marks));
+    cache.set_resource_version(&replaced.resource_version);
+    out.append(&mut notifications);
+}
+
+/// The undecodable keys of a relist, with why: the cache's whole set of marks after it.
+type Marks = HashMap<String, Undecodable>;
+
+/// The new content of a relist, its undecodable marks and its notifications, from the content
+/// it replaces (read, not changed).
+fn diff_replaced_all<K: Resource>(
+    cache: &CacheState<K>,
+    replaced: &ReplacedAll<K>,
+    initial: bool,
+) -> (Content<K>, (Marks, Outgoing<K>)) {
     let mut items: HashMap<String, Arc<K>> = HashMap::with_capacity(replaced.objects.len());
     for (key, obj) in &replaced.objects {
         items.insert(key.clone(), obj.clone());
     }
-    let marks: HashMap<String, Undecodable> = replaced.undecodable.iter().cloned().collect();
+    let marks: Marks = replaced.undecodable.iter().cloned().collect();
     let mut notifications = Vec::with_capacity(replaced.objects.len());
     for (key, old) in cache.iter() {
         if marks.contains_key(key) && !items.contains_key(key) {
@@ -1038,15 +1057,13 @@ fn apply_replaced_all<K: Resource>(
         }
     }
     // If an index function panics here, nothing has changed and nothing is notified.
-    if kept.is_empty() {
-        cache.replace_listed(items, &replaced.objects);
+    let content = if kept.is_empty() {
+        cache.replacement(items, Some(&replaced.objects))
     } else {
         items.extend(kept);
-        cache.replace(items);
-    }
-    new_marks.extend(cache.set_marks(marks));
-    cache.set_resource_version(&replaced.resource_version);
-    out.append(&mut notifications);
+        cache.replacement(items, None)
+    };
+    (content, (marks, notifications))
 }
 
 #[cfg(test)]

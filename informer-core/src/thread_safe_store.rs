@@ -1,5 +1,8 @@
 //! The thread-safe map behind every informer cache (client-go `thread_safe_store.go`).
 //!
+//! It sits at the end of the write path (reflector → queue → the informer's `process_batch`
+//! → here) and at the start of the read path (listers, `Context::get`, handlers' lookups).
+//!
 //! One `RwLock` guards the objects and their indexes together, so a reader never sees an
 //! object without its index entries or the other way round. Index maintenance happens only
 //! through [`Inner`]'s methods, which can only be reached through the lock.
@@ -7,9 +10,55 @@
 //! Beside the objects, the same lock guards the keys marked *undecodable*: objects the server
 //! has that do not decode as `K` (see [`undecodable`](crate::undecodable)). A marked key may
 //! also hold a decoded object (its last version that decoded), or none.
+//!
+//! # Relists without stalling readers
+//!
+//! Writers and readers are kept apart by two locks. Every writer first takes `writers`, a
+//! mutex held for the whole of its change (a [`Writer`]); the `RwLock` is write-locked only
+//! while readers must not look. A relist (a replace of the whole content) is built *off* the
+//! write lock: with `writers` held, the write lock is released, the new object map and every
+//! index are built from the list under a read lock (readers go on reading the old content
+//! meanwhile; the writer reads it too, to diff it), and the write lock is taken again only to
+//! swap the new map and indexes in, which is O(number of indexes). The old map and indexes (a
+//! key and an `Arc` per object) are dropped after the write lock is released. This is
+//! kube-runtime's `reflector::store` design (build the new state, then swap), kept with
+//! client-go's indexes and a single store that watch events update in place.
+//!
+//! What a reader sees: the old content whole, then the new content whole, never a mix (the
+//! swap is one step under the write lock; `a_reader_never_sees_half_of_a_relist` in
+//! `shared_informer.rs` pins it). A reader that asks during the build is answered at once
+//! from the old content; it waits only for the swap. Changes applied under the same
+//! [`Writer`] before the relist (earlier items of the informer's batch) become visible when
+//! the build starts; each such change is a state the server had, so nothing inconsistent shows.
+//!
+//! What happens to writes that race a relist: none do. Any other write (a watch event of the
+//! next batch, `Store::add` on an `Indexer`, `add_indexers`) waits on `writers` until the relist
+//! is swapped in, then applies on top of it, in the order the writers took the mutex. The
+//! content the relist was diffed against is therefore the content it replaces, which the
+//! informer's notifications rely on (a tombstone for every cached key the list lacks, an
+//! update with the right old object for every listed one). This is the ordering client-go's
+//! single `processDeltas` goroutine gives; no write is merged into a half-built map.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use informer_core::{Indexer, Store};
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//!
+//! let cache: Indexer<ConfigMap> = Indexer::default();
+//! let mut old = ConfigMap::default();
+//! old.metadata.name = Some("old".into());
+//! cache.add(Arc::new(old)).unwrap();
+//! let mut new = ConfigMap::default();
+//! new.metadata.name = Some("new".into());
+//! // Built off the write lock, swapped in at once: readers see "old" or "new", never both.
+//! cache.replace(vec![Arc::new(new)], "7").unwrap();
+//! assert_eq!(cache.list_keys(), ["new"]);
+//! ```
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::ops::{Deref, DerefMut};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::index::{IndexFunc, Indexers};
 use crate::undecodable::{Lookup, Undecodable};
@@ -33,7 +82,30 @@ type Index = HashMap<String, KeySet>;
 
 /// A thread-safe map from keys to `Arc<K>`, with named indexes kept in step with it.
 pub struct ThreadSafeStore<K> {
+    /// Held by every writer for the whole of its change, so that a relist can read the
+    /// content it replaces with only a read lock (see the module doc).
+    writers: Mutex<()>,
     inner: RwLock<Inner<K>>,
+}
+
+/// The write side of a [`ThreadSafeStore`]: the writers' mutex and the write lock, taken by
+/// [`ThreadSafeStore::writer`]. Derefs to [`Inner`], whose methods make the changes; readers
+/// see them once it is dropped (or when [`off_lock`](Writer::off_lock) releases the write lock).
+pub(crate) struct Writer<'a, K> {
+    store: &'a ThreadSafeStore<K>,
+    /// The write lock; `None` only inside [`off_lock`](Writer::off_lock), which restores it
+    /// before it returns or unwinds, so it is `Some` whenever anything else can see `self`.
+    guard: Option<RwLockWriteGuard<'a, Inner<K>>>,
+    /// Replaced content, dropped once the write lock is released.
+    garbage: Vec<Content<K>>,
+    _writers: MutexGuard<'a, ()>,
+}
+
+/// A whole content of the store: objects and the index of every index function. What a relist
+/// swaps in ([`Inner::replacement`]) and what it swaps out (dropped off the write lock).
+pub(crate) struct Content<K> {
+    items: HashMap<String, Arc<K>>,
+    indices: Vec<(String, Index)>,
 }
 
 /// The state under the lock.
@@ -58,6 +130,7 @@ impl<K> ThreadSafeStore<K> {
     pub fn new(indexers: Indexers<K>) -> Self {
         let indices = indexers.keys().map(|name| (name.clone(), Index::new())).collect();
         ThreadSafeStore {
+            writers: Mutex::new(()),
             inner: RwLock::new(Inner {
                 items: HashMap::new(),
                 undecodable: HashMap::new(),
@@ -75,8 +148,19 @@ impl<K> ThreadSafeStore<K> {
         self.inner.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, Inner<K>> {
+    fn write_lock(&self) -> RwLockWriteGuard<'_, Inner<K>> {
         self.inner.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes the writers' mutex, then the write lock.
+    fn write(&self) -> Writer<'_, K> {
+        let writers = self.writers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Writer {
+            store: self,
+            guard: Some(self.write_lock()),
+            garbage: Vec::new(),
+            _writers: writers,
+        }
     }
 
     /// Inserts or replaces the object under `key`, updating every index.
@@ -115,10 +199,11 @@ impl<K> ThreadSafeStore<K> {
     }
 
     /// Swaps the whole content for `items` atomically and rebuilds every index; no key is
-    /// marked undecodable afterwards.
+    /// marked undecodable afterwards. The new indexes are built, and the old content dropped,
+    /// without holding readers (see the module doc).
     pub fn replace(&self, items: HashMap<String, Arc<K>>) {
         let mut inner = self.write();
-        inner.replace(items);
+        inner.replace_off_lock(|current| (current.replacement(items, None), ()));
         inner.set_marks(HashMap::new());
     }
 
@@ -153,8 +238,9 @@ impl<K> ThreadSafeStore<K> {
         self.write().set_resource_version(resource_version);
     }
 
-    /// Takes the write lock for a batch of changes: readers see all of them or none.
-    pub(crate) fn writer(&self) -> RwLockWriteGuard<'_, Inner<K>> {
+    /// Takes the write side for a batch of changes: readers see all of them or none, except
+    /// that a relist in the batch ([`Writer::replace_off_lock`]) shows what came before it.
+    pub(crate) fn writer(&self) -> Writer<'_, K> {
         self.write()
     }
 
@@ -235,6 +321,61 @@ impl<K> ThreadSafeStore<K> {
             }
         }
         Ok(())
+    }
+}
+
+impl<K> Writer<'_, K> {
+    /// Runs `read` on the current content with the write lock released and the writers' mutex
+    /// still held: readers go on meanwhile, and nothing changes the content under `read`. The
+    /// write lock is taken again before this returns, or before a panic in `read` goes on.
+    pub(crate) fn off_lock<R>(&mut self, read: impl FnOnce(&Inner<K>) -> R) -> R {
+        drop(self.guard.take());
+        let result = {
+            let current = self.store.read();
+            catch_unwind(AssertUnwindSafe(|| read(&current)))
+        };
+        self.guard = Some(self.store.write_lock());
+        result.unwrap_or_else(|panic| resume_unwind(panic))
+    }
+
+    /// Replaces the whole content with the one `prepare` builds from the current content (with
+    /// [`Inner::replacement`]) off the write lock, and returns `prepare`'s other output. Under
+    /// the write lock only the swap happens; the old content is dropped after the lock is
+    /// released. A panic in `prepare` (an index function) changes nothing.
+    pub(crate) fn replace_off_lock<R>(&mut self, prepare: impl FnOnce(&Inner<K>) -> (Content<K>, R)) -> R {
+        let (replacement, output) = self.off_lock(prepare);
+        let old = self.swap_in(replacement);
+        self.garbage.push(old);
+        output
+    }
+}
+
+impl<K> Deref for Writer<'_, K> {
+    type Target = Inner<K>;
+
+    fn deref(&self) -> &Inner<K> {
+        match &self.guard {
+            Some(guard) => guard,
+            None => unreachable!("the write lock is held outside Writer::off_lock"),
+        }
+    }
+}
+
+impl<K> DerefMut for Writer<'_, K> {
+    fn deref_mut(&mut self) -> &mut Inner<K> {
+        match &mut self.guard {
+            Some(guard) => guard,
+            None => unreachable!("the write lock is held outside Writer::off_lock"),
+        }
+    }
+}
+
+impl<K> Drop for Writer<'_, K> {
+    /// Releases the write lock first, then drops replaced content: freeing a relist's old map
+    /// (a key and an `Arc` per object) never holds readers.
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        self.garbage.clear();
     }
 }
 
@@ -328,16 +469,28 @@ impl<K> Inner<K> {
         }
     }
 
-    /// Swaps the content for `items`. The new indexes are built before anything changes, so
-    /// an index function that panics (user code) leaves the store as it was.
-    pub(crate) fn replace(&mut self, items: HashMap<String, Arc<K>>) {
-        let rebuilt = self.rebuilt_indexes(|| items.iter());
-        self.items = items;
-        self.indices.extend(rebuilt);
+    /// The content of `items` with every index built anew: what
+    /// [`Writer::replace_off_lock`] swaps in. Called off the write lock; nothing changes here,
+    /// so a panicking index function leaves the store as it was.
+    ///
+    /// `listed`, when given, holds the same objects as `items` in list order, and the indexes
+    /// are built walking it rather than the map: the objects were allocated in list order as
+    /// they were decoded, so this reads memory in sequence instead of at random (at 100k
+    /// objects, the map walk's cache misses made index building a sixth of a relist's CPU).
+    pub(crate) fn replacement(
+        &self,
+        items: HashMap<String, Arc<K>>,
+        listed: Option<&[(String, Arc<K>)]>,
+    ) -> Content<K> {
+        let indices = match listed {
+            // A key listed twice: the map holds the last of each, so index from the map.
+            Some(listed) if listed.len() == items.len() => self.rebuilt_indexes(|| listed.iter().map(|(k, o)| (k, o))),
+            _ => self.rebuilt_indexes(|| items.iter()),
+        };
+        Content { items, indices }
     }
 
-    /// Every index built anew from `items` (called once per index function). Nothing changes
-    /// until the caller swaps them in, so a panicking index function leaves the store as it was.
+    /// Every index built anew from `items` (called once per index function).
     fn rebuilt_indexes<'a, I>(&self, items: impl Fn() -> I) -> Vec<(String, Index)>
     where
         K: 'a,
@@ -349,18 +502,20 @@ impl<K> Inner<K> {
             .collect()
     }
 
-    /// [`replace`](Self::replace) for a relist: `items` holds `listed`, which is in list order.
-    /// The indexes are built walking `listed`, not the map: the objects were allocated in list
-    /// order as they were decoded, so this reads memory in sequence instead of at random (at
-    /// 100k objects, the map walk's cache misses made index building a sixth of a relist's CPU).
-    pub(crate) fn replace_listed(&mut self, items: HashMap<String, Arc<K>>, listed: &[(String, Arc<K>)]) {
-        if items.len() != listed.len() {
-            // A key listed twice: the map holds the last of each, so index from the map.
-            return self.replace(items);
+    /// Swaps `content` in and returns the content it replaced: O(number of indexes).
+    fn swap_in(&mut self, content: Content<K>) -> Content<K> {
+        let Content { items, indices } = content;
+        let old_items = std::mem::replace(&mut self.items, items);
+        let mut old_indices = Vec::with_capacity(indices.len());
+        for (name, index) in indices {
+            if let Some(old) = self.indices.insert(name.clone(), index) {
+                old_indices.push((name, old));
+            }
         }
-        let rebuilt = self.rebuilt_indexes(|| listed.iter().map(|(k, o)| (k, o)));
-        self.items = items;
-        self.indices.extend(rebuilt);
+        Content {
+            items: old_items,
+            indices: old_indices,
+        }
     }
 
     pub(crate) fn insert(&mut self, key: String, obj: Arc<K>) {
@@ -535,6 +690,117 @@ mod tests {
         assert_eq!(indexer.list_keys(), ["b/new"]);
         assert!(indexer.by_index("tier", "web").unwrap().is_empty());
         assert_eq!(names(indexer.by_index("tier", "db").unwrap()), ["new"]);
+        indexer.check_invariants().unwrap();
+    }
+
+    /// An index function that, once armed, blocks its first call until released: it holds a
+    /// relist in the middle of building its indexes. Waits are bounded, so a store that holds
+    /// readers during the build fails the test instead of hanging it.
+    #[derive(Clone, Default)]
+    struct Gate {
+        armed: Arc<std::sync::atomic::AtomicBool>,
+        building: Arc<std::sync::atomic::AtomicBool>,
+        released: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Gate {
+        fn indexers(&self) -> Indexers<ConfigMap> {
+            let gate = self.clone();
+            let mut indexers: Indexers<ConfigMap> = HashMap::new();
+            indexers.insert(
+                "gate".into(),
+                Arc::new(move |_: &ConfigMap| {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    if gate.armed.swap(false, SeqCst) {
+                        gate.building.store(true, SeqCst);
+                        wait_for("the test to release the relist", || gate.released.load(SeqCst));
+                    }
+                    Vec::new()
+                }),
+            );
+            indexers
+        }
+    }
+
+    fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+        let limit = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !cond() {
+            assert!(std::time::Instant::now() < limit, "timed out waiting for {what}");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn readers_are_answered_from_the_old_content_while_a_relist_builds_and_writers_wait() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let gate = Gate::default();
+        let mut indexers = gate.indexers();
+        indexers.extend(by_tier());
+        let (indexer, store) = Indexer::with_store(indexers);
+        indexer.add(cm("a", "old", &["web"])).unwrap();
+        gate.armed.store(true, SeqCst);
+        let relist = {
+            let indexer = indexer.clone();
+            std::thread::spawn(move || indexer.replace(vec![cm("a", "new", &["db"])], "9"))
+        };
+        wait_for("the relist to build its indexes", || gate.building.load(SeqCst));
+
+        // Readers are not held: they get the old content, whole, at once.
+        let reader = {
+            let indexer = indexer.clone();
+            std::thread::spawn(move || {
+                (
+                    indexer.list_keys(),
+                    names(indexer.by_index("tier", "web").unwrap()),
+                    indexer.get_by_key("a/new").is_none(),
+                )
+            })
+        };
+        wait_for("the reader to be answered during the relist", || reader.is_finished());
+        let (keys, web, new_absent) = reader.join().unwrap();
+        assert_eq!(keys, ["a/old"]);
+        assert_eq!(web, ["old"]);
+        assert!(new_absent);
+        // Writers are: the relist holds the writers' mutex while it builds.
+        assert!(
+            store.writers.try_lock().is_err(),
+            "a writer could change what the relist diffs"
+        );
+
+        gate.released.store(true, SeqCst);
+        relist.join().unwrap().unwrap();
+        indexer.add(cm("a", "after", &["web"])).unwrap();
+        let mut keys = indexer.list_keys();
+        keys.sort();
+        assert_eq!(
+            keys,
+            ["a/after", "a/new"],
+            "a write after the relist applies on top of it"
+        );
+        assert_eq!(indexer.last_store_sync_resource_version(), "9");
+        indexer.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_panicking_index_function_in_a_relist_changes_nothing_and_leaves_the_store_writable() {
+        let indexer = Indexer::new(by_tier());
+        indexer.add(cm("a", "old", &["web"])).unwrap();
+        indexer
+            .add_indexers(HashMap::from([(
+                "boom".to_string(),
+                Arc::new(|cm: &ConfigMap| {
+                    assert!(cm.metadata.name.as_deref() != Some("bad"), "index function panics");
+                    Vec::new()
+                }) as IndexFunc<ConfigMap>,
+            )]))
+            .unwrap();
+        let replaced =
+            std::panic::catch_unwind(AssertUnwindSafe(|| indexer.replace(vec![cm("a", "bad", &["db"])], "9")));
+        assert!(replaced.is_err());
+        assert_eq!(indexer.list_keys(), ["a/old"]);
+        assert_eq!(names(indexer.by_index("tier", "web").unwrap()), ["old"]);
+        indexer.add(cm("a", "next", &["db"])).unwrap();
+        assert_eq!(names(indexer.by_index("tier", "db").unwrap()), ["next"]);
         indexer.check_invariants().unwrap();
     }
 

@@ -29,6 +29,7 @@ use crate::predicate::{EventFilters, Filters, Predicate, TypedPredicate};
 use crate::rbac::{Permissions, Verb};
 use crate::reconciler::{Action, Context, ContextInner, Reconciler};
 use crate::runnable::hostname;
+use crate::sharding::{ShardGate, ShardingConfig};
 use crate::source::{
     ErasedRegistration, ErasedSource, Handling, MakeHandler, PrimaryKeys, Signal, Source, SourceError, SourceKey,
     Trigger, dynamic_source, typed_source,
@@ -132,6 +133,22 @@ impl<C: 'static> SourceOptions<C> {
 
 impl<C: FactoryResource> SourceOptions<C> {
     /// The informer these options ask for, and the options it has (for its name).
+    /// The options with `selector` added to the informer's label selector: the informer for
+    /// exactly those options (a sharded controller's cache of its shard's objects).
+    fn select(mut self, selector: Option<String>) -> Self {
+        let Some(selector) = selector else { return self };
+        let mut options = match std::mem::take(&mut self.cache) {
+            Cache::Shared => CacheOptions::default(),
+            Cache::SharedWith(options) | Cache::Exactly(options) => options,
+        };
+        options.label_selector = Some(match options.label_selector.take().filter(|s| !s.is_empty()) {
+            Some(own) => format!("{own},{selector}"),
+            None => selector,
+        });
+        self.cache = Cache::Exactly(options);
+        self
+    }
+
     fn informer(
         &self,
         factory: &SharedInformerFactory,
@@ -149,6 +166,8 @@ pub struct Controller<K> {
     common: Common,
     primary: Source<K>,
     primary_type: OwnerType,
+    /// The primary type's resource (for a sharded controller's label writes).
+    primary_resource: ApiResource,
     sources: Vec<Box<dyn ErasedSource>>,
     error_policy: Option<ErrorPolicy<K>>,
     /// The first error met while requesting informers, reported by `build`.
@@ -174,6 +193,15 @@ struct Common {
     cache_sync_timeout: Duration,
     reconcile_timeout: Option<Duration>,
     recover_panic: bool,
+    /// This replica's shard of a ring ([`ControllerBuilder::sharded`]).
+    sharding: Option<ShardingConfig>,
+}
+
+impl Common {
+    /// The label selector of this shard's objects, if sharded.
+    fn shard_selector(&self) -> Option<String> {
+        self.sharding.as_ref().map(ShardingConfig::selector)
+    }
 }
 
 /// The first step of [`Controller::new`]: choose the primary type.
@@ -204,6 +232,7 @@ impl Controller<()> {
                 cache_sync_timeout: DEFAULT_CACHE_SYNC_TIMEOUT,
                 reconcile_timeout: None,
                 recover_panic: true,
+                sharding: None,
             },
         }
     }
@@ -240,6 +269,37 @@ impl ControllerBuilder {
         self
     }
 
+    /// Makes this controller one shard of a ring (see [`sharding`](crate::sharding)): its
+    /// informers of the primary and owned types cache only the objects labelled
+    /// `shard.kinformer.io/<ring>: <shard-id>`; it runs on every replica (not only the leader),
+    /// holding its shard Lease while its workers run, and hands draining objects over instead
+    /// of reconciling them. The [`Sharder`](crate::sharding::Sharder), run by the leader,
+    /// assigns the objects. Call it before `for_resource`; a typed primary type only.
+    ///
+    /// ```no_run
+    /// # use controller::sharding::{Sharder, ShardingConfig};
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # fn demo(manager: &mut controller::Manager) -> Result<(), controller::ControllerError> {
+    /// let config = ShardingConfig::new("configmaps", "shard-0").namespace("kube-system");
+    /// let shard = manager
+    ///     .controller("configmaps")
+    ///     .sharded(config.clone())
+    ///     .for_resource::<ConfigMap>()
+    ///     .build(controller::reconciler_fn(|_req, _ctx: &controller::Context<ConfigMap>| async {
+    ///         Ok::<_, std::convert::Infallible>(controller::Action::Done)
+    ///     }))?;
+    /// let sharder = Sharder::<ConfigMap>::new(manager.factory(), &config)
+    ///     .metrics(manager.metrics().clone())
+    ///     .build()?;
+    /// manager.add(shard);
+    /// manager.add(sharder);
+    /// # Ok(()) }
+    /// ```
+    pub fn sharded(mut self, config: ShardingConfig) -> Self {
+        self.common.sharding = Some(config);
+        self
+    }
+
     /// The primary type: adds, updates and deletes of `K` enqueue the object's own key.
     pub fn for_resource<K: FactoryResource>(self) -> Controller<K> {
         self.for_resource_with(SourceOptions::<K>::new())
@@ -248,6 +308,7 @@ impl ControllerBuilder {
     /// The primary type with predicates of its own and a choice of informer (see
     /// [`SourceOptions`]): `for_resource_with(SourceOptions::<K>::new().predicate(p))`.
     pub fn for_resource_with<K: FactoryResource>(self, options: SourceOptions<K>) -> Controller<K> {
+        let options = options.select(self.common.shard_selector());
         let (informer, cache) = options.informer(&self.common.factory);
         let primary_type = OwnerType {
             group: K::group(&()).into_owned(),
@@ -260,6 +321,7 @@ impl ControllerBuilder {
             informer,
             typed_source::<K>(&cache),
             primary_type,
+            ApiResource::erase::<K>(&()),
             options.predicates,
         );
         controller.permissions.grant_for::<K>(&Verb::READ);
@@ -281,13 +343,20 @@ impl ControllerBuilder {
             only_controller: true,
         };
         let predicates = Filters::default();
+        let sharded = self.common.sharding.is_some();
         let mut controller = Controller::with_primary(
             self.common,
             informer,
             dynamic_source(resource),
             primary_type,
+            resource.clone(),
             predicates,
         );
+        if sharded {
+            controller.error.get_or_insert(ControllerError::InvalidConfig(
+                "a sharded controller needs a typed primary type".into(),
+            ));
+        }
         controller.permissions.grant_dynamic(resource, &Verb::READ);
         controller
     }
@@ -303,6 +372,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         informer: Result<SharedIndexInformer<K>, FactoryError>,
         (key, name): (SourceKey, String),
         primary_type: OwnerType,
+        primary_resource: ApiResource,
         predicates: Filters<K>,
     ) -> Self {
         let (informer, error) = match informer {
@@ -319,6 +389,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 key,
             },
             primary_type,
+            primary_resource,
             sources: Vec::new(),
             error_policy: None,
             error,
@@ -360,6 +431,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     #[must_use]
     pub fn owns_with<C: FactoryResource>(mut self, options: SourceOptions<C>) -> Self {
         self.permissions.grant_for::<C>(&Verb::READ);
+        let options = options.select(self.common.shard_selector());
         let (informer, cache) = options.informer(&self.common.factory);
         let mut owner = self.primary_type.clone();
         owner.only_controller = !options.every_owner;
@@ -679,6 +751,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             common,
             primary,
             primary_type,
+            primary_resource,
             sources,
             error_policy,
             error,
@@ -760,7 +833,22 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             dynamic,
             recorder: recorder.clone(),
         });
-        debug!(controller = %common.name, sources = registrations.len(), "controller built");
+        let sharding = common.sharding.map(|config| {
+            let indexer = primary_informer.indexer().clone();
+            let namespaced = primary_type.namespaced;
+            let lookup: crate::sharding::Lookup = Arc::new(move |key: &ObjectKey| {
+                let key = if namespaced { key.cache_key() } else { key.name.clone() };
+                indexer.get_by_key(&key).map(|obj| obj.meta().clone())
+            });
+            Arc::new(ShardGate::new(
+                config,
+                lookup,
+                common.factory.client().clone(),
+                primary_resource,
+                namespaced,
+            ))
+        });
+        debug!(controller = %common.name, sources = registrations.len(), sharded = sharding.is_some(), "controller built");
         Ok(BuiltController {
             name: common.name.clone(),
             factory: common.factory,
@@ -780,6 +868,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 recover_panic: common.recover_panic,
             },
             refused_retries: RefusedRetries::default(),
+            sharding,
             permissions,
         })
     }

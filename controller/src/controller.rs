@@ -111,6 +111,7 @@ use crate::outcome::{ReconcilePanic, ReconcileTimeout, RequeueAfterError, Termin
 use crate::rbac::Permissions;
 use crate::reconciler::{Action, BoxError, Context, Reconciler, RunScope};
 use crate::runnable::Runnable;
+use crate::sharding::{Admit, ShardGate, ShardMembership};
 use crate::source::ErasedRegistration;
 use crate::work_queue::WorkQueue;
 
@@ -235,6 +236,8 @@ pub struct BuiltController<K, R> {
     /// Keys whose retry a reconcile asked for once the queue was shutting down (so the queue
     /// refused it): reported dropped with the queue's unfinished keys, each key once.
     pub(crate) refused_retries: RefusedRetries,
+    /// This replica's shard of a ring, if sharded (see [`crate::sharding`]).
+    pub(crate) sharding: Option<Arc<ShardGate>>,
     /// The API access its sources, declared writes and event recorder need.
     pub(crate) permissions: Permissions,
 }
@@ -295,7 +298,32 @@ where
         shutdown: CancellationToken,
         stop_now: CancellationToken,
     ) -> Result<(), ControllerError> {
+        if let Some(gate) = self.sharding.clone() {
+            return self.run_sharded(&gate, shutdown, stop_now).await;
+        }
         self.run_leading(shutdown, stop_now, Leadership::unconditional()).await
+    }
+
+    /// A sharded controller's run: joins the ring (acquires and labels its shard Lease), runs
+    /// under that Lease's term as under a leader's (its workers stop at once if it cannot be
+    /// renewed), and after the workers stopped (the graceful drain included) releases the
+    /// Lease, so the sharder moves its objects at once and no other shard reconciles one of
+    /// them before this one finished.
+    async fn run_sharded(
+        self,
+        gate: &ShardGate,
+        shutdown: CancellationToken,
+        stop_now: CancellationToken,
+    ) -> Result<(), ControllerError> {
+        let membership = ShardMembership::new(gate.client().clone(), &gate.config)
+            .map_err(|e| ControllerError::InvalidConfig(format!("controller {}: shard lease: {e}", self.name)))?;
+        let Some((leadership, renewing)) = membership.join(&shutdown).await else {
+            // Shut down before joining: cleans up without starting a worker.
+            return self.run_leading(shutdown, stop_now, Leadership::unconditional()).await;
+        };
+        let result = self.run_leading(shutdown, stop_now, leadership).await;
+        membership.leave(renewing).await;
+        result
     }
 
     /// As [`run_with_stop_now`](Self::run_with_stop_now), only while `leadership` holds (the
@@ -539,6 +567,7 @@ where
             refused_retries: Arc::clone(&self.refused_retries),
             queue: self.queue.clone(),
             reconciler: self.reconciler.clone(),
+            shard: self.sharding.clone(),
             context: context.clone(),
             metrics: self.metrics.clone(),
             outcomes: self.outcomes.clone(),
@@ -611,6 +640,8 @@ struct Worker<K, R> {
     refused_retries: RefusedRetries,
     queue: WorkQueue,
     reconciler: Arc<R>,
+    /// A sharded controller's drain handling.
+    shard: Option<Arc<ShardGate>>,
     context: Context<K>,
     metrics: ControllerMetrics,
     outcomes: Outcomes<K>,
@@ -642,6 +673,22 @@ where
                 // The term's timer fires at once if it has not (or shutdown comes): no busy loop.
                 self.context.token().cancelled().await;
                 return;
+            }
+            // A sharded controller hands a draining object over instead of reconciling it.
+            if let Some(gate) = &self.shard {
+                match gate.admit(&self.name, &key).await {
+                    Admit::Reconcile => {}
+                    Admit::Skip => {
+                        self.queue.forget(&key);
+                        self.queue.done(&key);
+                        continue;
+                    }
+                    Admit::Retry => {
+                        self.retry(&key, None, priority);
+                        self.queue.done(&key);
+                        continue;
+                    }
+                }
             }
             // Counted until dropped: an aborted or panicking reconcile leaves the count too.
             let _running = Running::enter(&self.reconciling);
@@ -866,6 +913,11 @@ where
 {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    /// A sharded controller runs on every replica, under its shard Lease.
+    fn needs_leader_election(&self) -> bool {
+        self.sharding.is_none()
     }
 
     fn start(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, Result<(), BoxError>> {

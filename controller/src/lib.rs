@@ -40,7 +40,10 @@
 //!   Deployment with probes on the Manager's ports, CRDs).
 //! - [`webhook`]: admission (validating, mutating) and conversion webhooks over HTTPS, served
 //!   by the Manager ([`WebhookServer`]), and the configurations that register them.
+//! - [`sharding`]: a controller sharded across replicas (shard Leases, a leader's sharder that
+//!   labels objects, label-selector caches, handover without overlap).
 
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 #![warn(missing_docs)]
 
@@ -63,6 +66,7 @@ pub mod predicate;
 pub mod rbac;
 mod reconciler;
 pub mod runnable;
+pub mod sharding;
 mod source;
 pub mod webhook;
 mod work_queue;

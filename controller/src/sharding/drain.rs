@@ -1,0 +1,126 @@
+//! The shard's side of a handover: before a worker reconciles a key of a sharded controller,
+//! [`ShardGate::admit`] looks at the cached object; a draining one is acknowledged (its shard
+//! and drain labels removed) instead of reconciled.
+//!
+//! Where it sits: in the worker, between taking a key from the queue and calling the
+//! reconciler. The queue gives a key to one worker at a time, so when the acknowledgement is
+//! written no reconcile of that object runs in this shard, and none runs after it: the key is
+//! remembered as handed over, and while its object is absent from this shard's cache (it left
+//! the label selector) a retry or a delete notification of it is dropped rather than
+//! reconciled as a deletion.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::{Api, Client};
+use tracing::{debug, info};
+
+use super::ShardingConfig;
+use crate::object_key::ObjectKey;
+
+/// What the worker does with a key.
+pub(crate) enum Admit {
+    /// Reconcile it as usual.
+    Reconcile,
+    /// Neither reconcile nor retry it: it was handed over (or is gone).
+    Skip,
+    /// Try again later, rate-limited: the acknowledgement failed (a conflict: the cache is
+    /// behind).
+    Retry,
+}
+
+/// Reads a primary object's metadata from the shard's cache.
+pub(crate) type Lookup = Arc<dyn Fn(&ObjectKey) -> Option<ObjectMeta> + Send + Sync>;
+
+/// A sharded controller's drain handling; see the [module docs](self).
+pub(crate) struct ShardGate {
+    pub(crate) config: ShardingConfig,
+    lookup: Lookup,
+    client: Client,
+    resource: ApiResource,
+    namespaced: bool,
+    /// Keys acknowledged by this shard whose objects have not come back to it.
+    handed_over: Mutex<HashSet<ObjectKey>>,
+}
+
+impl ShardGate {
+    pub(crate) fn new(
+        config: ShardingConfig,
+        lookup: Lookup,
+        client: Client,
+        resource: ApiResource,
+        namespaced: bool,
+    ) -> Self {
+        ShardGate {
+            config,
+            lookup,
+            client,
+            resource,
+            namespaced,
+            handed_over: Mutex::new(HashSet::new()),
+        }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn handed_over(&self) -> std::sync::MutexGuard<'_, HashSet<ObjectKey>> {
+        self.handed_over.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Decides what the worker does with `key` (see [`Admit`]); writes the acknowledgement of a
+    /// draining object.
+    pub(crate) async fn admit(&self, controller: &str, key: &ObjectKey) -> Admit {
+        let Some(meta) = (self.lookup)(key) else {
+            if self.handed_over().contains(key) {
+                debug!(controller, key = %key, ring = %self.config.ring, "handed over to another shard: not reconciled");
+                return Admit::Skip;
+            }
+            return Admit::Reconcile; // deleted
+        };
+        let draining = meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(&self.config.drain_label()))
+            .is_some_and(|v| v == "true");
+        if !draining {
+            self.handed_over().remove(key);
+            return Admit::Reconcile;
+        }
+        let Some(rv) = meta.resource_version.filter(|rv| !rv.is_empty()) else {
+            return Admit::Retry;
+        };
+        let api: Api<DynamicObject> = match (&key.namespace, self.namespaced) {
+            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &self.resource),
+            _ => Api::all_with(self.client.clone(), &self.resource),
+        };
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": rv,
+            "labels": {self.config.shard_label(): null, self.config.drain_label(): null},
+        }});
+        // Remembered before the write: once it is sent, this shard must not reconcile the key.
+        self.handed_over().insert(key.clone());
+        match api
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                info!(controller, key = %key, ring = %self.config.ring, shard = %self.config.shard_id,
+                    "drained: handed over to the sharder");
+                Admit::Skip
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => Admit::Skip,
+            Err(e) => {
+                // Perhaps not written (a conflict: the cache is behind). The key stays marked:
+                // while the object is in this cache with its drain label the next attempt
+                // acknowledges again, and if the write did land, the object leaves the cache.
+                debug!(controller, key = %key, ring = %self.config.ring, error = %e,
+                    "drain acknowledgement failed: retrying");
+                Admit::Retry
+            }
+        }
+    }
+}

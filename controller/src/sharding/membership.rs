@@ -1,0 +1,184 @@
+//! Membership of a ring: each shard's own Lease (held and renewed here, on the shard), and
+//! which shards are live (read by the sharder from its Lease cache).
+//!
+//! Where it sits: a sharded [`BuiltController`](crate::BuiltController) joins before its
+//! workers start and leaves after they stopped; the [`Sharder`](super::Sharder) reads
+//! [`live_shards`] whenever it assigns an object.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::{RING_LABEL, ShardingConfig};
+use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
+use crate::leadership::Leadership;
+use crate::reconciler::BoxError;
+
+/// Whether this replica's shard is ready: it holds its shard Lease. Plug it into the
+/// Manager's `/readyz` with `manager.add_readyz_check("shard", move || readiness.check())`.
+/// Cheap to clone; every clone sees the same state.
+#[derive(Clone, Debug, Default)]
+pub struct ShardReadiness(Arc<AtomicBool>);
+
+impl ShardReadiness {
+    /// `Ok` while the shard holds its Lease and runs its workers.
+    pub fn check(&self) -> Result<(), BoxError> {
+        if self.0.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err("the shard does not hold its shard lease".into())
+        }
+    }
+
+    fn set(&self, ready: bool) {
+        self.0.store(ready, Ordering::SeqCst);
+    }
+}
+
+/// The shards among `leases` that are live at `now` (wall clock): their Lease names a holder
+/// and was renewed less than `leaseDurationSeconds` ago by its `renewTime`. Sorted, without
+/// duplicates. Like kubernetes-controller-sharding, this trusts the shards' clocks to agree
+/// with the sharder's within the lease duration's margin over the renew deadline (client-go's
+/// leader election instead times a lease from when it saw it change, which a sharder that just
+/// started could not do for the shards' leases).
+pub fn live_shards(leases: &[Arc<Lease>], now: jiff::Timestamp) -> Vec<String> {
+    let mut live: Vec<String> = leases
+        .iter()
+        .filter_map(|lease| {
+            let spec = lease.spec.as_ref()?;
+            let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
+            let renewed = spec.renew_time.as_ref()?.0;
+            let duration = jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds?));
+            (renewed.checked_add(duration).ok()? > now).then(|| holder.to_owned())
+        })
+        .collect();
+    live.sort_unstable();
+    live.dedup();
+    live
+}
+
+/// The earliest instant one of the live `leases` expires, if none is renewed before.
+pub(crate) fn next_expiry(leases: &[Arc<Lease>], now: jiff::Timestamp) -> Option<Duration> {
+    leases
+        .iter()
+        .filter_map(|lease| {
+            let spec = lease.spec.as_ref()?;
+            spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
+            let expires = spec
+                .renew_time
+                .as_ref()?
+                .0
+                .checked_add(jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds?)))
+                .ok()?;
+            let left = now.duration_until(expires);
+            (left.is_positive()).then(|| Duration::try_from(left).ok()).flatten()
+        })
+        .min()
+}
+
+/// This shard's Lease: joined (acquired and labelled) before the workers start, renewed while
+/// they run, released after they stopped.
+pub(crate) struct ShardMembership {
+    elector: LeaderElector,
+    leases: Api<Lease>,
+    config: ShardingConfig,
+}
+
+/// The renewal of a joined shard's Lease: a task, stopped (and the Lease released) by
+/// [`ShardMembership::leave`], aborted (the Lease then expires) if dropped.
+pub(crate) struct Renewing {
+    stop: CancellationToken,
+    task: Option<JoinHandle<Result<(), LeaderElectionError>>>,
+}
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+impl ShardMembership {
+    /// The membership of `config`'s shard; checks the Lease timing. Makes no request.
+    pub(crate) fn new(client: kube::Client, config: &ShardingConfig) -> Result<Self, LeaderElectionError> {
+        let election = LeaderElectionConfig::new(&config.namespace, config.lease_name(), &config.shard_id)
+            .lease_duration(config.lease_duration)
+            .renew_deadline(config.renew_deadline)
+            .retry_period(config.retry_period)
+            .release_on_cancel(true);
+        Ok(ShardMembership {
+            elector: LeaderElector::new(client.clone(), election)?,
+            leases: Api::namespaced(client, &config.namespace),
+            config: config.clone(),
+        })
+    }
+
+    /// Acquires the shard's Lease and labels it with the ring (retried every `retry_period`),
+    /// then renews it in a task. `None` if `shutdown` fired first (a Lease acquired meanwhile
+    /// is released).
+    pub(crate) async fn join(&self, shutdown: &CancellationToken) -> Option<(Leadership, Renewing)> {
+        if !self.elector.acquire(shutdown).await {
+            return None;
+        }
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let (elector, stop) = (self.elector.clone(), stop.clone());
+            async move { elector.renew(&stop).await }
+        });
+        let renewing = Renewing { stop, task: Some(task) };
+        let label = serde_json::json!({"metadata": {"labels": {RING_LABEL: self.config.ring}}});
+        loop {
+            match self
+                .leases
+                .patch(
+                    &self.config.lease_name(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&label),
+                )
+                .await
+            {
+                Ok(_) => break,
+                Err(e) => {
+                    warn!(ring = %self.config.ring, shard = %self.config.shard_id, error = %e,
+                        "failed to label the shard lease: retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => {
+                            self.leave(renewing).await;
+                            return None;
+                        }
+                        () = tokio::time::sleep(self.config.retry_period) => {}
+                    }
+                }
+            }
+        }
+        info!(ring = %self.config.ring, shard = %self.config.shard_id, lease = %self.config.lease_name(),
+            "joined the ring");
+        self.config.readiness.set(true);
+        Some((self.elector.leadership(), renewing))
+    }
+
+    /// Stops renewing and releases the Lease: the sharder moves this shard's objects at once.
+    pub(crate) async fn leave(&self, mut renewing: Renewing) {
+        self.config.readiness.set(false);
+        renewing.stop.cancel();
+        if let Some(task) = renewing.task.take() {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!(ring = %self.config.ring, shard = %self.config.shard_id, error = %e,
+                    "the shard lease was lost before leaving"),
+                Err(e) if e.is_panic() => warn!(ring = %self.config.ring, shard = %self.config.shard_id,
+                    "the shard lease renewal panicked"),
+                Err(_) => {}
+            }
+        }
+        info!(ring = %self.config.ring, shard = %self.config.shard_id, "left the ring");
+    }
+}

@@ -1,0 +1,169 @@
+//! Controller sharding across replicas, with Kubernetes itself as the coordination engine
+//! (the design of the kubernetes-controller-sharding project): Leases for membership, labels
+//! for assignment, label-selector watches so each replica caches only its own objects.
+//! Opt-in per controller: [`ControllerBuilder::sharded`](crate::ControllerBuilder::sharded).
+//!
+//! Where it sits in the data path: before the informers (each shard's informers of the ring's
+//! types select on the shard's label, so objects of other shards never reach its cache or
+//! queue) and in the worker (a key whose object is draining is handed over instead of
+//! reconciled). The [`Sharder`], run by the elected leader, writes the labels.
+//!
+//! ```text
+//!  shard Lease "<ring>-<shard>"  ──(renewed by each shard)──▶  Sharder (leader): live shards
+//!                                                                  │ rendezvous hash
+//!                                                                  ▼
+//!  object.labels["shard.kinformer.io/<ring>"] = <shard>   ◀── labels new / moved objects
+//!        │ label-selector watch
+//!        ▼
+//!  shard's informer ─▶ queue ─▶ worker ─▶ Reconciler          (only its own objects)
+//! ```
+//!
+//! # Membership (`membership.rs`)
+//! Each shard holds a Lease of its own, `<ring>-<shard-id>` in the configured namespace,
+//! labelled `sharding.kinformer.io/ring: <ring>`, through the same [`LeaderElector`] as the
+//! leader lease (renewed every `retry_period`, valid for `renew_deadline` by the shard's own
+//! clock). A shard whose Lease names no holder (released) or was not renewed for
+//! `leaseDurationSeconds` (by its `renewTime`) is gone. The shard's reconciles run under that
+//! lease's term ([`Leadership`](crate::Leadership)): a shard that cannot renew stops
+//! reconciling before the sharder may consider it gone. `kubectl get leases -l
+//! sharding.kinformer.io/ring=<ring>` lists the shards and their holders.
+//!
+//! # Assignment (`ring.rs`, `sharder.rs`)
+//! The sharder watches the ring's primary type (metadata only) and the shard Leases, and
+//! labels each object `shard.kinformer.io/<ring>: <shard-id>`, the live shard of highest
+//! rendezvous weight for its `namespace/name`. New objects are labelled as their watch event
+//! arrives; a membership change re-examines every object from the sharder's cache. Objects of
+//! the [`owned`](Sharder::owns) types carry their controller owner's label.
+//!
+//! # Handover without overlap (`drain.rs`)
+//! Invariant: **at no instant do two shards reconcile the same object.**
+//! 1. To move an object from a live shard, the sharder only adds
+//!    `drain.shard.kinformer.io/<ring>: "true"`.
+//! 2. The old shard's worker takes the key (the drain label is an update, so it is queued;
+//!    one worker per key, so no reconcile of it runs then), does not reconcile it, and removes
+//!    both labels, conditional on the resourceVersion it read. It remembers the key as handed
+//!    over: a later retry or delete notification of it is not reconciled.
+//! 3. The object leaves the old shard's label selector (its watch sends a delete) and the
+//!    sharder, seeing it unlabelled, assigns the new shard.
+//!
+//! A shard whose Lease expired or was released cannot be reconciling (its own term ended
+//! first, `renew_deadline < lease_duration`; a released lease comes after its workers
+//! stopped), so its objects are relabelled at once. Every label write carries the
+//! resourceVersion it was computed from: a concurrent change makes it fail with a conflict and
+//! it is computed again. No home-made consensus: Leases, labels, optimistic concurrency and
+//! watches only.
+//!
+//! # Metrics
+//! `kinformer_sharding_objects{ring,shard}` (objects labelled per shard, as the sharder sees
+//! them), `kinformer_sharding_moves_total{ring,reason}` (`drained` or `expired`),
+//! `kinformer_sharding_drain_duration_seconds{ring}` (drain label to acknowledgement). A
+//! sharded controller makes its Manager's `/readyz` fail until it holds its shard Lease and
+//! its caches synced ([`ShardingConfig::readiness`]).
+
+mod drain;
+mod membership;
+pub mod ring;
+mod sharder;
+
+use std::time::Duration;
+
+pub(crate) use drain::{Admit, Lookup, ShardGate};
+pub(crate) use membership::ShardMembership;
+pub use membership::{ShardReadiness, live_shards};
+pub use sharder::{Sharder, SharderReconciler, ShardingMetrics};
+
+#[allow(unused_imports)] // the doc links above
+use crate::leader_election::LeaderElector;
+
+/// The label prefix of an object's shard: `shard.kinformer.io/<ring>`.
+pub const SHARD_LABEL_PREFIX: &str = "shard.kinformer.io/";
+/// The label prefix of an object being drained: `drain.shard.kinformer.io/<ring>`.
+pub const DRAIN_LABEL_PREFIX: &str = "drain.shard.kinformer.io/";
+/// The label of every shard Lease, whose value is the ring's name.
+pub const RING_LABEL: &str = "sharding.kinformer.io/ring";
+
+/// One ring and this replica's shard in it: given to
+/// [`ControllerBuilder::sharded`](crate::ControllerBuilder::sharded) on every replica, and to
+/// [`Sharder::new`] (which ignores the shard id).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ShardingConfig {
+    /// The ring's name (part of the label keys: a DNS label, at most 63 characters).
+    pub ring: String,
+    /// This replica's shard id (the value of the shard label: at most 63 characters).
+    pub shard_id: String,
+    /// The namespace of the shard Leases (default `default`).
+    pub namespace: String,
+    /// A shard Lease's duration (default 15 s).
+    pub lease_duration: Duration,
+    /// How long after its last renewal a shard may still reconcile (default 10 s).
+    pub renew_deadline: Duration,
+    /// The pause between renewals (default 2 s).
+    pub retry_period: Duration,
+    /// How often the sharder re-reads the shard Leases from its cache to notice an expiry
+    /// (default 1 s). Lease events (join, release) are noticed at once.
+    pub membership_check_interval: Duration,
+    /// The readiness of this shard, for `/readyz` ([`ShardReadiness::check`]).
+    pub readiness: ShardReadiness,
+}
+
+impl ShardingConfig {
+    /// Shard `shard_id` of ring `ring`, with client-go's leader election timing for its Lease.
+    pub fn new(ring: impl Into<String>, shard_id: impl Into<String>) -> Self {
+        ShardingConfig {
+            ring: ring.into(),
+            shard_id: shard_id.into(),
+            namespace: "default".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            membership_check_interval: Duration::from_secs(1),
+            readiness: ShardReadiness::default(),
+        }
+    }
+
+    /// Sets [`namespace`](Self::namespace).
+    #[must_use]
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Sets [`lease_duration`](Self::lease_duration), [`renew_deadline`](Self::renew_deadline)
+    /// and [`retry_period`](Self::retry_period) (as for a leader lease:
+    /// `lease_duration > renew_deadline > 1.2 × retry_period`).
+    #[must_use]
+    pub fn lease_timing(mut self, lease_duration: Duration, renew_deadline: Duration, retry_period: Duration) -> Self {
+        self.lease_duration = lease_duration;
+        self.renew_deadline = renew_deadline;
+        self.retry_period = retry_period;
+        self
+    }
+
+    /// Sets [`membership_check_interval`](Self::membership_check_interval).
+    #[must_use]
+    pub fn membership_check_interval(mut self, interval: Duration) -> Self {
+        self.membership_check_interval = interval;
+        self
+    }
+
+    /// The label key of the ring's shard assignment, `shard.kinformer.io/<ring>`.
+    pub fn shard_label(&self) -> String {
+        format!("{SHARD_LABEL_PREFIX}{}", self.ring)
+    }
+
+    /// The label key of the ring's drain mark, `drain.shard.kinformer.io/<ring>`.
+    pub fn drain_label(&self) -> String {
+        format!("{DRAIN_LABEL_PREFIX}{}", self.ring)
+    }
+
+    /// The label selector of this shard's objects: `shard.kinformer.io/<ring>=<shard-id>`.
+    pub fn selector(&self) -> String {
+        format!("{}={}", self.shard_label(), self.shard_id)
+    }
+
+    /// The name of this shard's Lease, `<ring>-<shard-id>`.
+    pub fn lease_name(&self) -> String {
+        format!("{}-{}", self.ring, self.shard_id)
+    }
+}

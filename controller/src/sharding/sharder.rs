@@ -1,0 +1,412 @@
+//! The sharder: a controller, run by the elected leader, that labels every object of a ring's
+//! primary type with its live shard, drains objects that must move, and labels the objects
+//! they own like their owner.
+//!
+//! Where it sits: beside the shards' controllers, on the leader only. It reads the ring's
+//! primary type through the factory's shared *metadata* informer (all objects, labels and
+//! owner references only) and the shard Leases through an informer of its own (the ring's
+//! label, the Leases' namespace), and writes labels; the shards' informers select on them.
+
+use std::any::TypeId;
+use std::collections::{BTreeMap, HashMap};
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use factory::{CacheOptions, FactoryResource, PartialObjectMeta, SharedInformerFactory};
+use futures::future::BoxFuture;
+use informer_core::Indexer;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::{Api, Client, Resource};
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
+use serde_json::{Map, Value};
+use tracing::{debug, info};
+
+use super::membership::{live_shards, next_expiry};
+use super::{RING_LABEL, ShardingConfig, ring};
+use crate::builder::Controller;
+use crate::controller::{BuiltController, ControllerError};
+use crate::metrics::Metrics;
+use crate::object_key::{ObjectKey, Request};
+use crate::reconciler::{Action, BoxError, Context, Reconciler};
+
+/// The sharding metric families of one registry. Cheap to clone.
+#[derive(Clone)]
+pub struct ShardingMetrics {
+    objects: IntGaugeVec,
+    moves: IntCounterVec,
+    drain_duration: HistogramVec,
+}
+
+impl ShardingMetrics {
+    /// Registers `kinformer_sharding_objects{ring,shard}`, `kinformer_sharding_moves_total{ring,reason}`
+    /// and `kinformer_sharding_drain_duration_seconds{ring}` in `registry` (once per registry:
+    /// several rings share them by their `ring` label).
+    pub fn new(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let metrics = ShardingMetrics {
+            objects: IntGaugeVec::new(
+                Opts::new(
+                    "kinformer_sharding_objects",
+                    "Objects labelled for each live shard, as the sharder sees them",
+                ),
+                &["ring", "shard"],
+            )?,
+            moves: IntCounterVec::new(
+                Opts::new(
+                    "kinformer_sharding_moves_total",
+                    "Objects moved to another shard: after a drain, or at once from a shard whose lease expired",
+                ),
+                &["ring", "reason"],
+            )?,
+            drain_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "kinformer_sharding_drain_duration_seconds",
+                    "From an object's drain label to its reassignment",
+                )
+                .buckets(prometheus::exponential_buckets(0.005, 2.0, 14)?),
+                &["ring"],
+            )?,
+        };
+        registry.register(Box::new(metrics.objects.clone()))?;
+        registry.register(Box::new(metrics.moves.clone()))?;
+        registry.register(Box::new(metrics.drain_duration.clone()))?;
+        Ok(metrics)
+    }
+
+    /// The objects labelled for `shard` of `ring`, at the sharder's last membership check.
+    pub fn objects(&self, ring: &str, shard: &str) -> i64 {
+        self.objects.with_label_values(&[ring, shard]).get()
+    }
+
+    /// The objects of `ring` moved for `reason` (`drained` or `expired`).
+    pub fn moves(&self, ring: &str, reason: &str) -> u64 {
+        self.moves.with_label_values(&[ring, reason]).get()
+    }
+}
+
+/// Labels the children of one owner: `(ctx, owner uid, owner namespace, shard)`.
+type LabelChildren<K> = Arc<
+    dyn Fn(
+            &Context<PartialObjectMeta<K>>,
+            String,
+            Option<String>,
+            Option<String>,
+        ) -> BoxFuture<'static, Result<(), kube::Error>>
+        + Send
+        + Sync,
+>;
+
+/// Adds a child type's source to the sharder's controller.
+type AddChild<K> = Box<dyn FnOnce(Controller<PartialObjectMeta<K>>) -> Controller<PartialObjectMeta<K>> + Send>;
+
+/// Builds the sharder of a ring whose primary type is `K`:
+/// `Sharder::<K>::new(&factory, &config).owns::<C>().build()`, then add it to the
+/// [`Manager`](crate::Manager), which runs it while it leads.
+#[must_use]
+pub struct Sharder<K> {
+    factory: SharedInformerFactory,
+    config: ShardingConfig,
+    metrics: Option<Metrics>,
+    children: Vec<(AddChild<K>, LabelChildren<K>)>,
+    _k: PhantomData<fn() -> K>,
+}
+
+impl<K: FactoryResource> Sharder<K> {
+    /// The sharder of `config.ring` (the shard id is not used), on `factory`.
+    pub fn new(factory: &SharedInformerFactory, config: &ShardingConfig) -> Self {
+        Sharder {
+            factory: factory.clone(),
+            config: config.clone(),
+            metrics: None,
+            children: Vec::new(),
+            _k: PhantomData,
+        }
+    }
+
+    /// Registers its controller metrics and the [`ShardingMetrics`] in `metrics`' registry (a
+    /// Manager's: `manager.metrics().clone()`). Without it, a registry of its own.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Objects of type `C` follow their controller owner's shard label (the shards' controllers
+    /// `owns::<C>()` them).
+    pub fn owns<C>(mut self) -> Self
+    where
+        C: Resource<DynamicType = (), Scope: 'static> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    {
+        let resource = ApiResource::erase::<C>(&());
+        let namespaced = TypeId::of::<C::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
+        let shard_label = self.config.shard_label();
+        let label: LabelChildren<K> = Arc::new(move |ctx, uid, _namespace, shard| {
+            let children: Vec<Arc<PartialObjectMeta<C>>> = ctx
+                .indexer_for::<PartialObjectMeta<C>>()
+                .map(|indexer| indexer.list())
+                .unwrap_or_default();
+            let client = ctx.client().clone();
+            let (resource, shard_label) = (resource.clone(), shard_label.clone());
+            Box::pin(async move {
+                for child in children {
+                    let meta = &child.metadata;
+                    let owned = meta
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|r| r.controller == Some(true) && r.uid == uid);
+                    let current = meta.labels.as_ref().and_then(|l| l.get(&shard_label));
+                    if !owned || current == shard.as_ref() {
+                        continue;
+                    }
+                    let mut labels = Map::new();
+                    labels.insert(shard_label.clone(), shard.clone().map_or(Value::Null, Value::String));
+                    patch_labels(&client, &resource, namespaced, meta, labels).await?;
+                }
+                Ok(())
+            })
+        });
+        let add: AddChild<K> = Box::new(|controller| controller.owns_metadata::<C>());
+        self.children.push((add, label));
+        self
+    }
+
+    /// The sharder's controller, named `sharder-<ring>`: it needs leader election, so a
+    /// [`Manager`](crate::Manager) runs it only while it leads.
+    pub fn build(self) -> Result<BuiltController<PartialObjectMeta<K>, SharderReconciler<K>>, ControllerError> {
+        let Sharder {
+            factory,
+            config,
+            metrics,
+            children,
+            ..
+        } = self;
+        let lease_informer = factory.informer_for_with::<Lease>(
+            CacheOptions::default()
+                .namespace(&config.namespace)
+                .labels(format!("{RING_LABEL}={}", config.ring)),
+        )?;
+        let primary = factory.metadata_informer_for::<K>()?;
+        let registry = match &metrics {
+            Some(m) => m.registry().clone(),
+            None => Registry::new(),
+        };
+        let sharding_metrics = ShardingMetrics::new(&registry)?;
+        let changes = membership_changes(
+            lease_informer.indexer().clone(),
+            primary.indexer().clone(),
+            config.clone(),
+            sharding_metrics.clone(),
+        );
+        let mut builder = Controller::new(format!("sharder-{}", config.ring), &factory);
+        if let Some(metrics) = metrics {
+            builder = builder.metrics(metrics);
+        }
+        // The Lease cache must be synced before assigning: a source whose notifications map to
+        // no key, for its cache alone.
+        let mut controller = builder
+            .for_resource::<PartialObjectMeta<K>>()
+            .watches_with_options(
+                crate::SourceOptions::<Lease>::new().informer_with(
+                    CacheOptions::default()
+                        .namespace(&config.namespace)
+                        .labels(format!("{RING_LABEL}={}", config.ring)),
+                ),
+                |_: &Lease| Vec::new(),
+            )
+            .reconcile_all_on(changes);
+        let mut labellers = Vec::new();
+        for (add, label) in children {
+            controller = add(controller);
+            labellers.push(label);
+        }
+        controller.build(SharderReconciler {
+            leases: lease_informer.indexer().clone(),
+            resource: ApiResource::erase::<K>(&()),
+            namespaced: TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
+            config,
+            metrics: sharding_metrics,
+            drains: Mutex::new(HashMap::new()),
+            children: labellers,
+        })
+    }
+}
+
+/// A signal each time the set of live shards changes, checked from the Lease cache every
+/// `membership_check_interval` and at the instant the first live Lease would expire; it also
+/// refreshes `kinformer_sharding_objects`.
+fn membership_changes<K: Resource + Send + Sync + 'static>(
+    leases: Indexer<Lease>,
+    objects: Indexer<PartialObjectMeta<K>>,
+    config: ShardingConfig,
+    metrics: ShardingMetrics,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::unfold(None::<Vec<String>>, move |mut last| {
+        let (leases, objects, config, metrics) = (leases.clone(), objects.clone(), config.clone(), metrics.clone());
+        async move {
+            loop {
+                let now = jiff::Timestamp::now();
+                let current = leases.list();
+                let live = live_shards(&current, now);
+                count_objects(&objects, &config, &live, &metrics);
+                if last.as_ref() != Some(&live) {
+                    if last.is_some() {
+                        info!(ring = %config.ring, shards = ?live, "ring membership changed: re-examining every object");
+                    }
+                    last = Some(live);
+                    return Some(((), last));
+                }
+                // A tiny margin past the expiry, so the check after it sees the lease expired.
+                let wait = next_expiry(&current, now)
+                    .map(|d| d + std::time::Duration::from_millis(5))
+                    .map_or(config.membership_check_interval, |d| {
+                        d.min(config.membership_check_interval)
+                    });
+                tokio::time::sleep(wait).await;
+            }
+        }
+    })
+}
+
+fn count_objects<K: Resource + 'static>(
+    objects: &Indexer<PartialObjectMeta<K>>,
+    config: &ShardingConfig,
+    live: &[String],
+    metrics: &ShardingMetrics,
+) {
+    let label = config.shard_label();
+    let mut counts: BTreeMap<&str, i64> = live.iter().map(|s| (s.as_str(), 0)).collect();
+    let all = objects.list();
+    for obj in &all {
+        if let Some(shard) = obj.metadata.labels.as_ref().and_then(|l| l.get(&label))
+            && let Some(count) = counts.get_mut(shard.as_str())
+        {
+            *count += 1;
+        }
+    }
+    metrics.objects.reset();
+    for (shard, count) in counts {
+        metrics.objects.with_label_values(&[&config.ring, shard]).set(count);
+    }
+}
+
+/// A merge patch of `labels` (a `null` removes one) on the object `meta` names, conditional on
+/// its resourceVersion.
+async fn patch_labels(
+    client: &Client,
+    resource: &ApiResource,
+    namespaced: bool,
+    meta: &ObjectMeta,
+    labels: Map<String, Value>,
+) -> Result<(), kube::Error> {
+    let name = meta.name.as_deref().unwrap_or_default();
+    let api: Api<DynamicObject> = match (&meta.namespace, namespaced) {
+        (Some(ns), true) => Api::namespaced_with(client.clone(), ns, resource),
+        _ => Api::all_with(client.clone(), resource),
+    };
+    let patch = serde_json::json!({"metadata": {"resourceVersion": meta.resource_version, "labels": labels}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 409)
+}
+
+/// The sharder's reconciler: assigns, drains and moves one object (see the
+/// [module docs](super)).
+pub struct SharderReconciler<K> {
+    leases: Indexer<Lease>,
+    resource: ApiResource,
+    namespaced: bool,
+    config: ShardingConfig,
+    metrics: ShardingMetrics,
+    /// When each drain this sharder started began (for the drain duration).
+    drains: Mutex<HashMap<ObjectKey, Instant>>,
+    children: Vec<LabelChildren<K>>,
+}
+
+impl<K: FactoryResource> SharderReconciler<K> {
+    /// The label writes `meta` needs, and the shard its children should carry.
+    fn decide(&self, key: &ObjectKey, meta: &ObjectMeta) -> (Option<Map<String, Value>>, Option<String>) {
+        let (shard_label, drain_label) = (self.config.shard_label(), self.config.drain_label());
+        let labels = meta.labels.clone().unwrap_or_default();
+        let current = labels.get(&shard_label).cloned();
+        let draining = labels.get(&drain_label).is_some_and(|v| v == "true");
+        let live = live_shards(&self.leases.list(), jiff::Timestamp::now());
+        let Some(desired) = ring::assign(&live, &key.cache_key()).map(str::to_owned) else {
+            return (None, current); // no live shard: nothing to assign to
+        };
+        let assign = |desired: &str| {
+            let mut patch = Map::new();
+            patch.insert(shard_label.clone(), Value::String(desired.to_owned()));
+            patch.insert(drain_label.clone(), Value::Null);
+            patch
+        };
+        let drains = || self.drains.lock().unwrap_or_else(|p| p.into_inner());
+        match current {
+            None => {
+                if let Some(started) = drains().remove(key) {
+                    self.metrics
+                        .drain_duration
+                        .with_label_values(&[&self.config.ring])
+                        .observe(started.elapsed().as_secs_f64());
+                    self.metrics
+                        .moves
+                        .with_label_values(&[&self.config.ring, "drained"])
+                        .inc();
+                }
+                (Some(assign(&desired)), Some(desired))
+            }
+            Some(current) if !live.contains(&current) => {
+                drains().remove(key);
+                self.metrics
+                    .moves
+                    .with_label_values(&[&self.config.ring, "expired"])
+                    .inc();
+                debug!(ring = %self.config.ring, key = %key, from = %current, to = %desired, "moving from a shard that is gone");
+                (Some(assign(&desired)), Some(desired))
+            }
+            Some(current) if current == desired || draining => (None, Some(current)),
+            Some(current) => {
+                drains().entry(key.clone()).or_insert_with(Instant::now);
+                debug!(ring = %self.config.ring, key = %key, from = %current, to = %desired, "draining");
+                let mut patch = Map::new();
+                patch.insert(drain_label, Value::String("true".into()));
+                (Some(patch), Some(current))
+            }
+        }
+    }
+}
+
+impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<K> {
+    type Error = BoxError;
+
+    async fn reconcile(&self, req: Request, ctx: &Context<PartialObjectMeta<K>>) -> Result<Action, BoxError> {
+        let Some(obj) = ctx.get(&req)? else {
+            self.drains.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
+            return Ok(Action::Done);
+        };
+        let (patch, shard) = self.decide(&req, &obj.metadata);
+        if let Some(labels) = patch {
+            match patch_labels(ctx.client(), &self.resource, self.namespaced, &obj.metadata, labels).await {
+                Ok(()) => {}
+                // The cache is behind: the update that made it so queues the key again.
+                Err(e) if is_conflict(&e) => return Ok(Action::Requeue),
+                Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Action::Done),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let uid = obj.metadata.uid.clone().unwrap_or_default();
+        for label in &self.children {
+            match label(ctx, uid.clone(), obj.metadata.namespace.clone(), shard.clone()).await {
+                Ok(()) => {}
+                Err(e) if is_conflict(&e) => return Ok(Action::Requeue),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Action::Done)
+    }
+}

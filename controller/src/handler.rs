@@ -11,10 +11,12 @@
 //! An update enqueues the keys of both the old and the new object (an owner reference or a
 //! mapped key may have changed), as controller-runtime does. A notification enqueues only if
 //! it passes the controller's event filters (metadata) and its source's own predicates (typed).
-//! Handlers are registered
-//! non-blocking, so their listeners drain on the runtime's async workers (no thread of their
-//! own): they filter, compute keys and add them to the queue, nothing else, and never block. The
-//! only allocations are the keys themselves (and a mapper's `Vec`).
+//! Handlers declare
+//! themselves non-blocking ([`ResourceEventHandler::is_non_blocking`]), so the informer calls
+//! them inline, on its own task, right after each batch reached the cache (no buffer, no thread):
+//! they filter, compute keys and add them to the queue, nothing else, and never block; a
+//! predicate or mapper must not block either. The only allocations are the keys themselves (and
+//! a mapper's `Vec`).
 //!
 //! Priorities, as controller-runtime's handlers with its priority queue: an add from the
 //! informer's initial list, and an update whose resourceVersion did not change (a resync), enqueue
@@ -182,6 +184,12 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHan
         if self.predicates.delete(obj.meta()) && self.source_predicates.delete(obj) {
             self.enqueue(obj, NORMAL_PRIORITY);
         }
+    }
+
+    /// Filtering and adding keys to the queue never block: the informer calls this handler
+    /// inline (predicates and mappers must not block either).
+    fn is_non_blocking(&self) -> bool {
+        true
     }
 }
 

@@ -100,6 +100,9 @@ impl<C: Send + Sync + 'static> ResourceEventHandler<C> for BoxedHandler<C> {
     fn on_delete(&self, obj: informer_core::DeletedObject<C>) {
         self.0.on_delete(obj);
     }
+    fn is_non_blocking(&self) -> bool {
+        self.0.is_non_blocking()
+    }
 }
 
 /// A [`Source`] without its type.
@@ -133,7 +136,7 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
             return Err(SourceError::InvalidConfig("an informer is missing"));
         };
         let registration = match &self.handling {
-            // Filtering and enqueueing never block: delivered by a task, with no thread.
+            // Filtering and enqueueing never block: called inline by the informer.
             Handling::Map(mapping) => informer.add_event_handler_with_options(
                 EnqueueHandler {
                     queue: queue.clone(),
@@ -141,7 +144,7 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
                     source_predicates: self.predicates.clone(),
                     mapping: mapping.clone(),
                 },
-                HandlerOptions::default().non_blocking().name(controller),
+                HandlerOptions::default().name(controller),
             )?,
             Handling::Custom(make) => {
                 let make = make.lock().unwrap_or_else(|p| p.into_inner()).take();

@@ -2,9 +2,13 @@
 //! `ResourceEventHandler`, `ResourceEventHandlerFuncs`, `FilteringResourceEventHandler`).
 //!
 //! Each handler is called by its own listener (`listener.rs`), one notification at a time, in
-//! the order the informer saw the changes; a listener holds no thread of its own (its drains run
-//! on the runtime's blocking pool, or on the async workers for a non-blocking handler). Handlers
-//! should be quick (enqueue a key into a work queue); a slow handler delays only itself.
+//! the order the informer saw the changes; a listener holds no thread of its own. A handler
+//! that may block (the default) is called on a thread of the runtime's blocking pool, so a
+//! slow one delays only itself. A handler that declares itself non-blocking
+//! ([`ResourceEventHandler::is_non_blocking`], or `HandlerOptions::non_blocking` at
+//! registration) is called inline, by the informer's own task right after the change reached
+//! the cache: the cheapest way, and the one a handler that only filters and enqueues a key
+//! (the controller's) should take.
 
 use std::sync::Arc;
 
@@ -32,6 +36,20 @@ pub trait ResourceEventHandler<K>: Send + Sync + 'static {
     fn on_delete(&self, obj: DeletedObject<K>) {
         let _ = obj;
     }
+
+    /// Whether this handler promises never to block: it only looks at the objects, filters,
+    /// and hands keys on without waiting (adds them to a work queue, say). The informer then
+    /// calls it inline, on its own task, right after each batch of changes reached the cache,
+    /// rather than through a buffer drained by another thread: nothing is buffered for it and
+    /// no thread is woken per batch. A handler that blocks anyway (I/O, a lock held long, a
+    /// full bounded channel) stalls the informer and every handler on it, and a runtime worker.
+    ///
+    /// Default `false`: the handler may block and is called on a thread of the runtime's
+    /// blocking pool. Registering
+    /// with `HandlerOptions::non_blocking` declares the same for a handler that does not say so.
+    fn is_non_blocking(&self) -> bool {
+        false
+    }
 }
 
 type AddFunc<K> = Box<dyn Fn(&Arc<K>, bool) + Send + Sync>;
@@ -52,6 +70,7 @@ pub struct ResourceEventHandlerFuncs<K> {
     add: Option<AddFunc<K>>,
     update: Option<UpdateFunc<K>>,
     delete: Option<DeleteFunc<K>>,
+    non_blocking: bool,
 }
 
 impl<K> Default for ResourceEventHandlerFuncs<K> {
@@ -60,6 +79,7 @@ impl<K> Default for ResourceEventHandlerFuncs<K> {
             add: None,
             update: None,
             delete: None,
+            non_blocking: false,
         }
     }
 }
@@ -90,6 +110,14 @@ impl<K> ResourceEventHandlerFuncs<K> {
         self.delete = Some(Box::new(f));
         self
     }
+
+    /// Declares that none of the closures ever blocks, so the informer calls them inline (see
+    /// [`ResourceEventHandler::is_non_blocking`]).
+    #[must_use]
+    pub fn non_blocking(mut self) -> Self {
+        self.non_blocking = true;
+        self
+    }
 }
 
 impl<K: Send + Sync + 'static> ResourceEventHandler<K> for ResourceEventHandlerFuncs<K> {
@@ -109,6 +137,10 @@ impl<K: Send + Sync + 'static> ResourceEventHandler<K> for ResourceEventHandlerF
         if let Some(f) = &self.delete {
             f(obj);
         }
+    }
+
+    fn is_non_blocking(&self) -> bool {
+        self.non_blocking
     }
 }
 
@@ -157,6 +189,11 @@ where
         if (self.filter)(obj.object()) {
             self.handler.on_delete(obj);
         }
+    }
+
+    /// The wrapped handler's (the filter must not block either).
+    fn is_non_blocking(&self) -> bool {
+        self.handler.is_non_blocking()
     }
 }
 

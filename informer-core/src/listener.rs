@@ -3,17 +3,39 @@
 //! `distribute` appends to the listener's buffer and returns: the buffer grows without bound
 //! (client-go's `RingGrowing`), so a slow handler never blocks the informer or any other
 //! handler. A listener costs no thread of its own: when notifications arrive for an idle
-//! listener, one *drain* is scheduled on the tokio runtime that runs the informer, and it
-//! delivers the buffer in order until it is empty. At most one drain per listener runs at a
-//! time, which keeps each handler's notifications in order and one at a time.
+//! listener, one *drain* delivers the buffer in order until it is empty. At most one drain per
+//! listener runs at a time (the `scheduled` flag is the drain's token), which keeps each
+//! handler's notifications in order and one at a time.
 //!
-//! Handlers are plain synchronous calls that may block, so by default a drain runs on the
-//! runtime's blocking pool (`spawn_blocking`): a handler that blocks or stalls holds one pool
-//! thread and delays neither the reflector (on the async workers) nor any other handler (the
-//! pool grows). A handler registered as non-blocking (`HandlerOptions::non_blocking`, which
-//! the controller's enqueue handlers use) is drained by a task on the async workers instead,
-//! yielding every few notifications; it must never block. Idle listeners of either kind
-//! hold no thread and no task: 1,000 registrations cost buffers, not 1,000 threads.
+//! Where a drain runs depends on whether the handler may block:
+//!
+//! - A **non-blocking** handler (declared by [`ResourceEventHandler::is_non_blocking`] or
+//!   `HandlerOptions::non_blocking`; the controller's enqueue handlers are) is drained *inline*:
+//!   the thread that applied the batch to the cache takes the drain's token while it hands the
+//!   batch over ([`hand_over`](ProcessorListener::hand_over)) and, once it released the
+//!   informer's locks, delivers right there ([`InlineDrain::run`]), up to
+//!   [`INLINE_BUDGET`] notifications. Nothing waits in a buffer, no task or thread is woken,
+//!   and the replaced object of an update is freed by the thread that decoded its successor
+//!   (an object freed on another thread than the one that allocated it costs glibc's malloc an
+//!   arena lock, measured as futex calls per event). What is left over past the budget (a
+//!   relist or resync of a large cache), and a late handler's replay, go to a task on the
+//!   async workers that yields every [`NON_BLOCKING_BUDGET`] notifications; while that task
+//!   holds the token, new batches are appended behind it, so the order is kept. A
+//!   non-blocking handler must never block: it would stall the informer (and its runtime
+//!   worker).
+//! - A handler that **may block** (the default: handlers are plain synchronous calls) is
+//!   drained on the runtime's blocking pool (`spawn_blocking`): a handler that blocks or
+//!   stalls holds one pool thread and delays neither the reflector (on the async workers) nor
+//!   any other handler (the pool grows, to 512 threads by default, so list decoding, which
+//!   uses the same pool, is delayed only once hundreds of handlers are stalled). A pool of the
+//!   listeners' own was tried and dropped: tokio's paused clock (the tests' timers) does not
+//!   advance while a `spawn_blocking` task runs, but does while a thread of our own works, so
+//!   a paused-time test could no longer tell a handler's work from idleness. Idle listeners
+//!   hold no thread and no task: 1,000 registrations cost buffers, not 1,000 threads.
+//!
+//! client-go runs every handler on a goroutine of its own listener; running non-blocking ones
+//! inline is what kube-runtime's stream consumers do, and what makes the watch path cheaper
+//! than a hand-over per event.
 //!
 //! A handler that panics loses that one notification, which is logged and counted; the
 //! listener goes on.
@@ -24,7 +46,8 @@
 //! informer's `run`. A drain that dies of a panic escaping the handler's guard (a panic payload
 //! whose own drop panics, say) is logged at ERROR naming the informer and the listener when it
 //! happens, leaves the listener usable (a new drain takes over what is pending), and is
-//! reported again when its handle is joined.
+//! reported again when its handle is joined; an inline drain that does is caught there, so the
+//! informer goes on.
 //!
 //! The buffer is unbounded by default, as client-go's. A registration may set a bound
 //! (`HandlerOptions::max_pending`): when the buffer grows past it, pending notifications are
@@ -53,8 +76,13 @@ use crate::delta::DeletedObject;
 use crate::event_handler::ResourceEventHandler;
 use crate::store::meta_namespace_key;
 
-/// Notifications a non-blocking drain delivers before it yields to the runtime.
-const NON_BLOCKING_BUDGET: usize = 64;
+/// Notifications a non-blocking drain task delivers before it yields to the runtime.
+pub(crate) const NON_BLOCKING_BUDGET: usize = 64;
+
+/// Notifications an [`InlineDrain`] delivers on the distributing thread before it hands the
+/// rest to a task: a batch popped from the queue (at most 1,000 changes) is delivered whole, a
+/// relist or resync of a large cache does not hold the informer's task for long.
+pub(crate) const INLINE_BUDGET: usize = 4096;
 
 /// A change to deliver to a handler.
 pub(crate) enum Notification<K> {
@@ -210,11 +238,52 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
     }
 
     /// Appends notifications in order under one lock, scheduling at most one drain; never
-    /// blocks on the handler.
+    /// blocks on the handler. A late handler's replay comes this way: it is delivered by a
+    /// drain even for a non-blocking handler, so the registration returns at once.
     pub(crate) fn add_all(self: &Arc<Self>, notifications: impl IntoIterator<Item = Notification<K>>) {
         let mut buffer = self.buffer();
-        if buffer.stopped {
+        if !self.append(&mut buffer, notifications) {
             return;
+        }
+        if let Some(runtime) = self.claim_drain(&mut buffer) {
+            self.spawn_drain(&mut buffer, &runtime);
+        }
+    }
+
+    /// Appends notifications in order under one lock, as [`add_all`](Self::add_all); but for a
+    /// non-blocking listener with no drain scheduled, the caller takes the drain's token
+    /// instead of a task: it must then [`run`](InlineDrain::run) the returned drain (after
+    /// releasing any lock a handler may need: the informer's), which delivers on its thread.
+    #[must_use = "the returned drain holds the listener's token: run it"]
+    pub(crate) fn hand_over(
+        self: &Arc<Self>,
+        notifications: impl IntoIterator<Item = Notification<K>>,
+    ) -> Option<InlineDrain<K>> {
+        if !self.non_blocking {
+            self.add_all(notifications);
+            return None;
+        }
+        let mut buffer = self.buffer();
+        if !self.append(&mut buffer, notifications) {
+            return None;
+        }
+        let runtime = self.claim_drain(&mut buffer)?;
+        Some(InlineDrain {
+            listener: self.clone(),
+            runtime,
+        })
+    }
+
+    /// Whether the handler was declared non-blocking (drained inline).
+    pub(crate) fn is_non_blocking(&self) -> bool {
+        self.non_blocking
+    }
+
+    /// Appends notifications to the buffer (coalescing past the bound); false if the listener
+    /// stopped and nothing was appended.
+    fn append(&self, buffer: &mut Buffer<K>, notifications: impl IntoIterator<Item = Notification<K>>) -> bool {
+        if buffer.stopped {
+            return false;
         }
         let mut initial = 0;
         for notification in notifications {
@@ -229,11 +298,9 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
         if let Some(at) = buffer.coalesce_at
             && buffer.pending.len() > at
         {
-            self.coalesce(&mut buffer);
+            self.coalesce(buffer);
         }
-        if let Some(runtime) = self.claim_drain(&mut buffer) {
-            self.spawn_drain(&mut buffer, &runtime);
-        }
+        true
     }
 
     /// If a drain is due and none is scheduled, marks one scheduled and returns the runtime
@@ -534,28 +601,75 @@ impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
     }
 }
 
-/// The listener as a running drain holds it: if the drain unwinds (a panic that escaped the
-/// handler's guard), logs it and hands on as if the drain had ended normally (not in a call; a
-/// new drain scheduled for what is still pending), so neither `wait_stopped` nor the pending
-/// notifications wait for it forever.
+/// The drain of a non-blocking listener that [`hand_over`](ProcessorListener::hand_over) gave
+/// to the distributing thread: it holds the listener's token until [`run`](Self::run) ends or
+/// hands the rest to a task.
+pub(crate) struct InlineDrain<K> {
+    listener: Arc<ProcessorListener<K>>,
+    /// Where the rest goes past the budget.
+    runtime: Handle,
+}
+
+impl<K: Resource + Send + Sync + 'static> InlineDrain<K> {
+    /// Delivers what is pending on this thread, up to [`INLINE_BUDGET`] notifications, then
+    /// spawns a task for whatever is left (and for what arrives meanwhile). A panic escaping
+    /// the handler's guard is caught here (the informer must go on): logged, and the listener
+    /// handed on as a dying drain task would.
+    pub(crate) fn run(self) {
+        let listener = &self.listener;
+        let delivered_all = catch_unwind(AssertUnwindSafe(|| {
+            for _ in 0..INLINE_BUDGET {
+                if !listener.deliver_next() {
+                    return true;
+                }
+            }
+            false
+        }));
+        match delivered_all {
+            Ok(true) => {}
+            Ok(false) => {
+                // Still holding the token: a task takes over from here, in order.
+                let mut buffer = listener.buffer();
+                listener.spawn_drain(&mut buffer, &self.runtime);
+            }
+            Err(escaped) => {
+                listener.drain_died();
+                // Its drop may panic as well (as the payload it escaped from did): leak it
+                // rather than unwind the informer.
+                std::mem::forget(escaped);
+            }
+        }
+    }
+}
+
+/// The listener as a running drain task holds it: if the drain unwinds (a panic that escaped
+/// the handler's guard), hands on as if the drain had ended normally (see
+/// [`drain_died`](ProcessorListener::drain_died)).
 struct DrainGuard<K: Resource + Send + Sync + 'static>(Arc<ProcessorListener<K>>);
 
 impl<K: Resource + Send + Sync + 'static> Drop for DrainGuard<K> {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
+        if std::thread::panicking() {
+            self.0.drain_died();
         }
-        let listener = &self.0;
-        error!(informer = %listener.informer, listener = %listener.name,
+    }
+}
+
+impl<K: Resource + Send + Sync + 'static> ProcessorListener<K> {
+    /// A drain died of a panic that escaped the handler's guard: logs it and hands on as if
+    /// the drain had ended normally (not in a call; a new drain scheduled for what is still
+    /// pending), so neither `wait_stopped` nor the pending notifications wait for it forever.
+    fn drain_died(self: &Arc<Self>) {
+        error!(informer = %self.informer, listener = %self.name,
             "a listener's drain panicked outside the handler's guard; the notification in progress is lost");
-        let mut buffer = listener.buffer();
+        let mut buffer = self.buffer();
         buffer.in_call = false;
         buffer.scheduled = false;
-        if let Some(runtime) = listener.claim_drain(&mut buffer) {
-            listener.spawn_drain(&mut buffer, &runtime);
+        if let Some(runtime) = self.claim_drain(&mut buffer) {
+            self.spawn_drain(&mut buffer, &runtime);
         }
         drop(buffer);
-        listener.left_call.notify_waiters();
+        self.left_call.notify_waiters();
     }
 }
 
@@ -656,8 +770,10 @@ mod tests {
         );
         assert!(processor.add_listener(queued.clone()) && processor.add_listener(removed.clone()));
         processor.run(Handle::current());
-        // On this one-thread runtime nothing has yielded: both drains are spawned, not yet run.
-        processor.distribute(&[(add("a"), false)]);
+        // A replay goes to a drain task even for a non-blocking listener; on this one-thread
+        // runtime nothing has yielded: both drains are spawned, not yet run.
+        queued.add_all([add("a")]);
+        removed.add_all([add("a")]);
         assert_eq!(alive_tasks(), before + 2, "one drain per listener");
         assert!(processor.remove_listener(&removed));
         assert_eq!(queued.drains_held(), 1);

@@ -1,10 +1,13 @@
 //! Fan-out of notifications to every listener (client-go `sharedProcessor`).
 //!
-//! `distribute` appends a batch of notifications to each listener's buffer under a read lock
-//! and returns at once; each listener takes its part of the batch under one lock of its own and
-//! schedules at most one drain, so a batch of N changes costs each listener one wake-up, not N.
-//! Resync notifications (updates whose resourceVersion did not change) go only to the
-//! listeners whose resync period is due, which `should_resync` works out on each resync tick.
+//! `distribute` hands a batch of notifications to each listener under a read lock: each
+//! listener takes its part of the batch under one lock of its own, so a batch of N changes
+//! costs each listener one wake-up, not N. Listeners whose handlers may block get theirs
+//! first (their drains start on other threads at once); the non-blocking ones are handed
+//! theirs last and come back as [`InlineDrain`]s, which the caller runs on its own thread once
+//! it released the informer's locks (see `listener.rs`). Resync notifications (updates whose
+//! resourceVersion did not change) go only to the listeners whose resync period is due, which
+//! `should_resync` works out on each resync tick.
 
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -13,7 +16,7 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 use tracing::warn;
 
-use crate::listener::{Notification, ProcessorListener};
+use crate::listener::{InlineDrain, Notification, ProcessorListener};
 
 struct Entry<K> {
     listener: Arc<ProcessorListener<K>>,
@@ -102,21 +105,30 @@ impl<K: kube::Resource + Send + Sync + 'static> SharedProcessor<K> {
     }
 
     /// Hands each `(notification, sync)` of `batch`, in order, to every listener, or for a
-    /// `sync` one only to the listeners due a resync.
-    pub(crate) fn distribute(&self, batch: &[(Notification<K>, bool)]) {
+    /// `sync` one only to the listeners due a resync: first to the listeners whose handlers may
+    /// block, then to the non-blocking ones, whose drains the caller gets back to
+    /// [`run`](InlineDrain::run) (after releasing its locks, in the order returned).
+    #[must_use = "the inline drains hold their listeners' tokens: run them"]
+    pub(crate) fn distribute(&self, batch: &[(Notification<K>, bool)]) -> Vec<InlineDrain<K>> {
+        let mut inline = Vec::new();
         if batch.is_empty() {
-            return;
+            return inline;
         }
         let inner = self.read();
-        for entry in &inner.listeners {
+        let part = |entry: &Entry<K>| {
             let syncing = entry.syncing;
-            entry.listener.add_all(
-                batch
-                    .iter()
-                    .filter(|(_, sync)| !sync || syncing)
-                    .map(|(notification, _)| notification.clone()),
-            );
+            batch
+                .iter()
+                .filter(move |(_, sync)| !sync || syncing)
+                .map(|(notification, _)| notification.clone())
+        };
+        for entry in inner.listeners.iter().filter(|e| !e.listener.is_non_blocking()) {
+            entry.listener.add_all(part(entry));
         }
+        for entry in inner.listeners.iter().filter(|e| e.listener.is_non_blocking()) {
+            inline.extend(entry.listener.hand_over(part(entry)));
+        }
+        inline
     }
 
     /// Marks the listeners whose resync is due and schedules their next one; true if any is due.

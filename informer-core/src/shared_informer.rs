@@ -5,7 +5,8 @@
 //! [`DeltaFifo`], see [`QueueKind`]) → `process_batch` → the [`Indexer`] and the shared
 //! processor → one listener per handler. Each popped batch is applied to the cache under one
 //! write lock (readers see all of it or none; a relist is one item, so it is atomic too), and
-//! its notifications are handed to the listeners in order in one go. Handlers may be added
+//! its notifications are handed to the listeners in order in one go (non-blocking handlers are
+//! then called right there, on the informer's task; see `listener.rs`). Handlers may be added
 //! before or after `run`; one added after start is first replayed the whole cache as adds
 //! (with `is_in_initial_list`), and its registration reports synced once those were handled.
 //!
@@ -144,9 +145,11 @@ pub struct HandlerOptions {
     /// The resync period the handler wants (`None`: the informer's default); see
     /// [`SharedIndexInformer::add_event_handler_with_resync_period`] for the rules.
     pub resync_period: Option<Duration>,
-    /// The handler promises never to block (it only filters and enqueues, say): its
-    /// notifications are delivered by a task on the runtime's async workers rather than on the
-    /// blocking pool, which is cheaper. A handler that blocks anyway stalls a runtime worker.
+    /// The handler promises never to block (it only filters and enqueues, say): it is called
+    /// inline by the informer's task, right after each batch reached the cache, instead of on
+    /// a thread of the runtime's blocking pool (see [`ResourceEventHandler::is_non_blocking`], which
+    /// declares the same from the handler's side; either one suffices). A handler that blocks
+    /// anyway stalls the informer and a runtime worker.
     pub non_blocking: bool,
     /// A name for the handler (the `handler` label of its metrics; default: the informer's
     /// name and a number).
@@ -517,6 +520,7 @@ where
         }
         let id = self.inner.next_listener_id.fetch_add(1, Ordering::Relaxed);
         let effective = determine_resync_period(resync_period, settings.resync_check_period);
+        let non_blocking = options.non_blocking || handler.is_non_blocking();
         let listener = ProcessorListener::new(
             Arc::new(handler),
             ListenerOptions {
@@ -526,7 +530,7 @@ where
                     .unwrap_or_else(|| format!("{}-{id}", self.inner.reflector_config.name)),
                 requested_resync_period: resync_period,
                 resync_period: effective,
-                non_blocking: options.non_blocking,
+                non_blocking,
                 max_pending: options.max_pending,
             },
         );
@@ -819,14 +823,15 @@ where
 
     /// Applies a batch popped from one partition's queue to that partition's store under one
     /// write lock, then hands its notifications to the listeners in order (client-go
-    /// `processDeltas` / `processDeltasInBatch`).
+    /// `processDeltas` / `processDeltasInBatch`) and, once the informer's locks are released,
+    /// calls the non-blocking handlers inline (see `listener.rs`).
     ///
     /// A panic here can only come from user code in the cache's path (an index function): the
     /// item being applied is dropped (the cache stays as it was before it, since index values
     /// are computed before anything changes), logged and counted, and the rest of the batch
     /// goes on.
     fn process_batch(&self, store: &ThreadSafeStore<K>, batch: &[QueueItem<K>], is_in_initial_list: bool) {
-        let _block = self.block_deltas();
+        let block = self.block_deltas();
         let mut notifications = Vec::with_capacity(batch.len());
         let mut new_marks = Vec::new();
         {
@@ -854,7 +859,15 @@ where
                 warn_marked(&self.inner.reflector_config.name, &kind, key, undecodable);
             }
         }
-        self.inner.processor.distribute(&notifications);
+        let inline = self.inner.processor.distribute(&notifications);
+        // Non-blocking handlers are called here, on the thread that applied the batch, but
+        // with the informer's locks released: one may register or remove a handler.
+        drop(block);
+        for drain in inline {
+            drain.run();
+        }
+        // The batch's notifications (replaced objects among them) are freed here too.
+        drop(notifications);
     }
 }
 

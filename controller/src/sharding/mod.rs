@@ -32,7 +32,9 @@
 //! The sharder watches the ring's primary type (metadata only) and the shard Leases, and
 //! labels each object `shard.kinformer.io/<ring>: <shard-id>`, the live shard of highest
 //! rendezvous weight for its `namespace/name`. New objects are labelled as their watch event
-//! arrives; a membership change re-examines every object from the sharder's cache. Objects of
+//! arrives; a membership change (seen in the Lease cache, checked every
+//! `membership_check_interval` and at each live Lease's expiry) re-examines every object from
+//! the sharder's cache. Objects of
 //! the [`owned`](Sharder::owns) types carry their controller owner's label.
 //!
 //! # Handover without overlap (`drain.rs`)
@@ -56,9 +58,9 @@
 //! # Metrics
 //! `kinformer_sharding_objects{ring,shard}` (objects labelled per shard, as the sharder sees
 //! them), `kinformer_sharding_moves_total{ring,reason}` (`drained` or `expired`),
-//! `kinformer_sharding_drain_duration_seconds{ring}` (drain label to acknowledgement). A
-//! sharded controller makes its Manager's `/readyz` fail until it holds its shard Lease and
-//! its caches synced ([`ShardingConfig::readiness`]).
+//! `kinformer_sharding_drain_duration_seconds{ring}` (drain label to reassignment). A
+//! shard's readiness ([`ShardingConfig::readiness`], for the Manager's `/readyz`) fails while it
+//! does not hold its shard Lease.
 
 mod drain;
 mod membership;
@@ -100,8 +102,9 @@ pub struct ShardingConfig {
     pub renew_deadline: Duration,
     /// The pause between renewals (default 2 s).
     pub retry_period: Duration,
-    /// How often the sharder re-reads the shard Leases from its cache to notice an expiry
-    /// (default 1 s). Lease events (join, release) are noticed at once.
+    /// How often the sharder re-reads the shard Leases from its cache (default 1 s): a join or
+    /// a release is noticed within it; an expiry at the instant it happens (the check is also
+    /// timed for the first live Lease's expiry).
     pub membership_check_interval: Duration,
     /// The readiness of this shard, for `/readyz` ([`ShardReadiness::check`]).
     pub readiness: ShardReadiness,

@@ -11,7 +11,7 @@
 //! that read the patched value. With the priority queue (the default) the list's keys wait at low
 //! priority and a change overtakes them; with `--fifo` (the plain queue) a change waits for the
 //! backlog ahead of its key. Also reported: reconciles per second over the drain, its wall time,
-//! and the process's CPU seconds in it (user + system, from `/proc/self/stat`).
+//! and the process's CPU seconds in it (user + system, `kinformer_bench::process_cpu_secs`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -81,18 +81,6 @@ impl Seen {
     fn count(&self) -> usize {
         self.names.lock().map(|n| n.len()).unwrap_or(0)
     }
-}
-
-/// User + system CPU seconds of this process so far (`/proc/self/stat`, in clock ticks of 1/100 s,
-/// Linux's `USER_HZ`).
-fn cpu_secs() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
 }
 
 fn name(i: usize) -> String {
@@ -174,7 +162,7 @@ async fn main() -> Result<(), BoxError> {
     while seen.reconciles.lock().map(|r| r.0).unwrap_or(0) == 0 {
         let _ = tokio::time::timeout(Duration::from_millis(5), seen.changed.notified()).await;
     }
-    let cpu_start = cpu_secs();
+    let cpu_start = kinformer_bench::process_cpu_secs();
     let drain_started = Instant::now();
 
     // The changes, spread over the list and over the first 40% of the expected drain.
@@ -202,10 +190,7 @@ async fn main() -> Result<(), BoxError> {
         let _ = tokio::time::timeout(Duration::from_millis(20), seen.changed.notified()).await;
     }
     let drain_secs = drain_started.elapsed().as_secs_f64();
-    let cpu = match (cpu_start, cpu_secs()) {
-        (Some(a), Some(b)) => Some(b - a),
-        _ => None,
-    };
+    let cpu = kinformer_bench::process_cpu_secs() - cpu_start;
     shutdown.cancel();
     let _ = run.await;
 
@@ -242,9 +227,7 @@ async fn main() -> Result<(), BoxError> {
         reconciles as f64 / reconcile_secs.max(1e-9),
     );
     e.insert("drain_secs".into(), drain_secs);
-    if let Some(cpu) = cpu {
-        e.insert("cpu_secs".into(), cpu);
-    }
+    e.insert("cpu_secs".into(), cpu);
     if let (Some(p50), Some(p99), Some(max)) = (pct(0.5), pct(0.99), latencies.last().copied()) {
         e.insert("p50_ms".into(), p50 * 1e3);
         e.insert("p99_ms".into(), p99 * 1e3);

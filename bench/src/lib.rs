@@ -321,10 +321,19 @@ pub struct Outcome {
     pub workload: String,
     /// Objects listed.
     pub count: usize,
+    /// The client's global allocator: `glibc` (the system's malloc) or `mimalloc`.
+    #[serde(default)]
+    pub allocator: String,
     /// Seconds from starting the informer (or watcher) to a synced cache.
     pub list_secs: Option<f64>,
+    /// CPU seconds (user + system, every thread of the process) over `list_secs`.
+    #[serde(default)]
+    pub list_cpu_secs: Option<f64>,
     /// Watch updates applied per second, after the cache synced.
     pub updates_per_sec: Option<f64>,
+    /// CPU seconds (user + system) spent applying the watch updates, per update.
+    #[serde(default)]
+    pub cpu_per_update: Option<f64>,
     /// Growth of the live heap from before the informer started to the synced cache, per object.
     pub heap_per_object: Option<f64>,
     /// The process's peak resident set size (VmHWM), bytes.
@@ -332,6 +341,14 @@ pub struct Outcome {
     /// Further figures of a workload (fan-out rates, latency percentiles, …).
     #[serde(default)]
     pub extra: BTreeMap<String, f64>,
+}
+
+/// CPU seconds (user + system) this process has used so far, all threads, live and exited
+/// (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`: nanosecond resolution, where `/proc/self/stat`
+/// counts 10 ms ticks). The difference of two readings is a phase's CPU time.
+pub fn process_cpu_secs() -> f64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 /// A line of `/proc/self/status` in bytes (`VmHWM`, `VmRSS`), where procfs exists.

@@ -1,32 +1,41 @@
 //! `bench-client --client kinformer|kube-runtime|floor --workload fill|fanout|e2e …`: one
 //! benchmark client in a process of its own, printing one `Outcome` as a JSON line.
 //!
+//! This module is the client; `bench-client.rs` links it with glibc's malloc (the system
+//! allocator) and `bench-client-mimalloc.rs` with mimalloc, each wrapped in a counting allocator
+//! (`crate::ALLOC`), so both clients run with either allocator and no conclusion rests on one.
+//! Every timed phase also reports the process's CPU seconds (user + system, all threads:
+//! `kinformer_bench::process_cpu_secs`), so a client that is faster by using the second core
+//! shows it.
+//!
 //! Both clients are used the way their documentation shows, with their defaults:
 //!
 //! - **fill** (P1, P2): kinformer's `SharedInformerFactory` informer with one event handler, or
 //!   kube-runtime's `reflector(store, watcher(api, Config::default()))` consumed by a loop. The
 //!   list is "synced" when the consumer has seen every listed object (the handler's initial adds;
 //!   the stream's `InitDone`). Then `POST /bench/go` releases the server's watch events, and the
-//!   update rate is timed until the consumer has seen all of them. Memory is the live heap's
-//!   growth (a counting global allocator) from before the informer started to the synced cache.
+//!   update rate is timed until the consumer has seen all of them, and its CPU time is
+//!   reported per update. Memory is the live heap's growth (the counting global allocator) from
+//!   before the informer started to the synced cache.
 //!   `--strip-managed-fields`: the factory's option, or kube-runtime's `.modify(…)` on the stream.
 //! - **floor**: serde_json decoding the same list pages into `ObjectList<K>`, warm, one thread,
 //!   keeping every object (as a cache would), best of three passes.
 //! - **fanout** (P3, kinformer only: kube-runtime has no shared handlers): an informer over an
-//!   in-process `ListerWatcher` streaming `--updates` events to `--handlers` handlers; with
-//!   `--stalled` the first handler blocks on its first update and never returns.
+//!   in-process `ListerWatcher` streaming `--updates` events to `--handlers` counted handlers;
+//!   `--stalled` registers one more handler, first, that blocks on its first update and never
+//!   returns (so the stalled run and the baseline count the same handlers).
 //! - **e2e** (P5): against envtest, a controller on ConfigMaps while this process patches them at
 //!   `--rate` per second for `--secs`; latency from a patch's response to the reconcile call that
-//!   first saw that patch.
+//!   first saw that patch. `--reconcile-ms N`: each reconcile also does N ms of work (a blocking
+//!   sleep on tokio's blocking pool, as a reconcile waiting on I/O would: it lasts N ms, not a
+//!   timer tick), in both controllers.
 
-use std::alloc::System;
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cap::Cap;
 use clap::Parser;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -35,7 +44,7 @@ use kinformer::cache::{
     ListPage, ListWatchError, ListerWatcher, ResourceEventHandler, SharedIndexInformer, WatchStream,
 };
 use kinformer::factory::{FactoryResource, SharedInformerFactory};
-use kinformer_bench::{Encoded, Kind, Outcome, PAGE_SIZE, proc_status_bytes};
+use kinformer_bench::{Encoded, Kind, Outcome, PAGE_SIZE, proc_status_bytes, process_cpu_secs};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::core::{ObjectList, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -44,10 +53,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-#[global_allocator]
-static ALLOC: Cap<System> = Cap::new(System, usize::MAX);
+use crate::ALLOC;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The error of a client run.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Client {
@@ -87,10 +96,10 @@ struct Args {
     /// experiment: a clone has no spare capacity, which is what kube-runtime's store holds).
     #[arg(long)]
     clone_objects: bool,
-    /// fanout: handlers on the informer.
-    #[arg(long, default_value_t = 10)]
+    /// fanout: counted handlers on the informer.
+    #[arg(long, default_value_t = 9)]
     handlers: usize,
-    /// fanout: the first handler blocks forever on its first update.
+    /// fanout: one more handler, registered first, blocks forever on its first update.
     #[arg(long)]
     stalled: bool,
     /// e2e: patches per second.
@@ -99,13 +108,19 @@ struct Args {
     /// e2e: seconds of writing.
     #[arg(long, default_value_t = 30)]
     secs: u64,
+    /// e2e: milliseconds of work in each reconcile (0: none).
+    #[arg(long, default_value_t = 0)]
+    reconcile_ms: u64,
 }
 
-fn main() -> Result<(), BoxError> {
+/// Runs the client the command line asks for and prints its `Outcome`; `allocator` names the
+/// binary's global allocator in it.
+pub fn main(allocator: &str) -> Result<(), BoxError> {
     let args = Args::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let mut outcome = runtime.block_on(run(&args))?;
     outcome.peak_rss = proc_status_bytes("VmHWM:");
+    outcome.allocator = allocator.into();
     println!("{}", serde_json::to_string(&outcome)?);
     // A stalled handler never returns; do not wait for it (or for the runtime) on the way out.
     std::process::exit(0)
@@ -195,6 +210,10 @@ impl<K> ResourceEventHandler<K> for CountingHandler {
     fn on_update(&self, _: &Arc<K>, _: &Arc<K>) {
         self.0.bump(&self.0.updates);
     }
+    /// Counting never blocks: called inline, as a controller's enqueue handler is.
+    fn is_non_blocking(&self) -> bool {
+        true
+    }
 }
 
 async fn release_watch(client: &kube::Client) -> Result<(), BoxError> {
@@ -207,6 +226,7 @@ async fn fill_kinformer<K: FactoryResource>(args: &Args) -> Result<Outcome, BoxE
     let client = client_for(args)?;
     let shutdown = CancellationToken::new();
     let before = ALLOC.allocated();
+    let cpu = process_cpu_secs();
     let start = Instant::now();
     let mut factory = SharedInformerFactory::builder(client.clone()).strip_managed_fields(args.strip_managed_fields);
     if args.clone_objects {
@@ -218,33 +238,38 @@ async fn fill_kinformer<K: FactoryResource>(args: &Args) -> Result<Outcome, BoxE
     informer.add_event_handler(CountingHandler(seen.clone()))?;
     factory.start(&shutdown);
     seen.wait(&seen.initial, args.count).await;
-    let mut outcome = listed("kinformer", args, start, before);
+    let mut outcome = listed("kinformer", args, start, cpu, before);
     update_phase(args, &client, &seen, &mut outcome).await?;
     shutdown.cancel();
     Ok(outcome)
 }
 
 /// A fill run's outcome at the moment its consumer has seen the whole list: the time since
-/// `start` and the heap's growth since `before`.
-fn listed(client: &str, args: &Args, start: Instant, before: usize) -> Outcome {
+/// `start`, the CPU time since `cpu` and the heap's growth since `before`.
+fn listed(client: &str, args: &Args, start: Instant, cpu: f64, before: usize) -> Outcome {
     let list_secs = start.elapsed().as_secs_f64();
+    let list_cpu_secs = process_cpu_secs() - cpu;
     let heap = ALLOC.allocated().saturating_sub(before);
     Outcome {
         client: client.into(),
         workload: "fill".into(),
         list_secs: Some(list_secs),
+        list_cpu_secs: Some(list_cpu_secs),
         heap_per_object: Some(heap as f64 / args.count.max(1) as f64),
         ..Outcome::default()
     }
 }
 
-/// Releases the server's watch events and times them until the consumer has seen them all.
+/// Releases the server's watch events and times them (wall and CPU) until the consumer has
+/// seen them all.
 async fn update_phase(args: &Args, client: &kube::Client, seen: &Seen, outcome: &mut Outcome) -> Result<(), BoxError> {
     if args.updates > 0 {
+        let cpu = process_cpu_secs();
         let go = Instant::now();
         release_watch(client).await?;
         seen.wait(&seen.updates, args.updates).await;
         outcome.updates_per_sec = Some(args.updates as f64 / go.elapsed().as_secs_f64());
+        outcome.cpu_per_update = Some((process_cpu_secs() - cpu) / args.updates as f64);
     }
     Ok(())
 }
@@ -255,6 +280,7 @@ where
 {
     let client = client_for(args)?;
     let before = ALLOC.allocated();
+    let cpu = process_cpu_secs();
     let start = Instant::now();
     let api: Api<K> = Api::all(client.clone());
     let (store, writer) = reflector::store::<K>();
@@ -277,7 +303,7 @@ where
         })
     });
     seen.wait(&seen.initial, 1).await;
-    let mut outcome = listed("kube-runtime", args, start, before);
+    let mut outcome = listed("kube-runtime", args, start, cpu, before);
     let cached = store.state().len();
     if cached != args.count {
         return Err(format!("kube-runtime's store holds {cached} objects, not {}", args.count).into());
@@ -291,21 +317,32 @@ fn floor<K: DeserializeOwned + Clone>(args: &Args) -> Result<Outcome, BoxError> 
     let encoded = Encoded::new(args.kind, args.count, 0);
     let pages = encoded.pages(args.kind, PAGE_SIZE);
     drop(encoded);
-    let decode = |pages: &[bytes::Bytes]| -> Result<(Duration, usize, Vec<ObjectList<K>>), BoxError> {
+    /// One pass: wall time, CPU seconds, heap grown, and the decoded lists (kept, as a cache would).
+    type Pass<K> = (Duration, f64, usize, Vec<ObjectList<K>>);
+    let decode = |pages: &[bytes::Bytes]| -> Result<Pass<K>, BoxError> {
         let before = ALLOC.allocated();
+        let cpu = process_cpu_secs();
         let start = Instant::now();
         let mut lists = Vec::with_capacity(pages.len());
         for page in pages {
             lists.push(serde_json::from_slice::<ObjectList<K>>(page)?);
         }
-        Ok((start.elapsed(), ALLOC.allocated().saturating_sub(before), lists))
+        let took = start.elapsed();
+        Ok((
+            took,
+            process_cpu_secs() - cpu,
+            ALLOC.allocated().saturating_sub(before),
+            lists,
+        ))
     };
     drop(decode(&pages)?);
-    let mut best = Duration::MAX;
+    let (mut best, mut best_cpu) = (Duration::MAX, 0.0);
     let mut heap = 0;
     for _ in 0..3 {
-        let (took, grown, lists) = decode(&pages)?;
-        best = best.min(took);
+        let (took, cpu, grown, lists) = decode(&pages)?;
+        if took < best {
+            (best, best_cpu) = (took, cpu);
+        }
         heap = grown;
         drop(lists);
     }
@@ -313,6 +350,7 @@ fn floor<K: DeserializeOwned + Clone>(args: &Args) -> Result<Outcome, BoxError> 
         client: "floor".into(),
         workload: "fill".into(),
         list_secs: Some(best.as_secs_f64()),
+        list_cpu_secs: Some(best_cpu),
         heap_per_object: Some(heap as f64 / args.count.max(1) as f64),
         ..Outcome::default()
     })
@@ -378,16 +416,13 @@ async fn fanout(args: &Args) -> Result<Outcome, BoxError> {
     if args.stalled {
         informer.add_event_handler(Stalled)?;
     }
-    let counted = if args.stalled {
-        args.handlers.saturating_sub(1)
-    } else {
-        args.handlers
-    };
+    let counted = args.handlers;
     let seen: Vec<Arc<Seen>> = (0..counted).map(|_| Arc::new(Seen::default())).collect();
     for s in &seen {
         informer.add_event_handler(CountingHandler(s.clone()))?;
     }
     let shutdown = CancellationToken::new();
+    let cpu = process_cpu_secs();
     let start = Instant::now();
     tokio::spawn({
         let (informer, shutdown) = (informer.clone(), shutdown.clone());
@@ -400,6 +435,7 @@ async fn fanout(args: &Args) -> Result<Outcome, BoxError> {
         s.wait(&s.updates, args.updates).await;
         rates.push(args.updates as f64 / start.elapsed().as_secs_f64());
     }
+    let cpu = process_cpu_secs() - cpu;
     shutdown.cancel();
     let slowest = rates.iter().copied().fold(f64::INFINITY, f64::min);
     let fastest = rates.iter().copied().fold(0.0, f64::max);
@@ -411,6 +447,8 @@ async fn fanout(args: &Args) -> Result<Outcome, BoxError> {
             "fanout".into()
         },
         updates_per_sec: Some(slowest),
+        // The list of `count` objects and every event to every handler, per event.
+        cpu_per_update: Some(cpu / args.updates.max(1) as f64),
         ..Outcome::default()
     };
     outcome.extra.insert("fastest_handler_per_sec".into(), fastest);
@@ -460,6 +498,14 @@ impl Timeline {
     }
 }
 
+/// A reconcile's `work`: a blocking sleep on tokio's blocking pool (a reconcile waiting on I/O),
+/// so it lasts `work` and not a timer tick of the runtime's millisecond-granular clock.
+async fn reconcile_work(work: Duration) {
+    if !work.is_zero() {
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(work)).await;
+    }
+}
+
 async fn e2e(args: &Args, client_kind: Client) -> Result<Outcome, BoxError> {
     let client = client_for(args)?;
     let namespace = "default";
@@ -481,6 +527,7 @@ async fn e2e(args: &Args, client_kind: Client) -> Result<Outcome, BoxError> {
     }
     let timeline = Arc::new(Timeline::default());
     let shutdown = CancellationToken::new();
+    let work = Duration::from_millis(args.reconcile_ms);
     let name = match client_kind {
         Client::Kinformer => {
             let factory = SharedInformerFactory::builder(client.clone())
@@ -493,7 +540,10 @@ async fn e2e(args: &Args, client_kind: Client) -> Result<Outcome, BoxError> {
                     if let Ok(Some(cm)) = ctx.get(&req) {
                         timeline.reconciled(&cm);
                     }
-                    async { Ok::<_, std::convert::Infallible>(kinformer::controller::Action::Done) }
+                    async move {
+                        reconcile_work(work).await;
+                        Ok::<_, std::convert::Infallible>(kinformer::controller::Action::Done)
+                    }
                 },
             );
             let shutdown = shutdown.clone();
@@ -505,8 +555,9 @@ async fn e2e(args: &Args, client_kind: Client) -> Result<Outcome, BoxError> {
             let controller = kube::runtime::Controller::new(api.clone(), watcher::Config::default())
                 .graceful_shutdown_on(shutdown.clone().cancelled_owned())
                 .run(
-                    |cm: Arc<ConfigMap>, timeline: Arc<Timeline>| async move {
+                    move |cm: Arc<ConfigMap>, timeline: Arc<Timeline>| async move {
                         timeline.reconciled(&cm);
+                        reconcile_work(work).await;
                         Ok::<_, kube::Error>(kube::runtime::controller::Action::await_change())
                     },
                     |_, _, _| kube::runtime::controller::Action::await_change(),
@@ -527,6 +578,7 @@ async fn e2e(args: &Args, client_kind: Client) -> Result<Outcome, BoxError> {
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / args.rate.max(1) as f64));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let total = args.rate * args.secs as usize;
+    let cpu = process_cpu_secs();
     let started = Instant::now();
     let mut writes = Vec::with_capacity(total);
     for n in 0..total {
@@ -562,6 +614,7 @@ async fn e2e(args: &Args, client_kind: Client) -> Result<Outcome, BoxError> {
     while Instant::now() < deadline && !timeline.saw_all(last, total, args.count) {
         let _ = tokio::time::timeout(Duration::from_millis(5), timeline.changed.notified()).await;
     }
+    let cpu = process_cpu_secs() - cpu;
     shutdown.cancel();
     let written = timeline.written.lock().map(|w| w.clone()).unwrap_or_default();
     let reconciled = timeline.reconciled.lock().map(|r| r.clone()).unwrap_or_default();
@@ -589,6 +642,8 @@ async fn e2e(args: &Args, client_kind: Client) -> Result<Outcome, BoxError> {
     e.insert("write_failures".into(), failed as f64);
     e.insert("writes_per_sec".into(), (total - failed) as f64 / write_secs);
     e.insert("writes_seen".into(), latencies.len() as f64);
+    // The writes and the controller, from the first patch to the last patch's reconcile.
+    e.insert("cpu_secs".into(), cpu);
     if let (Some(p50), Some(p99), Some(max)) = (pct(0.5), pct(0.99), latencies.last().copied()) {
         e.insert("p50_ms".into(), p50 * 1e3);
         e.insert("p99_ms".into(), p99 * 1e3);

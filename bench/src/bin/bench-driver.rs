@@ -3,13 +3,20 @@
 //!
 //! For every workload and scale, one server serves the same bytes to every client; the clients
 //! run in child processes (so each peak RSS is its own), kinformer and kube-runtime alternating
-//! and swapping who goes first each round; the floor is measured in the same rounds. Reported:
-//! medians, ranges (min–max), kinformer / kube-runtime and kinformer / floor.
+//! and swapping who goes first each round; the floor is measured in the same rounds. P1 runs
+//! both clients twice per round, once linked with glibc's malloc (`bench-client`) and once with
+//! mimalloc (`bench-client-mimalloc`). Every wall time has the client process's CPU seconds
+//! (user + system, all threads) beside it. Reported: medians, ranges (min–max), kinformer /
+//! kube-runtime and kinformer / floor, and a goals table: each goal of the performance issue
+//! (W1–W6, P3, P5, P6) next to the figure of this run that decides it.
 //!
 //! A full run writes the report between the markers in `BENCHMARKS.md` and the plots into
-//! `bench/plots/`; `--quick` (smaller scales, fewer rounds, a 5-second P5) writes both under
-//! `target/bench/` so a CI smoke run leaves the tree alone; a run of some workloads only
-//! (`--only p6`) writes its report to `target/bench/BENCHMARKS.partial.md`.
+//! `bench/plots/`. It refuses to start on a tree with uncommitted changes (the report names the
+//! commit it measured) unless `--allow-dirty` is given, and then says so in the report; if HEAD
+//! moves during the run, the report goes to `target/bench/` instead. `--quick` (smaller scales,
+//! 2 rounds, a 5-second P5) writes both under `target/bench/` so a CI smoke run leaves the tree
+//! alone; a run of some workloads only (`--only p6`) writes its report to
+//! `target/bench/BENCHMARKS.partial.md`.
 //!
 //! P6 (the priority queue against the FIFO queue) is kinformer only: kube-runtime has no
 //! priority queue; its client is `bench/examples/bench-priority.rs`.
@@ -33,13 +40,16 @@ const END: &str = "<!-- cargo xtask bench: end -->";
 /// The side-by-side suite's driver (see the module doc).
 #[derive(Parser, Debug)]
 struct Args {
-    /// Small scales, fewer rounds, a short P5: a smoke run (CI), under three minutes.
+    /// Small scales, 2 rounds, a short P5: a smoke run (CI), a few minutes.
     #[arg(long)]
     quick: bool,
+    /// Run a full report on a tree with uncommitted changes (the report says so).
+    #[arg(long)]
+    allow_dirty: bool,
     /// Object counts for P1 and P2, e.g. `1k,10k,100k` (P2's largest is capped at 50k).
     #[arg(long, value_delimiter = ',')]
     scale: Vec<String>,
-    /// Rounds per workload and scale (default: 3, quick: 2).
+    /// Rounds per workload and scale (default: 5, quick: 2).
     #[arg(long)]
     rounds: Option<usize>,
     /// Workloads to run (default: all).
@@ -107,9 +117,36 @@ impl Drop for Server {
     }
 }
 
-/// Runs one client process to its end (or kills it after `limit`) and parses its outcome.
+/// Runs one client process (glibc's malloc) to its end (or kills it after `limit`) and parses
+/// its outcome.
 fn run_client(args: &[String], limit: Duration) -> Result<Outcome, BoxError> {
     run_example("bench-client", args, limit)
+}
+
+/// The global allocator a client binary is linked with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Alloc {
+    Glibc,
+    Mimalloc,
+}
+
+impl Alloc {
+    /// The client binary linked with this allocator.
+    fn example(self) -> &'static str {
+        match self {
+            Alloc::Glibc => "bench-client",
+            Alloc::Mimalloc => "bench-client-mimalloc",
+        }
+    }
+
+    /// The key of `client` run with this allocator in a [`Cell`]: the client's name for glibc
+    /// (the default everywhere), `client+mimalloc` otherwise.
+    fn key(self, client: &str) -> String {
+        match self {
+            Alloc::Glibc => client.to_string(),
+            Alloc::Mimalloc => format!("{client}+mimalloc"),
+        }
+    }
 }
 
 /// Runs the example `example` as [`run_client`] runs `bench-client`.
@@ -212,6 +249,10 @@ fn secs(v: f64) -> String {
     }
 }
 
+fn micros(v: f64) -> String {
+    format!("{:.1} µs", v * 1e6)
+}
+
 fn kb(v: f64) -> String {
     format!("{:.1} KB", v / 1024.0)
 }
@@ -238,17 +279,23 @@ fn count(n: usize) -> String {
     }
 }
 
+/// P6's two queues, as keys of its [`Cell`].
+const PRIORITY: &str = "priority";
+const FIFO: &str = "fifo";
+
 const A: &str = "kinformer";
 const B: &str = "kube-runtime";
 const FLOOR: &str = "floor";
 
-/// P1/P2: list → synced, update rate and memory for one kind over the scales.
+/// P1/P2: list → synced, update rate and memory for one kind over the scales, each client run
+/// with every allocator of `allocs` in every round.
 fn fill_workload(
     kind: &str,
     scales: &[usize],
     rounds: usize,
     updates: bool,
     strip: bool,
+    allocs: &[Alloc],
 ) -> Result<BTreeMap<usize, Cell>, BoxError> {
     let mut cells = BTreeMap::new();
     for &n in scales {
@@ -266,23 +313,32 @@ fn fill_workload(
         let mut cell = Cell::default();
         let limit = Duration::from_secs(120 + n as u64 / 500);
         for round in 0..rounds {
-            let order = if round % 2 == 0 { [A, B] } else { [B, A] };
-            for client in order {
+            let mut order: Vec<(Alloc, &str)> = allocs.iter().flat_map(|a| [(*a, A), (*a, B)]).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for (alloc, client) in order {
                 let mut args = strings(&["--client", client, "--workload", "fill", "--kind", kind]);
                 args.extend(strings(&["--server", &server.url, "--count", &n.to_string()]));
                 args.extend(strings(&["--updates", &updates_n.to_string()]));
                 if strip {
                     args.push("--strip-managed-fields".into());
                 }
-                let outcome = run_client(&args, limit)?;
+                let outcome = run_example(alloc.example(), &args, limit)?;
+                let key = alloc.key(client);
+                let updates = match (outcome.updates_per_sec, outcome.cpu_per_update) {
+                    (Some(rate), Some(cpu)) => format!(", updates {} (CPU {}/update)", per_sec(rate), micros(cpu)),
+                    _ => String::new(),
+                };
                 eprintln!(
-                    "  {kind} {} {client:>12}: list {}, updates {}, heap/object {}",
+                    "  {kind} {} {key:>21}: list {} (CPU {}){updates}, heap/object {}, peak RSS {}",
                     count(n),
                     outcome.list_secs.map_or("—".into(), secs),
-                    outcome.updates_per_sec.map_or("—".into(), per_sec),
+                    outcome.list_cpu_secs.map_or("—".into(), secs),
                     outcome.heap_per_object.map_or("—".into(), kb),
+                    outcome.peak_rss.map_or("—".into(), |v| mb(v as f64)),
                 );
-                cell.by_client.entry(client.to_string()).or_default().push(outcome);
+                cell.by_client.entry(key).or_default().push(outcome);
             }
             let floor = run_client(
                 &strings(&[
@@ -311,20 +367,22 @@ fn table_row(out: &mut String, cells: &[String]) {
 
 fn fill_table(title: &str, cells: &BTreeMap<usize, Cell>, updates: bool) -> String {
     let mut out = format!("\n#### {title}\n\n");
-    out.push_str("| objects | list → synced, kinformer | kube-runtime | kinformer / kube-runtime | floor | kinformer / floor | kube-runtime / floor |\n|---|---|---|---|---|---|---|\n");
+    out.push_str("| objects | list → synced, kinformer | CPU | kube-runtime | CPU | kinformer / kube-runtime, wall | CPU | floor (1 thread) | kinformer / floor | kube-runtime / floor |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (n, cell) in cells {
-        let (a, b, f) = (
-            cell.figure(A, |o| o.list_secs),
-            cell.figure(B, |o| o.list_secs),
-            cell.figure(FLOOR, |o| o.list_secs),
-        );
+        let wall = |o: &Outcome| o.list_secs;
+        let cpu = |o: &Outcome| o.list_cpu_secs;
+        let (a, b, f) = (cell.figure(A, wall), cell.figure(B, wall), cell.figure(FLOOR, wall));
+        let (ac, bc) = (cell.figure(A, cpu), cell.figure(B, cpu));
         table_row(
             &mut out,
             &[
                 count(*n),
                 fmt_range(a, secs),
+                fmt_range(ac, secs),
                 fmt_range(b, secs),
+                fmt_range(bc, secs),
                 ratio(a, b),
+                ratio(ac, bc),
                 fmt_range(f, secs),
                 ratio(a, f),
                 ratio(b, f),
@@ -332,23 +390,32 @@ fn fill_table(title: &str, cells: &BTreeMap<usize, Cell>, updates: bool) -> Stri
         );
     }
     if updates {
-        out.push_str("\n| objects, then as many updates | updates applied, kinformer | kube-runtime | kinformer / kube-runtime |\n|---|---|---|---|\n");
+        out.push_str("\n| objects, then as many updates | updates applied, kinformer | CPU per update | kube-runtime | CPU per update | kinformer / kube-runtime, rate | CPU per update |\n|---|---|---|---|---|---|---|\n");
         for (n, cell) in cells {
-            let (a, b) = (
-                cell.figure(A, |o| o.updates_per_sec),
-                cell.figure(B, |o| o.updates_per_sec),
-            );
+            let rate = |o: &Outcome| o.updates_per_sec;
+            let cpu = |o: &Outcome| o.cpu_per_update;
+            let (a, b) = (cell.figure(A, rate), cell.figure(B, rate));
+            let (ac, bc) = (cell.figure(A, cpu), cell.figure(B, cpu));
             table_row(
                 &mut out,
-                &[count(*n), fmt_range(a, per_sec), fmt_range(b, per_sec), ratio(a, b)],
+                &[
+                    count(*n),
+                    fmt_range(a, per_sec),
+                    fmt_range(ac, micros),
+                    fmt_range(b, per_sec),
+                    fmt_range(bc, micros),
+                    ratio(a, b),
+                    ratio(ac, bc),
+                ],
             );
         }
     }
-    out.push_str("\n| objects | heap per object, kinformer | kube-runtime | kinformer / kube-runtime | one decoded object (floor) | peak RSS, kinformer | kube-runtime |\n|---|---|---|---|---|---|---|\n");
+    out.push_str("\n| objects | heap per object, kinformer | kube-runtime | kinformer / kube-runtime | one decoded object (floor) | peak RSS, kinformer | kube-runtime | kinformer / kube-runtime |\n|---|---|---|---|---|---|---|---|\n");
     for (n, cell) in cells {
         let pick = |o: &Outcome| o.heap_per_object;
         let (a, b, f) = (cell.figure(A, pick), cell.figure(B, pick), cell.figure(FLOOR, pick));
         let rss = |o: &Outcome| o.peak_rss.map(|v| v as f64);
+        let (ar, br) = (cell.figure(A, rss), cell.figure(B, rss));
         table_row(
             &mut out,
             &[
@@ -357,11 +424,58 @@ fn fill_table(title: &str, cells: &BTreeMap<usize, Cell>, updates: bool) -> Stri
                 fmt_range(b, kb),
                 ratio(a, b),
                 fmt_range(f, kb),
-                fmt_range(cell.figure(A, rss), mb),
-                fmt_range(cell.figure(B, rss), mb),
+                fmt_range(ar, mb),
+                fmt_range(br, mb),
+                ratio(ar, br),
             ],
         );
     }
+    out
+}
+
+/// P1 with each allocator: each client's medians with glibc's malloc → with mimalloc (and
+/// mimalloc / glibc), and kinformer / kube-runtime under each allocator.
+fn alloc_table(cells: &BTreeMap<usize, Cell>) -> String {
+    type Pick = fn(&Outcome) -> Option<f64>;
+    type Unit = fn(f64) -> String;
+    let figures: [(Pick, Unit); 5] = [
+        (|o| o.list_secs, secs),
+        (|o| o.list_cpu_secs, secs),
+        (|o| o.updates_per_sec, per_sec),
+        (|o| o.cpu_per_update, micros),
+        (|o| o.peak_rss.map(|v| v as f64), mb),
+    ];
+    let mut out = String::from(
+        "\n#### P1 with each allocator: glibc malloc → mimalloc (mimalloc / glibc)\n\n\
+         | objects | client | list → synced | list CPU | updates applied | CPU per update | peak RSS |\n|---|---|---|---|---|---|---|\n",
+    );
+    for (n, cell) in cells {
+        for client in [A, B] {
+            let mut row = vec![count(*n), client.to_string()];
+            for (pick, unit) in figures {
+                let glibc = cell.figure(&Alloc::Glibc.key(client), pick);
+                let mimalloc = cell.figure(&Alloc::Mimalloc.key(client), pick);
+                row.push(match (glibc, mimalloc) {
+                    (Some(g), Some(m)) => {
+                        format!("{} → {} ({})", unit(g.median), unit(m.median), ratio(mimalloc, glibc))
+                    }
+                    _ => "—".into(),
+                });
+            }
+            table_row(&mut out, &row);
+        }
+        let mut row = vec![count(*n), "kinformer / kube-runtime".into()];
+        for (pick, _) in figures {
+            let under = |alloc: Alloc| ratio(cell.figure(&alloc.key(A), pick), cell.figure(&alloc.key(B), pick));
+            row.push(format!("{} → {}", under(Alloc::Glibc), under(Alloc::Mimalloc)));
+        }
+        table_row(&mut out, &row);
+    }
+    out.push_str(
+        "\nThe same client code in two binaries, `bench-client` (glibc's malloc) and `bench-client-mimalloc` \
+         (`#[global_allocator]` mimalloc), run in the same rounds as the tables above; heap per object counts \
+         requested bytes and is the same under both.\n",
+    );
     out
 }
 
@@ -471,60 +585,81 @@ fn fill_plot(path: &Path, title: &str, series: &[(&str, &BTreeMap<usize, Cell>)]
     Ok(())
 }
 
-/// P3: fan-out to 10 handlers, without and with one stalled handler (kinformer only).
-fn fanout_workload(events: usize, rounds: usize) -> Result<String, BoxError> {
-    let (mut free, mut stalled) = (Vec::new(), Vec::new());
+/// P3: fan-out to 9 counted handlers, without and with one more, stalled, handler (kinformer
+/// only). Returns the section and the stalled / unstalled ratio of the slowest counted handler.
+fn fanout_workload(events: usize, rounds: usize) -> Result<(String, Option<f64>), BoxError> {
+    const FREE: &str = "free";
+    const STALLED: &str = "stalled";
+    const COUNTED: usize = 9;
+    let mut cell = Cell::default();
     let limit = Duration::from_secs(300);
     for round in 0..rounds {
         for stall in if round % 2 == 0 { [false, true] } else { [true, false] } {
-            let mut args = strings(&[
-                "--client",
-                A,
-                "--workload",
-                "fanout",
-                "--count",
-                "1000",
-                "--handlers",
-                "10",
-            ]);
+            let mut args = strings(&["--client", A, "--workload", "fanout", "--count", "1000"]);
+            args.extend(strings(&["--handlers", &COUNTED.to_string()]));
             args.extend(strings(&["--updates", &events.to_string()]));
             if stall {
                 args.push("--stalled".into());
             }
             let outcome = run_client(&args, limit)?;
-            let rate = outcome.updates_per_sec.unwrap_or(0.0);
             eprintln!(
-                "  fan-out {} events, stalled {stall}: slowest counted handler {}",
+                "  fan-out {} events, stalled {stall}: slowest counted handler {}, CPU {}/event",
                 count(events),
-                per_sec(rate)
+                outcome.updates_per_sec.map_or("—".into(), per_sec),
+                outcome.cpu_per_update.map_or("—".into(), micros),
             );
-            if stall {
-                stalled.push(rate);
-            } else {
-                free.push(rate);
-            }
+            let key = if stall { STALLED } else { FREE };
+            cell.by_client.entry(key.to_string()).or_default().push(outcome);
         }
     }
-    let (f, s) = (summary(&free), summary(&stalled));
+    let rate = |o: &Outcome| o.updates_per_sec;
+    let cpu = |o: &Outcome| o.cpu_per_update;
+    let (f, s) = (cell.figure(FREE, rate), cell.figure(STALLED, rate));
+    let (fc, sc) = (cell.figure(FREE, cpu), cell.figure(STALLED, cpu));
     let mut out = format!(
-        "\n#### P3 fan-out: 10 handlers, {} events (kinformer only)\n\n",
+        "\n#### P3 fan-out: {COUNTED} counted handlers, {} events (kinformer only)\n\n",
         count(events)
     );
-    out.push_str("| | slowest counted handler | stalled / unstalled |\n|---|---|---|\n");
-    let _ = writeln!(out, "| 10 handlers | {} | |", fmt_range(f, per_sec));
-    let _ = writeln!(out, "| 1 stalled + 9 | {} | {} |", fmt_range(s, per_sec), ratio(s, f));
-    out.push_str(
-        "\nThe stalled handler blocks forever on its first update; the other nine are timed until each \
-         has seen every event. kube-runtime has no shared-handler fan-out to compare with (one stream \
-         per consumer), so this row has no peer.\n",
+    out.push_str("| | slowest counted handler | stalled / unstalled | CPU per event | stalled / unstalled |\n|---|---|---|---|---|\n");
+    let _ = writeln!(
+        out,
+        "| {COUNTED} handlers | {} | | {} | |",
+        fmt_range(f, per_sec),
+        fmt_range(fc, micros)
     );
-    Ok(out)
+    let _ = writeln!(
+        out,
+        "| {COUNTED} handlers + 1 stalled | {} | {} | {} | {} |",
+        fmt_range(s, per_sec),
+        ratio(s, f),
+        fmt_range(sc, micros),
+        ratio(sc, fc)
+    );
+    out.push_str(
+        "\nBoth runs time the same nine counted handlers; the stalled run registers a tenth, first, that \
+         blocks forever on its first update. A counted handler is timed until it has seen every event; \
+         the CPU is the process's, list and events, per event. kube-runtime has no shared-handler fan-out \
+         to compare with (one stream per consumer), so this row has no peer.\n",
+    );
+    let stalled_ratio = match (s, f) {
+        (Some(s), Some(f)) if f.median > 0.0 => Some(s.median / f.median),
+        _ => None,
+    };
+    Ok((out, stalled_ratio))
 }
 
 /// P4: the workqueue's interleaved ratio from its criterion bench (`-- zzz` skips the groups).
 fn workqueue_workload() -> Result<String, BoxError> {
     let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["bench", "-p", "kinformer-workqueue", "--bench", "throughput", "--", "zzz"])
+        .args([
+            "bench",
+            "-p",
+            "kinformer-workqueue",
+            "--bench",
+            "throughput",
+            "--",
+            "zzz",
+        ])
         .current_dir(workspace_root())
         .stderr(Stdio::inherit())
         .output()?;
@@ -545,8 +680,15 @@ fn workqueue_workload() -> Result<String, BoxError> {
     Ok(out)
 }
 
-/// P5: a controller on ConfigMaps over envtest while the client writes.
-fn e2e_workload(rate: usize, secs: u64, objects: usize, rounds: usize) -> Result<String, BoxError> {
+/// P5: a controller on ConfigMaps over envtest while the client writes, each reconcile doing
+/// `reconcile_ms` of work. Returns the section and its outcomes.
+fn e2e_workload(
+    rate: usize,
+    secs: u64,
+    objects: usize,
+    rounds: usize,
+    reconcile_ms: u64,
+) -> Result<(String, Cell), BoxError> {
     let mut cell = Cell::default();
     let limit = Duration::from_secs(secs * 3 + 120);
     for round in 0..rounds {
@@ -564,14 +706,17 @@ fn e2e_workload(rate: usize, secs: u64, objects: usize, rounds: usize) -> Result
                 &rate.to_string(),
                 "--secs",
                 &secs.to_string(),
+                "--reconcile-ms",
+                &reconcile_ms.to_string(),
             ]));
             let outcome = run_client(&args, limit)?;
             let e = &outcome.extra;
             eprintln!(
-                "  e2e {client:>12}: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms, {} of {} writes seen",
+                "  e2e, {reconcile_ms} ms reconcile, {client:>12}: {:.0} writes/s, p50 {:.2} ms, p99 {:.2} ms, CPU {:.2} s, {} of {} writes seen",
                 e.get("writes_per_sec").copied().unwrap_or(0.0),
                 e.get("p50_ms").copied().unwrap_or(f64::NAN),
                 e.get("p99_ms").copied().unwrap_or(f64::NAN),
+                e.get("cpu_secs").copied().unwrap_or(f64::NAN),
                 e.get("writes_seen").copied().unwrap_or(0.0),
                 e.get("writes").copied().unwrap_or(0.0),
             );
@@ -581,8 +726,13 @@ fn e2e_workload(rate: usize, secs: u64, objects: usize, rounds: usize) -> Result
     }
     let ms = |v: f64| format!("{v:.2} ms");
     let extra = |key: &'static str| move |o: &Outcome| o.extra.get(key).copied();
+    let work = if reconcile_ms == 0 {
+        "an empty reconcile".to_string()
+    } else {
+        format!("a {reconcile_ms} ms reconcile")
+    };
     let mut out = format!(
-        "\n#### P5 end-to-end: a controller on {objects} ConfigMaps, {rate} patches/s for {secs} s (envtest)\n\n"
+        "\n#### P5 end-to-end: a controller on {objects} ConfigMaps, {work}, {rate} patches/s for {secs} s (envtest)\n\n"
     );
     out.push_str("| | kinformer | kube-runtime | kinformer / kube-runtime |\n|---|---|---|---|\n");
     for (label, key) in [
@@ -621,22 +771,44 @@ fn e2e_workload(rate: usize, secs: u64, objects: usize, rounds: usize) -> Result
         fmt_range(cell.figure(A, share), pct),
         fmt_range(cell.figure(B, share), pct)
     );
-    out.push_str(
-        "\nLatency: from a patch's response to the first reconcile call that read that patch's value, \
-         both in the client's process. A patch superseded by the next one before any reconcile read it \
-         has no latency (the controllers coalesce by key, as they should); the last row says how many \
-         were seen. Each client uses its defaults (kinformer: 1 worker; kube-runtime: unbounded \
-         concurrency).\n",
+    let (a, b) = (cell.figure(A, extra("cpu_secs")), cell.figure(B, extra("cpu_secs")));
+    let _ = writeln!(
+        out,
+        "| CPU, client process (writes and controller) | {} | {} | {} |",
+        fmt_range(a, crate::secs),
+        fmt_range(b, crate::secs),
+        ratio(a, b)
     );
-    Ok(out)
+    if reconcile_ms == 0 {
+        out.push_str(
+            "\nLatency: from a patch's response to the first reconcile call that read that patch's value, \
+             both in the client's process. A patch superseded by the next one before any reconcile read it \
+             has no latency (the controllers coalesce by key, as they should); the row below the rates says \
+             how many were seen. Each client uses its defaults (kinformer: 1 worker; kube-runtime: unbounded \
+             concurrency). kube-runtime's controller schedules every reconcile through its scheduler, a \
+             `tokio_util` `DelayQueue` whose deadlines are rounded up to the next whole millisecond of \
+             tokio's timer, so even a reconcile due now waits for the next millisecond tick: its latency \
+             here is mostly that granularity. kinformer's queue hands a ready key to a waiting worker \
+             without a timer.\n",
+        );
+    } else {
+        out.push_str(&format!(
+            "\nThe same as above, with {reconcile_ms} ms of work in each reconcile (a blocking sleep on \
+             tokio's blocking pool, as a reconcile waiting on I/O would, in both controllers) and {rate} \
+             patches/s, so kinformer's single default worker is busy about half the time. Latency still \
+             ends when a reconcile reads the patch, before its work: what the work adds is the wait for \
+             reconciles in flight (kinformer's worker busy with another key; kube-runtime runs them \
+             concurrently), against which kube-runtime's millisecond timer granularity is a smaller \
+             share.\n"
+        ));
+    }
+    Ok((out, cell))
 }
 
 /// P6: the priority queue against the plain FIFO queue, kinformer only (kube-runtime has no
 /// priority queue): `objects` ConfigMaps listed at start, one worker, a 1 ms reconcile, `changes`
 /// objects changed while the backlog drains (`bench/examples/bench-priority.rs`).
-fn priority_workload(objects: usize, changes: usize, rounds: usize) -> Result<String, BoxError> {
-    const PRIORITY: &str = "priority";
-    const FIFO: &str = "fifo";
+fn priority_workload(objects: usize, changes: usize, rounds: usize) -> Result<(String, Cell), BoxError> {
     let mut cell = Cell::default();
     // Creating the objects, then a drain of objects × 1 ms, with room to spare.
     let limit = Duration::from_secs(120) + Duration::from_millis(10 * objects as u64);
@@ -721,7 +893,7 @@ fn priority_workload(objects: usize, changes: usize, rounds: usize) -> Result<St
          was reconciled and every change seen; CPU: the client process's. Goal: p99 < 50 ms with the \
          priority queue, reconciles/s within 10% of the FIFO queue's.\n",
     );
-    Ok(out)
+    Ok((out, cell))
 }
 
 fn command_output(program: &str, args: &[&str]) -> String {
@@ -761,6 +933,124 @@ fn locked_version(name: &str) -> String {
         .to_string()
 }
 
+/// The goals table: each goal of the performance issue next to the figure of this run that
+/// decides it.
+#[derive(Default)]
+struct Goals {
+    rows: Vec<[String; 3]>,
+}
+
+impl Goals {
+    fn add(&mut self, goal: &str, measured: String, met: Option<bool>) {
+        let met = match met {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "—",
+        };
+        self.rows.push([goal.to_string(), measured, met.to_string()]);
+    }
+
+    fn table(&self) -> String {
+        let mut out = String::from(
+            "\n#### Goals (issue #25), against this run\n\n| goal | measured in this run | met? |\n|---|---|---|\n",
+        );
+        for row in &self.rows {
+            table_row(&mut out, row);
+        }
+        out
+    }
+}
+
+/// `a`'s median over `b`'s, of one figure of one cell.
+fn median_ratio(cell: &Cell, a: &str, b: &str, pick: impl Fn(&Outcome) -> Option<f64> + Copy) -> Option<f64> {
+    let (a, b) = (cell.figure(a, pick)?, cell.figure(b, pick)?);
+    (b.median > 0.0).then(|| a.median / b.median)
+}
+
+fn times(r: Option<f64>) -> String {
+    r.map_or("—".into(), |r| format!("{r:.2}×"))
+}
+
+/// W1–W3 from P1 (ConfigMaps, glibc) and P2 (full Pods).
+fn fill_goals(goals: &mut Goals, p1: Option<&BTreeMap<usize, Cell>>, pods: Option<&BTreeMap<usize, Cell>>) {
+    let rate = |o: &Outcome| o.updates_per_sec;
+    let cpu_update = |o: &Outcome| o.cpu_per_update;
+    let list_cpu = |o: &Outcome| o.list_cpu_secs;
+    let list_wall = |o: &Outcome| o.list_secs;
+    let rss = |o: &Outcome| o.peak_rss.map(|v| v as f64);
+    if let Some(p1) = p1 {
+        let cells: Vec<(&usize, &Cell)> = p1.iter().filter(|(n, _)| **n >= 10_000).collect();
+        let mut met = !cells.is_empty();
+        let mut parts = Vec::new();
+        for (n, cell) in &cells {
+            let (r, c) = (median_ratio(cell, A, B, rate), median_ratio(cell, A, B, cpu_update));
+            met &= r.is_some_and(|r| r >= 1.5) && c.is_some_and(|c| c <= 0.7);
+            parts.push(format!(
+                "{}: rate {}, CPU per update {}",
+                count(**n),
+                times(r),
+                times(c)
+            ));
+        }
+        goals.add(
+            "W1 watch: updates applied ≥ 1.5× kube-runtime's rate at 10k and 100k ConfigMaps, CPU per update ≤ 0.7×",
+            if parts.is_empty() {
+                "— (no scale ≥ 10k)".into()
+            } else {
+                parts.join("; ")
+            },
+            (!cells.is_empty()).then_some(met),
+        );
+        if let Some((n, cell)) = p1.iter().next_back() {
+            let r = median_ratio(cell, A, B, rss);
+            let (a, b) = (cell.figure(A, rss), cell.figure(B, rss));
+            goals.add(
+                "W2 peak memory: peak RSS of the 100k ConfigMap run (list, then 100k updates) ≤ 1.0× kube-runtime's",
+                format!(
+                    "{}{}: {} vs {} ({})",
+                    count(*n),
+                    if *n == 100_000 { "" } else { " (this run's largest)" },
+                    fmt_range(a, mb),
+                    fmt_range(b, mb),
+                    times(r)
+                ),
+                r.map(|r| r <= 1.0),
+            );
+        }
+    }
+    let w3 = |cells: Option<&BTreeMap<usize, Cell>>, floor_goal: f64| -> (String, Option<bool>) {
+        let Some((n, cell)) = cells.and_then(|c| c.iter().next_back()) else {
+            return ("— (not run)".into(), None);
+        };
+        let (c, f) = (
+            median_ratio(cell, A, B, list_cpu),
+            median_ratio(cell, A, FLOOR, list_wall),
+        );
+        (
+            format!(
+                "{}: list CPU {} kube-runtime's; wall {} the floor (kube-runtime {})",
+                count(*n),
+                times(c),
+                times(f),
+                times(median_ratio(cell, B, FLOOR, list_wall))
+            ),
+            c.zip(f).map(|(c, f)| c <= 0.8 && f <= floor_goal),
+        )
+    };
+    let (measured, met) = w3(p1, 2.0);
+    goals.add(
+        "W3 list, ConfigMaps: list → synced CPU ≤ 0.8× kube-runtime's; wall ≤ 2.0× the single-core decode floor",
+        measured,
+        met,
+    );
+    let (measured, met) = w3(pods, 1.3);
+    goals.add(
+        "W3 list, Pods: list → synced CPU ≤ 0.8× kube-runtime's; wall ≤ 1.3× the floor",
+        measured,
+        met,
+    );
+}
+
 fn main() -> Result<(), BoxError> {
     let args = Args::parse();
     let started = Instant::now();
@@ -781,22 +1071,32 @@ fn main() -> Result<(), BoxError> {
         p.dedup();
         p
     };
-    let rounds = args.rounds.unwrap_or(if args.quick { 2 } else { 3 });
-    let out_dir = if args.quick {
-        workspace_root().join("target/bench")
-    } else {
+    let rounds = args.rounds.unwrap_or(if args.quick { 2 } else { 5 });
+    let run = |w: &str| args.only.iter().any(|o| o == w);
+    // A run of some workloads only must not replace the whole report with them.
+    let partial = !["p1", "p2", "p3", "p4", "p5", "p6"].iter().all(|w| run(w));
+    let full = !args.quick && !partial;
+    let out_dir = if full {
         workspace_root().join("bench/plots")
+    } else {
+        workspace_root().join("target/bench")
     };
     std::fs::create_dir_all(&out_dir)?;
-    let run = |w: &str| args.only.iter().any(|o| o == w);
 
-    let mut report = String::new();
     let commit = command_output("git", &["rev-parse", "--short", "HEAD"]);
-    let dirty = !command_output("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    let dirty = !command_output("git", &["status", "--porcelain"]).is_empty();
+    if full && dirty && !args.allow_dirty {
+        return Err(
+            "the working tree has uncommitted changes (`git status`): a full run reports the commit it \
+                    measured, so commit first, or pass --allow-dirty (the report then says so)"
+                .into(),
+        );
+    }
+    let mut report = String::new();
     let _ = writeln!(report, "### Side by side with kube-runtime (`{}`)\n", args.command);
     let _ = writeln!(
         report,
-        "- machine: {}; date: {}; commit: {commit}{}\n- versions: {}, kube / kube-runtime {}, k8s-openapi {}, serde_json {}; release profile\n- {rounds} rounds per cell, kinformer and kube-runtime alternating (who goes first swaps each round), each run in a process of its own; figures are medians (min–max)\n- server: `bench-server`, pre-encoded pages of {} objects and pre-encoded watch events (P1–P2); envtest (P5)\n- floor: serde_json decoding the same pages into `ObjectList<K>`, warm, one thread, best of 3",
+        "- machine: {}; date: {}; commit: {commit}{}\n- versions: {}, kube / kube-runtime {}, k8s-openapi {}, serde_json {}, mimalloc {}; release profile\n- {rounds} rounds per cell, kinformer and kube-runtime alternating (who goes first swaps each round), each run in a process of its own; figures are medians (min–max); CPU: the client process's user + system seconds over the same interval, all threads\n- allocator: glibc's malloc unless a table says otherwise (P1 runs both clients with mimalloc too)\n- server: `bench-server`, pre-encoded pages of {} objects and pre-encoded watch events (P1–P2); envtest (P5, P6)\n- floor: serde_json decoding the same pages into `ObjectList<K>`, warm, one thread, best of 3",
         machine(),
         command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
         if dirty { " (with uncommitted changes)" } else { "" },
@@ -804,40 +1104,57 @@ fn main() -> Result<(), BoxError> {
         locked_version("kube-runtime"),
         locked_version("k8s-openapi"),
         locked_version("serde_json"),
+        locked_version("mimalloc"),
         kinformer_bench::PAGE_SIZE,
     );
+    if args.quick {
+        report.push_str("- **quick run** (`--quick`: small scales, 2 rounds, a 5-second P5, a 2k-object P6): a smoke test of the harness; its figures are not the goals' measurements\n");
+    }
 
+    let mut goals = Goals::default();
+    let mut sections = String::new();
+    let mut p1 = None;
+    let mut pods = None;
     if run("p1") {
-        eprintln!("P1 cache fill: ConfigMaps");
-        let cells = fill_workload("config-maps", &scales, rounds, true, false)?;
-        report.push_str(&fill_table(
+        eprintln!("P1 cache fill: ConfigMaps, glibc and mimalloc");
+        let cells = fill_workload(
+            "config-maps",
+            &scales,
+            rounds,
+            true,
+            false,
+            &[Alloc::Glibc, Alloc::Mimalloc],
+        )?;
+        sections.push_str(&fill_table(
             "P1 cache fill: ConfigMaps (~1.2 KB), list → synced, then as many updates",
             &cells,
             true,
         ));
+        sections.push_str(&alloc_table(&cells));
         fill_plot(
             &out_dir.join("p1-configmaps.svg"),
             "P1: ConfigMaps, list → synced and heap, per object",
             &[("", &cells)],
         )?;
-        report.push_str("\n![P1](bench/plots/p1-configmaps.svg)\n");
+        sections.push_str("\n![P1](bench/plots/p1-configmaps.svg)\n");
+        p1 = Some(cells);
     }
     if run("p2") {
         eprintln!("P2 memory: Pods");
-        let full = fill_workload("pods", &pod_scales, rounds, false, false)?;
-        let stripped = fill_workload("pods", &pod_scales, rounds, false, true)?;
-        let metadata = fill_workload("pod-metadata", &pod_scales, rounds, false, true)?;
-        report.push_str(&fill_table(
+        let full = fill_workload("pods", &pod_scales, rounds, false, false, &[Alloc::Glibc])?;
+        let stripped = fill_workload("pods", &pod_scales, rounds, false, true, &[Alloc::Glibc])?;
+        let metadata = fill_workload("pod-metadata", &pod_scales, rounds, false, true, &[Alloc::Glibc])?;
+        sections.push_str(&fill_table(
             "P2 memory: Pods (~4.3 KB) with managedFields",
             &full,
             false,
         ));
-        report.push_str(&fill_table(
+        sections.push_str(&fill_table(
             "P2 memory: Pods, managedFields stripped by the client (kinformer's `strip_managed_fields`, kube-runtime's `.modify`); the floor keeps them",
             &stripped,
             false,
         ));
-        report.push_str(&fill_table(
+        sections.push_str(&fill_table(
             "P2 memory: Pods, metadata only (kinformer's `metadata_informer_for::<Pod>()`, kube-runtime's `watcher` on `Api<PartialObjectMeta<Pod>>`; the server answers `PartialObjectMetadataList`), managedFields stripped by the client; the floor decodes `PartialObjectMeta<Pod>` with them",
             &metadata,
             false,
@@ -847,39 +1164,101 @@ fn main() -> Result<(), BoxError> {
             "P2: Pods, list → synced and heap, per object (pale: managedFields stripped)",
             &[("", &full), ("stripped", &stripped)],
         )?;
-        report.push_str("\n![P2](bench/plots/p2-pods.svg)\n");
+        sections.push_str("\n![P2](bench/plots/p2-pods.svg)\n");
+        pods = Some(full);
     }
+    fill_goals(&mut goals, p1.as_ref(), pods.as_ref());
+    goals.add(
+        "W4 readers: `Lister::get` / `ctx.get` p99 < 1 ms from 4 readers while a 100k-object relist is applied",
+        "— (no reader bench in this run)".into(),
+        None,
+    );
+    goals.add(
+        "W5 memory per object ≤ kube-runtime's for Pod, ConfigMap, Deployment, Service, Node, Secret and a CRD",
+        "— (no per-kind bench in this run; P1/P2 above: ConfigMaps and Pods)".into(),
+        None,
+    );
+    goals.add(
+        "W6 projections: ≤ 3 KB per Pod, list → synced ≤ 0.5× the full Pod informer's",
+        "— (no projection bench in this run)".into(),
+        None,
+    );
     if run("p3") {
         eprintln!("P3 fan-out");
         let events = if args.quick { 100_000 } else { 1_000_000 };
-        report.push_str(&fanout_workload(events, rounds)?);
+        let (section, stalled) = fanout_workload(events, rounds)?;
+        sections.push_str(&section);
+        goals.add(
+            "P3 one stalled handler: the other handlers within 10% of their unstalled throughput",
+            format!("stalled / unstalled {}", times(stalled)),
+            stalled.map(|r| r >= 0.9),
+        );
     }
     if run("p4") {
         eprintln!("P4 workqueue");
-        report.push_str(&workqueue_workload()?);
+        sections.push_str(&workqueue_workload()?);
     }
     if run("p5") {
         eprintln!("P5 end-to-end");
         let (secs, r) = if args.quick { (5, 1) } else { (30, rounds) };
-        report.push_str(&e2e_workload(1000, secs, 1000, r)?);
+        let (section, cell) = e2e_workload(1000, secs, 1000, r, 0)?;
+        sections.push_str(&section);
+        let p99 = |o: &Outcome| o.extra.get("p99_ms").copied();
+        let (a, b) = (cell.figure(A, p99), cell.figure(B, p99));
+        goals.add(
+            "P5 p99 patch → reconcile < 10 ms and ≤ kube-runtime's",
+            format!(
+                "{} vs {}",
+                fmt_range(a, |v| format!("{v:.2} ms")),
+                fmt_range(b, |v| format!("{v:.2} ms"))
+            ),
+            a.zip(b).map(|(a, b)| a.median < 10.0 && a.median <= b.median),
+        );
+        let (section, _) = e2e_workload(500, secs, 1000, r, 1)?;
+        sections.push_str(&section);
     }
     if run("p6") {
         eprintln!("P6 priority queue");
         let (objects, r) = if args.quick { (2_000, 1) } else { (50_000, rounds) };
-        report.push_str(&priority_workload(objects, 200, r)?);
+        let (section, cell) = priority_workload(objects, 200, r)?;
+        sections.push_str(&section);
+        let p99 = |o: &Outcome| o.extra.get("p99_ms").copied();
+        let per_sec = |o: &Outcome| o.extra.get("reconciles_per_sec").copied();
+        let p = cell.figure(PRIORITY, p99);
+        let r = median_ratio(&cell, PRIORITY, FIFO, per_sec);
+        goals.add(
+            "P6 priority queue: p99 change → reconcile < 50 ms, reconciles/s within 10% of the FIFO queue's",
+            format!(
+                "p99 {}; reconciles/s {} the FIFO queue's",
+                fmt_range(p, |v| format!("{v:.1} ms")),
+                times(r)
+            ),
+            p.zip(r).map(|(p, r)| p.median < 50.0 && r >= 0.9),
+        );
     }
+    report.push_str(&goals.table());
+    report.push_str(&sections);
     let _ = writeln!(report, "\nThe whole run took {:.0} s.", started.elapsed().as_secs_f64());
 
-    // A run of some workloads only must not replace the whole report with them.
-    let partial = !["p1", "p2", "p3", "p4", "p5", "p6"].iter().all(|w| run(w));
-    if args.quick || partial {
-        let path = workspace_root().join("target/bench").join(if args.quick {
+    let moved = command_output("git", &["rev-parse", "--short", "HEAD"]) != commit;
+    if !full || moved {
+        let name = if args.quick {
             "BENCHMARKS.quick.md"
-        } else {
+        } else if partial {
             "BENCHMARKS.partial.md"
-        });
+        } else {
+            "BENCHMARKS.moved.md"
+        };
+        let path = workspace_root().join("target/bench").join(name);
         std::fs::create_dir_all(path.parent().unwrap_or(&out_dir))?;
         std::fs::write(&path, &report)?;
+        if moved {
+            return Err(format!(
+                "HEAD moved from {commit} during the run: the report went to {} instead of BENCHMARKS.md",
+                path.display()
+            )
+            .into());
+        }
         eprintln!(
             "wrote {} and its plots (a quick or partial run leaves BENCHMARKS.md alone)",
             path.display()

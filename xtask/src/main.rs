@@ -9,10 +9,12 @@
 //! - `cargo xtask codegen --check`: fails if the checked-in generated code is stale (CI).
 //! - `cargo xtask crds [--check]`: writes (or checks) the CRD YAML of the example resource
 //!   types into `examples/crds/`, from their schemars schemas via kube's `CustomResourceExt`.
-//! - `cargo xtask bench [--quick] [--scale 1k,10k,100k] [driver flags]`: builds the
-//!   side-by-side suite (`bench/`) and envtest's server in release and runs the suite's driver,
-//!   which writes `BENCHMARKS.md` and `bench/plots/` (a `--quick` run writes under
-//!   `target/bench/` instead). `cargo xtask bench -- --help` lists the driver's flags.
+//! - `cargo xtask bench [--quick] [--allow-dirty] [--scale 1k,10k,100k] [driver flags]`: builds
+//!   the side-by-side suite (`bench/`: both clients, linked with glibc's malloc and with
+//!   mimalloc) and envtest's server in release and runs the suite's driver, which writes
+//!   `BENCHMARKS.md` and `bench/plots/` (a `--quick` run writes under `target/bench/` instead;
+//!   a full run refuses a tree with uncommitted changes unless `--allow-dirty`).
+//!   `cargo xtask bench -- --help` lists the driver's flags.
 //!
 //! xtask deliberately depends on neither `factory` nor `examples`: the code it generates lives
 //! in `factory`, so if the checked-in code ever stops compiling, `cargo xtask codegen` must
@@ -25,7 +27,7 @@ use std::process::{Command, ExitCode, Stdio};
 use informer_codegen::{ResourceDesc, generate_group, generate_group_accessors, group_module, project};
 use quote::quote;
 
-const USAGE: &str = "usage: cargo xtask codegen [--check] | cargo xtask crds [--check] | cargo xtask bench [--quick] [--scale 1k,10k] [...]";
+const USAGE: &str = "usage: cargo xtask codegen [--check] | cargo xtask crds [--check] | cargo xtask bench [--quick] [--allow-dirty] [--scale 1k,10k] [...]";
 
 /// The first line of every file `cargo xtask codegen` writes (Go's generated-code convention,
 /// which editors and linters recognise).

@@ -23,6 +23,10 @@
 //! ([`deployment_changed_for_foo`]): status writes that change nothing a Foo reads do not
 //! enqueue it.
 //!
+//! [`deploy`] writes the manifests that run it in a cluster (CRD, RBAC from the controller's
+//! declared sources and writes, Deployment); `cargo xtask manifests` puts them in
+//! `examples/deploy/`.
+//!
 //! [`webhooks`] holds what the Manager serves for Foos besides the controller: a validating
 //! webhook (`spec.replicas` within 0..=10), a mutating one (a default label), and the conversion
 //! of Foo's second version, `v1alpha1` (`spec.size`), to and from `v1`, the hub, the storage
@@ -40,7 +44,7 @@ use kinformer::Informer;
 use kinformer::controller::predicate::ObjectFuncs;
 use kinformer::controller::{
     Action, BuiltController, Context, ControllerError, EventType, FinalizerError, FinalizerEvent, Manager, NotLeader,
-    Reconciler, Request, SourceOptions, finalizer,
+    Reconciler, Request, SourceOptions, Verb, finalizer,
 };
 use kinformer::factory::generated::apps::v1::DeploymentLister;
 use kinformer::factory::{FactoryError, SharedInformerFactory};
@@ -49,6 +53,7 @@ use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub mod deploy;
 pub mod webhooks;
 
 /// The desired state of a [`Foo`].
@@ -379,6 +384,14 @@ pub fn controller<R: Reconciler<Foo>>(
         .owns_with(
             SourceOptions::<Deployment>::new().predicate(ObjectFuncs::new().on_update(deployment_changed_for_foo)),
         )
+        // The writes `reconcile` makes, for the controller's RBAC (`deploy`): the Deployment's
+        // create and scale, the index ConfigMap's create and merge patches, the finalizer's
+        // JSON patches of the Foo and the status merge patch. Nothing is deleted: garbage
+        // collection removes a deleted Foo's Deployment.
+        .writes::<Deployment>(&[Verb::Create, Verb::Patch])
+        .writes::<ConfigMap>(&[Verb::Create, Verb::Patch])
+        .writes::<Foo>(&[Verb::Patch])
+        .writes_status::<Foo>(&[Verb::Patch])
         .workers(2)
         .build(wrap(reconciler))
 }

@@ -9,7 +9,8 @@
 //! status and index entry as wanted, the deleted Foo gone) (non-zero, with the reason, if it
 //! did not within `--timeout`). With `--kubeconfig PATH` it runs against that cluster, with
 //! leader election, until SIGINT or SIGTERM; there it serves no webhooks (the cluster cannot
-//! reach this process) and installs Foo in `v1` only. An exported KUBECONFIG alone never sends
+//! reach this process) and installs Foo in `v1` only. With `--in-cluster` it runs so in a pod,
+//! as the manifests of `cargo xtask manifests` deploy it (which install the CRD). An exported KUBECONFIG alone never sends
 //! it to a real cluster: it keeps the embedded server and prints a line saying so.
 
 // The resource is called Foo, as upstream: `foo` names one, not a placeholder.
@@ -46,6 +47,11 @@ struct Args {
     /// kubeconfig for kubectl; stop with Ctrl-C.
     #[arg(long)]
     keep_running: bool,
+    /// Run in a pod, as the manifests of `cargo xtask manifests` deploy it: the pod's
+    /// ServiceAccount (in-cluster config), leader election in `--namespace`, until SIGTERM. The
+    /// manifests install the Foo CRD, so this installs nothing (and needs no access to CRDs).
+    #[arg(long, conflicts_with_all = ["kubeconfig", "embedded"])]
+    in_cluster: bool,
 }
 
 #[tokio::main]
@@ -54,6 +60,7 @@ async fn main() -> ExitCode {
     demo::init_tracing();
     let kubeconfig = demo::cluster_kubeconfig(args.common.kubeconfig.as_deref(), args.common.embedded);
     let result = match kubeconfig {
+        _ if args.in_cluster => run_in_cluster(&args).await,
         Some(path) => run_against_cluster(&args, path).await,
         None => run_demo(&args).await,
     };
@@ -65,10 +72,20 @@ async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), Dem
     let client = demo::client_from_kubeconfig(&kubeconfig).await?;
     demo::install_crds(&client, &[sample_controller::crd()]).await?;
     println!("sample-controller: no webhooks (the cluster cannot reach this process); Foo installed in v1 only");
-    let mut manager = demo::cluster_manager(client, &args.common, "sample-controller")?;
+    run_controller(args, client).await
+}
+
+/// In a pod: the ServiceAccount's in-cluster config; the manifests installed the CRD.
+async fn run_in_cluster(args: &Args) -> Result<(), DemoError> {
+    let client = kube::Client::try_from(kube::Config::incluster()?)?;
+    run_controller(args, client).await
+}
+
+/// The controller with leader election, until a signal.
+async fn run_controller(args: &Args, client: Client) -> Result<(), DemoError> {
     // No per-reconcile lines or figures here (they would grow without end): the controller's
     // logs and /metrics say what it does.
-    manager.add(sample_controller::controller(&manager, |inner| inner)?);
+    let manager = sample_controller::deploy::manager(client, &args.common)?;
     println!(
         "sample-controller: watching Foos; metrics on http://{}/metrics",
         demo::display_addr(&manager)

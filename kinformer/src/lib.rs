@@ -319,7 +319,7 @@ pub mod prelude {
         Conversion, Convertible, MutatingWebhook, ValidatingWebhook, Verdict, WebhookServerConfig,
     };
     pub use crate::controller::{
-        Action, Context, Controller, EventType, LeaderElectionConfig, Manager, ObjectKey, Reconciler, Request,
+        Action, Context, Controller, EventType, LeaderElectionConfig, Manager, ObjectKey, Reconciler, Request, Verb,
         reconciler_fn,
     };
     pub use crate::controller::{

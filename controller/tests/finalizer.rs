@@ -573,6 +573,9 @@ pub struct GadgetSpec {
     pub size: i32,
 }
 
+/// kube's derive emits no per-type hooks: the factory's defaults (metadata lists compacted).
+impl factory::InformerResource for Gadget {}
+
 /// Gadget's status.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct GadgetStatus {

@@ -37,8 +37,10 @@
 
 mod cache_options;
 pub mod generated;
+mod resource;
 
 pub use cache_options::{CacheOptions, NamespaceConfig, SelectorError, parse_label_selector};
+pub use resource::{Compact, InformerResource};
 
 /// Paths the generated code (and `#[derive(Informer)]` code compiled inside this crate) uses
 /// in place of the `::kinformer` facade, which this crate cannot depend on.
@@ -70,14 +72,22 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info};
 
 /// A typed resource the factory can make informers for: any `kube::Resource` with a static
-/// type (k8s-openapi types, `#[derive(CustomResource)]` types).
+/// type and the per-type hooks of [`InformerResource`], which the code generator emits
+/// (k8s-openapi types, types generated from CRDs, `#[derive(Informer)]` types).
 pub trait FactoryResource:
-    Resource<DynamicType = (), Scope: 'static> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+    Resource<DynamicType = (), Scope: 'static> + InformerResource + Clone + DeserializeOwned + Debug + Send + Sync + 'static
 {
 }
 
 impl<K> FactoryResource for K where
-    K: Resource<DynamicType = (), Scope: 'static> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+    K: Resource<DynamicType = (), Scope: 'static>
+        + InformerResource
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
 {
 }
 
@@ -222,6 +232,8 @@ struct Inner {
 pub fn informer_name<K: FactoryResource>(options: &CacheOptions) -> String {
     let name = if K::metadata_api() {
         format!("{}/{} (metadata)", K::api_version(&()), K::kind(&()))
+    } else if let Some(projection) = K::projection() {
+        format!("{}/{} (projection {projection})", K::api_version(&()), K::kind(&()))
     } else {
         format!("{}/{}", K::api_version(&()), K::kind(&()))
     };
@@ -546,7 +558,8 @@ impl SharedInformerFactory {
             |url_path| {
                 Arc::new(
                     ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), url_path)
-                        .skip_managed_fields(self.inner.strip_managed_fields),
+                        .skip_managed_fields(self.inner.strip_managed_fields)
+                        .compact(<K as InformerResource>::compact),
                 )
             },
         );

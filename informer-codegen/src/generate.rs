@@ -98,7 +98,22 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
         }
     };
 
-    let inherent = if desc.inherent_impl {
+    let inherent = if desc.inherent_impl && desc.projection {
+        let doc = format!(
+            " The shared informer of `factory` of this projection of `{kind}` (the same one `informer_for` returns)."
+        );
+        quote! {
+            impl #ty {
+                #[doc = #doc]
+                #[inline]
+                pub fn informer(
+                    factory: &#krate::factory::SharedInformerFactory,
+                ) -> ::core::result::Result<#informer, #krate::factory::FactoryError> {
+                    #informer::new(factory)
+                }
+            }
+        }
+    } else if desc.inherent_impl {
         let doc = format!(" The shared `{kind}` informer of `factory` (the same one `informer_for` returns).");
         let metadata_doc = format!(
             " The shared metadata-only `{kind}` informer of `factory`: its cache holds each object's \
@@ -201,6 +216,105 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
         #scoped
 
         #inherent
+    }
+}
+
+/// The `InformerResource` impl of a `#[derive(Informer)]` type: its compaction (the object's
+/// metadata: the derive sees the declaration of one type, not those of its fields' types) and,
+/// for a projection (`#[informer(projection, ...)]`), the rest of what makes a partial type an
+/// informer's type:
+///
+/// - `kube::Resource`, naming the group, version, kind and plural of the attributes, so its
+///   informer lists and watches the full type's collection and decodes each object straight
+///   into the projection (serde skips the fields it does not declare: they are never
+///   allocated). The type needs a `metadata: ObjectMeta` field.
+/// - `InformerResource::projection`, which names its informer apart from the full type's.
+/// - A projection is read-only: writing one back would drop every field it does not declare.
+///   A compile-time check refuses `serde::Serialize` on it, so `Api::create`/`replace` (which
+///   need it) cannot take one.
+///
+/// Types generated from CRDs and the built-in k8s-openapi types get theirs elsewhere (the CRD
+/// generator, `generate_k8s_openapi_compact`), so `generate` does not emit it.
+pub fn generate_informer_resource(desc: &ResourceDesc) -> TokenStream {
+    let ResourceDesc { ty, name, krate, .. } = desc;
+    let factory = quote!(#krate::factory);
+    if !desc.projection {
+        return quote! {
+            impl #factory::InformerResource for #ty {
+                #[inline]
+                fn compact(&mut self) {
+                    #factory::Compact::compact(#krate::kube::Resource::meta_mut(self));
+                }
+            }
+        };
+    }
+    let (group, version, kind, plural) = (&desc.group, &desc.version, &desc.kind, &desc.plural);
+    let api_version = if group.is_empty() {
+        version.clone()
+    } else {
+        format!("{group}/{version}")
+    };
+    let scope = if desc.namespaced {
+        quote!(#krate::k8s_openapi::NamespaceResourceScope)
+    } else {
+        quote!(#krate::k8s_openapi::ClusterResourceScope)
+    };
+    let projection = name.to_string();
+    let read_only = format_ident!("{}IsAReadOnlyProjectionAndMustNotImplementSerialize", name);
+    let object_meta = quote!(#krate::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta);
+    quote! {
+        impl #krate::kube::Resource for #ty {
+            type DynamicType = ();
+            type Scope = #scope;
+            fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(#kind)
+            }
+            fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(#group)
+            }
+            fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(#version)
+            }
+            fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(#api_version)
+            }
+            fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(#plural)
+            }
+            fn meta(&self) -> &#object_meta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut #object_meta {
+                &mut self.metadata
+            }
+        }
+
+        impl #factory::InformerResource for #ty {
+            #[inline]
+            fn compact(&mut self) {
+                #factory::Compact::compact(&mut self.metadata);
+            }
+
+            #[inline]
+            fn projection() -> ::core::option::Option<&'static str> {
+                ::core::option::Option::Some(#projection)
+            }
+        }
+
+        // A projection is read-only (see `generate_informer_resource`): this fails to compile,
+        // naming the trait below, if the type implements `serde::Serialize` (two impls of the
+        // trait then apply and the type parameter cannot be inferred).
+        const _: () = {
+            #[allow(non_camel_case_types, dead_code)]
+            trait #read_only<A> {
+                fn check() {}
+            }
+            impl<T: ?::core::marker::Sized> #read_only<()> for T {}
+            #[allow(dead_code)]
+            struct Serializable;
+            impl<T: ?::core::marker::Sized + #krate::serde::Serialize> #read_only<Serializable> for T {}
+            let _ = <#ty as #read_only<_>>::check;
+        };
     }
 }
 

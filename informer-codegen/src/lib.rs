@@ -31,6 +31,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod compact;
 #[cfg(feature = "crd")]
 pub mod crd;
 mod generate;
@@ -39,6 +40,7 @@ mod groups;
 pub mod project;
 mod resource_desc;
 
-pub use generate::{generate, pretty};
+pub use compact::{SourceFile, generate_k8s_openapi_compact};
+pub use generate::{generate, generate_informer_resource, pretty};
 pub use groups::{generate_group, generate_group_accessors, group_module};
 pub use resource_desc::{ResourceDesc, default_plural};

@@ -27,6 +27,9 @@ pub struct ResourceDesc {
     pub krate: Path,
     /// Whether to emit `impl Foo { pub fn informer(..) }` (not possible for foreign types).
     pub inherent_impl: bool,
+    /// A projection (`#[informer(projection, ...)]`): a partial, read-only type bound to the
+    /// resource its attributes name (see [`crate::generate_informer_resource`]).
+    pub projection: bool,
 }
 
 /// The default plural of a kind, kube-derive's rule (so the accessor matches the CRD's plural):
@@ -53,6 +56,7 @@ struct Attrs {
     plural: Option<LitStr>,
     namespaced: bool,
     krate: Option<Path>,
+    projection: bool,
 }
 
 /// Whether a plural (`foos`, `foo-bars`) can become a method name: `generate` turns `.` and
@@ -142,9 +146,10 @@ impl ResourceDesc {
                         "plural" => attrs.plural = Some(meta.value()?.parse::<LitStr>()?),
                         "namespaced" => attrs.namespaced = true,
                         "crate" => attrs.krate = Some(meta.value()?.parse::<LitStr>()?.parse::<Path>()?),
+                        "projection" => attrs.projection = true,
                         _ => {
                             return Err(meta.error(format!(
-                                "unknown informer attribute `{key}`; expected one of: group, version, kind, plural, namespaced, crate"
+                                "unknown informer attribute `{key}`; expected one of: group, version, kind, plural, namespaced, crate, projection"
                             )));
                         }
                     }
@@ -167,6 +172,9 @@ impl ResourceDesc {
                 .map_err(|_| syn::Error::new(kind.span(), format!("kind \"{kind_value}\" is not a Rust type name")))?;
             name.set_span(kind.span());
             name
+        } else if attrs.projection {
+            // A projection is its own type, bound to another kind's resource.
+            input.ident.clone()
         } else {
             if input.ident != kind_value {
                 return Err(syn::Error::new(
@@ -205,6 +213,7 @@ impl ResourceDesc {
             namespaced: attrs.namespaced,
             krate: attrs.krate.unwrap_or_else(|| syn::parse_quote!(::kinformer)),
             inherent_impl: true,
+            projection: attrs.projection,
         })
     }
 }
@@ -242,6 +251,7 @@ impl ResourceDesc {
             namespaced,
             krate,
             inherent_impl: false,
+            projection: false,
         })
     }
 }

@@ -6,6 +6,7 @@
 //! the fuzzer found are kept in `fuzz/regressions/<target>/` and replayed by this crate's unit
 //! tests with the seeds in `fuzz/seeds/<target>/`, so they run in every `cargo test`.
 
+use crate::compact::compact_metadata;
 use crate::listwatch::{ListWatchError, decode_list, decode_watch_line, peek_continue};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, WatchEvent};
@@ -18,10 +19,10 @@ use kube::api::{DynamicObject, WatchEvent};
 /// anything else).
 pub fn watch_line(data: &[u8]) {
     let line = String::from_utf8_lossy(data);
-    let full = decode_watch_line::<Pod>(&line, false);
-    let skipped = decode_watch_line::<Pod>(&line, true);
-    let _ = decode_watch_line::<DynamicObject>(&line, false);
-    let _ = decode_watch_line::<DynamicObject>(&line, true);
+    let full = decode_watch_line::<Pod>(&line, false, compact_metadata);
+    let skipped = decode_watch_line::<Pod>(&line, true, compact_metadata);
+    let _ = decode_watch_line::<DynamicObject>(&line, false, compact_metadata);
+    let _ = decode_watch_line::<DynamicObject>(&line, true, compact_metadata);
     if let Some(Ok(event)) = full {
         let Some(Ok(skipped)) = skipped else {
             panic!("decoded in full but not with managedFields skipped: {skipped:?}");
@@ -55,8 +56,8 @@ pub fn list_page(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let full = decode_list::<Pod>(text, false);
-    let skipped = decode_list::<Pod>(text, true);
+    let full = decode_list::<Pod>(text, false, compact_metadata);
+    let skipped = decode_list::<Pod>(text, true, compact_metadata);
     if let Ok(page) = &full {
         if let Some(token) = &peeked {
             assert_eq!(

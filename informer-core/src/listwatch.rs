@@ -348,6 +348,8 @@ pub struct ApiListerWatcher<K> {
     /// Pages of the list in progress requested before the reflector asked for them, by their
     /// `continue` token.
     ahead: Arc<Mutex<PagesAhead<K>>>,
+    /// Gives back the spare capacity of each decoded object (see [`ApiListerWatcher::compact`]).
+    compact: fn(&mut K),
 }
 
 /// What requesting a list page needs, shared with the tasks that fetch pages ahead.
@@ -450,6 +452,7 @@ impl<K> Clone for ApiListerWatcher<K> {
             fetcher: self.fetcher.clone(),
             max_event_bytes: self.max_event_bytes,
             ahead: Arc::default(),
+            compact: self.compact,
         }
     }
 }
@@ -476,6 +479,7 @@ impl<K: Resource> ApiListerWatcher<K> {
             }),
             max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             ahead: Arc::default(),
+            compact: crate::compact::compact_metadata::<K>,
         }
     }
 
@@ -522,6 +526,17 @@ impl<K: Resource> ApiListerWatcher<K> {
             skip_managed_fields: on,
             ..self.fetcher_fields()
         });
+        self
+    }
+
+    /// What is done to every object right after it is decoded, on the decoding thread (a list
+    /// page's decoder, the watch stream's reader), before anything else sees it: give back the
+    /// spare capacity decoding left in it. The default shrinks the lists of its metadata
+    /// ([`compact_metadata`](crate::compact::compact_metadata)); the factory passes the
+    /// type's own, which its code generator emits per type (see [`crate::compact`]).
+    #[must_use]
+    pub fn compact(mut self, compact: fn(&mut K)) -> Self {
+        self.compact = compact;
         self
     }
 
@@ -610,9 +625,10 @@ pub(crate) fn list_request(url_path: &str, params: &ListParams) -> Result<http::
 pub(crate) fn decode_list<K: Resource + DeserializeOwned + Clone + 'static>(
     text: &str,
     skip_managed_fields: bool,
+    compact: fn(&mut K),
 ) -> Result<ListPage<K>, ListWatchError> {
     let page = |mut list: ObjectList<K>, malformed| {
-        list.items.iter_mut().for_each(crate::compact::compact);
+        list.items.iter_mut().for_each(compact);
         ListPage {
             resource_version: list.metadata.resource_version.unwrap_or_default(),
             continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
@@ -747,6 +763,7 @@ where
 pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone + 'static>(
     line: &str,
     skip_managed_fields: bool,
+    compact: fn(&mut K),
 ) -> Option<Result<WatchEvent<K>, ListWatchError>> {
     if line.trim().is_empty() {
         return None;
@@ -755,7 +772,7 @@ pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone + 'static
         Ok(WatchEvent::Error(status)) => Some(Err(ListWatchError::from_status(&status))),
         Ok(mut event) => {
             if let WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) = &mut event {
-                crate::compact::compact(obj);
+                compact(obj);
             }
             Some(Ok(event))
         }
@@ -808,6 +825,7 @@ fn fetch_page<K>(
     fetcher: Arc<PageFetcher>,
     params: ListParams,
     ahead: Weak<Mutex<PagesAhead<K>>>,
+    compact: fn(&mut K),
 ) -> BoxFuture<'static, Result<ListPage<K>, ListWatchError>>
 where
     K: Resource + DeserializeOwned + Clone + Send + 'static,
@@ -824,16 +842,16 @@ where
         if params.limit.is_some()
             && let (Some(token), Some(ahead)) = (peek_continue(&bytes), ahead.upgrade())
         {
-            fetch_ahead(&fetcher, &params, token, &ahead);
+            fetch_ahead(&fetcher, &params, token, &ahead, compact);
         }
         let text = String::from_utf8(bytes).map_err(|e| ListWatchError::Decode(e.to_string()))?;
         let skip = fetcher.skip_managed_fields;
         let (page, text) = if text.len() >= DECODE_OFF_TASK_BYTES {
-            tokio::task::spawn_blocking(move || (decode_list::<K>(&text, skip), text))
+            tokio::task::spawn_blocking(move || (decode_list::<K>(&text, skip, compact), text))
                 .await
                 .map_err(|e| ListWatchError::Decode(format!("list page decoder: {e}")))?
         } else {
-            (decode_list::<K>(&text, skip), text)
+            (decode_list::<K>(&text, skip, compact), text)
         };
         if matches!(&page, Ok(p) if p.continue_token.is_some()) {
             fetcher.buffers.give_back(text.into_bytes());
@@ -847,8 +865,13 @@ where
 
 /// Requests the page after `params`' page (the one `token` names) on a task of its own, unless
 /// it is already on its way or as many pages as allowed are.
-fn fetch_ahead<K>(fetcher: &Arc<PageFetcher>, params: &ListParams, token: String, ahead: &Arc<Mutex<PagesAhead<K>>>)
-where
+fn fetch_ahead<K>(
+    fetcher: &Arc<PageFetcher>,
+    params: &ListParams,
+    token: String,
+    ahead: &Arc<Mutex<PagesAhead<K>>>,
+    compact: fn(&mut K),
+) where
     K: Resource + DeserializeOwned + Clone + Send + 'static,
 {
     let mut pages = lock_ahead(ahead);
@@ -856,7 +879,7 @@ where
         return;
     }
     let next = continuation(params, token.clone());
-    let task = tokio::spawn(fetch_page(fetcher.clone(), next, Arc::downgrade(ahead)));
+    let task = tokio::spawn(fetch_page(fetcher.clone(), next, Arc::downgrade(ahead), compact));
     pages.insert(token, AbortOnDropHandle::new(task));
 }
 
@@ -954,14 +977,22 @@ where
                 Some(task) => task
                     .await
                     .map_err(|e| ListWatchError::Request(format!("list page fetched ahead: {e}")))??,
-                None => fetch_page(self.fetcher.clone(), params.clone(), Arc::downgrade(&self.ahead)).await?,
+                None => {
+                    fetch_page(
+                        self.fetcher.clone(),
+                        params.clone(),
+                        Arc::downgrade(&self.ahead),
+                        self.compact,
+                    )
+                    .await?
+                }
             };
             // Keep the pipeline full: the page after this one may not be on its way yet (the
             // bound stopped it, or its token could not be read ahead).
             if params.limit.is_some()
                 && let Some(token) = &page.continue_token
             {
-                fetch_ahead(&self.fetcher, &params, token.clone(), &self.ahead);
+                fetch_ahead(&self.fetcher, &params, token.clone(), &self.ahead, self.compact);
             }
             Ok(page)
         })
@@ -970,7 +1001,12 @@ where
     fn current_resource_version(&self) -> BoxFuture<'_, Result<String, ListWatchError>> {
         // Not through `list`: this one-object page must neither fetch the next page ahead nor
         // drop the pages a list in progress fetched ahead.
-        let page = fetch_page::<K>(self.fetcher.clone(), ListParams::default().limit(1), Weak::new());
+        let page = fetch_page::<K>(
+            self.fetcher.clone(),
+            ListParams::default().limit(1),
+            Weak::new(),
+            self.compact,
+        );
         Box::pin(async move { Ok(page.await?.resource_version) })
     }
 
@@ -982,6 +1018,7 @@ where
         let request = Request::new(&self.fetcher.url_path).watch(params, resource_version);
         let max_event_bytes = self.max_event_bytes;
         let skip_managed_fields = self.fetcher.skip_managed_fields;
+        let compact = self.compact;
         Box::pin(async move {
             let mut request = request.map_err(|e| ListWatchError::Request(e.to_string()))?;
             // One event per line must reach us as it is written: no compression on watches.
@@ -996,8 +1033,8 @@ where
             }
             let body = self.fetcher.client.request_stream(request).await?;
             let decode = move |line: &[u8]| match std::str::from_utf8(line) {
-                Ok(text) => decode_watch_line::<K>(text, skip_managed_fields),
-                Err(_) => decode_watch_line::<K>(&String::from_utf8_lossy(line), skip_managed_fields),
+                Ok(text) => decode_watch_line::<K>(text, skip_managed_fields, compact),
+                Err(_) => decode_watch_line::<K>(&String::from_utf8_lossy(line), skip_managed_fields, compact),
             };
             let end = move |end: LinesEnd| match end {
                 LinesEnd::TooLong => Some(Err(ListWatchError::TooLarge {
@@ -1028,6 +1065,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compact::compact_metadata;
     use k8s_openapi::api::core::v1::ConfigMap;
 
     #[test]
@@ -1228,11 +1266,11 @@ mod tests {
         );
         for skip in [false, true] {
             let list = format!(r#"{{"metadata":{{"resourceVersion":"1"}},"items":[{{"metadata":{meta}}}]}}"#);
-            let page = decode_list::<ConfigMap>(&list, skip).unwrap();
+            let page = decode_list::<ConfigMap>(&list, skip, compact_metadata).unwrap();
             assert_eq!(page.items.len(), 1);
             assert_compact(&page.items[0]);
             let line = format!(r#"{{"type":"MODIFIED","object":{{"metadata":{meta}}}}}"#);
-            match decode_watch_line::<ConfigMap>(&line, skip) {
+            match decode_watch_line::<ConfigMap>(&line, skip, compact_metadata) {
                 Some(Ok(WatchEvent::Modified(cm))) => assert_compact(&cm),
                 other => panic!("not a MODIFIED event: {other:?}"),
             }
@@ -1244,7 +1282,7 @@ mod tests {
         let text = r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"42","continue":"tok"},
             "items":[{"metadata":{"name":"good","namespace":"ns"}},
                      {"metadata":{"name":"bad","namespace":"ns"},"data":"not a map"}]}"#;
-        let page = decode_list::<ConfigMap>(text, false).unwrap();
+        let page = decode_list::<ConfigMap>(text, false, compact_metadata).unwrap();
         assert_eq!(page.resource_version, "42");
         assert_eq!(page.continue_token.as_deref(), Some("tok"));
         assert_eq!(page.items.len(), 1);
@@ -1256,11 +1294,11 @@ mod tests {
     #[test]
     fn a_list_that_is_not_a_list_is_a_decode_error() {
         assert!(matches!(
-            decode_list::<ConfigMap>("<html>", false),
+            decode_list::<ConfigMap>("<html>", false, compact_metadata),
             Err(ListWatchError::Decode(_))
         ));
         assert!(matches!(
-            decode_list::<ConfigMap>(r#"{"items":7}"#, false),
+            decode_list::<ConfigMap>(r#"{"items":7}"#, false, compact_metadata),
             Err(ListWatchError::Decode(_))
         ));
     }
@@ -1269,32 +1307,32 @@ mod tests {
     fn watch_lines_decode_to_events_errors_and_named_malformed_objects() {
         let added = r#"{"type":"ADDED","object":{"metadata":{"name":"a","namespace":"ns","resourceVersion":"5"}}}"#;
         assert!(matches!(
-            decode_watch_line::<ConfigMap>(added, false),
+            decode_watch_line::<ConfigMap>(added, false, compact_metadata),
             Some(Ok(WatchEvent::Added(_)))
         ));
 
         let bookmark =
             r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#;
         assert!(
-            matches!(decode_watch_line::<ConfigMap>(bookmark, false), Some(Ok(WatchEvent::Bookmark(b))) if b.metadata.resource_version == "9")
+            matches!(decode_watch_line::<ConfigMap>(bookmark, false, compact_metadata), Some(Ok(WatchEvent::Bookmark(b))) if b.metadata.resource_version == "9")
         );
 
         let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old","reason":"Expired","code":410}}"#;
-        match decode_watch_line::<ConfigMap>(expired, false) {
+        match decode_watch_line::<ConfigMap>(expired, false, compact_metadata) {
             Some(Err(e)) => assert!(e.is_gone(), "{e}"),
             other => panic!("expected a 410, got {other:?}"),
         }
 
         let malformed = r#"{"type":"MODIFIED","object":{"metadata":{"name":"b","namespace":"ns"},"data":[1,2]}}"#;
-        match decode_watch_line::<ConfigMap>(malformed, false) {
+        match decode_watch_line::<ConfigMap>(malformed, false, compact_metadata) {
             Some(Err(ListWatchError::Malformed(m))) => assert_eq!(m.key.as_deref(), Some("ns/b")),
             other => panic!("expected a malformed object, got {other:?}"),
         }
 
         let garbage = "{not json";
         assert!(
-            matches!(decode_watch_line::<ConfigMap>(garbage, false), Some(Err(ListWatchError::Malformed(m))) if m.key.is_none())
+            matches!(decode_watch_line::<ConfigMap>(garbage, false, compact_metadata), Some(Err(ListWatchError::Malformed(m))) if m.key.is_none())
         );
-        assert!(decode_watch_line::<ConfigMap>("   ", false).is_none());
+        assert!(decode_watch_line::<ConfigMap>("   ", false, compact_metadata).is_none());
     }
 }

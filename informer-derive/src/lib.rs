@@ -28,7 +28,11 @@ use proc_macro::TokenStream;
 pub fn derive_informer(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
     match informer_codegen::ResourceDesc::from_derive_input(&input) {
-        Ok(desc) => informer_codegen::generate(&desc).into(),
+        Ok(desc) => {
+            let mut tokens = informer_codegen::generate(&desc);
+            tokens.extend(informer_codegen::generate_informer_resource(&desc));
+            tokens.into()
+        }
         Err(error) => error.to_compile_error().into(),
     }
 }

@@ -162,9 +162,15 @@ fn generated_files() -> Result<BTreeMap<String, String>, String> {
     let mod_rs = quote! {
         #![doc = #module_docs]
         #(pub mod #modules;)*
+        mod compact;
         #accessors
     };
     files.push(("mod.rs".to_string(), mod_rs));
+    let (sources, versions) = k8s_openapi_sources()?;
+    files.push((
+        "compact.rs".to_string(),
+        informer_codegen::generate_k8s_openapi_compact(&sources, &versions)?,
+    ));
     for group in &groups {
         let in_group: Vec<ResourceDesc> = resources.iter().filter(|r| &r.group == group).cloned().collect();
         files.push((
@@ -179,6 +185,63 @@ fn generated_files() -> Result<BTreeMap<String, String>, String> {
             Ok((name, rustfmt(&source)?))
         })
         .collect()
+}
+
+/// Every source file of the k8s-openapi crate the workspace builds with, below each of its
+/// version directories (`src/v1_33/...`), and the version directories: what
+/// [`informer_codegen::generate_k8s_openapi_compact`] reads.
+fn k8s_openapi_sources() -> Result<(Vec<informer_codegen::SourceFile>, Vec<String>), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let output = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .current_dir(root())
+        .output()
+        .map_err(|e| format!("cargo metadata: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("cargo metadata: {}", String::from_utf8_lossy(&output.stderr)));
+    }
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).map_err(|e| format!("cargo metadata output: {e}"))?;
+    let manifest = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["name"] == "k8s-openapi")
+        .and_then(|p| p["manifest_path"].as_str())
+        .ok_or("cargo metadata names no k8s-openapi package")?;
+    let src = Path::new(manifest).with_file_name("src");
+    let mut versions: Vec<String> = std::fs::read_dir(&src)
+        .map_err(|e| format!("{}: {e}", src.display()))?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|name| name.starts_with("v1_"))
+        .collect();
+    versions.sort();
+    let mut files = Vec::new();
+    for version in &versions {
+        let base = src.join(version);
+        let mut dirs = vec![base.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+                let path = entry.map_err(|e| format!("{}: {e}", dir.display()))?.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                    let relative = path.strip_prefix(&base).unwrap_or(&path);
+                    let relative: Vec<String> = relative.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+                    files.push(informer_codegen::SourceFile {
+                        version: version.clone(),
+                        path: relative.join("/"),
+                        text,
+                    });
+                }
+            }
+        }
+    }
+    files.sort_by(|a, b| (&a.version, &a.path).cmp(&(&b.version, &b.path)));
+    Ok((files, versions))
 }
 
 /// Brings `dir` in line with `files` (file name → contents). Files in `dir` whose first line

@@ -29,6 +29,9 @@ pub struct WidgetSpec {
     pub size: i32,
 }
 
+/// kube's derive emits no per-type hooks: the factory's defaults (metadata lists compacted).
+impl factory::InformerResource for Widget {}
+
 /// Polls `cond` every 10 ms until it is true; panics after `timeout`.
 pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut cond: F)
 where

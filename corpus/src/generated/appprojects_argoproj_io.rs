@@ -268,6 +268,30 @@ pub mod v1alpha1 {
         )]
         pub sync_windows: ::core::option::Option<::std::vec::Vec<SyncWindows>>,
     }
+    impl ::kinformer::factory::Compact for AppProjectSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.cluster_resource_blacklist);
+            ::kinformer::factory::Compact::compact(&mut self.cluster_resource_whitelist);
+            ::kinformer::factory::Compact::compact(
+                &mut self.destination_service_accounts,
+            );
+            ::kinformer::factory::Compact::compact(&mut self.destinations);
+            ::kinformer::factory::Compact::compact(
+                &mut self.namespace_resource_blacklist,
+            );
+            ::kinformer::factory::Compact::compact(
+                &mut self.namespace_resource_whitelist,
+            );
+            ::kinformer::factory::Compact::compact(&mut self.orphaned_resources);
+            ::kinformer::factory::Compact::compact(&mut self.roles);
+            ::kinformer::factory::Compact::compact(&mut self.signature_keys);
+            ::kinformer::factory::Compact::compact(&mut self.source_integrity);
+            ::kinformer::factory::Compact::compact(&mut self.source_namespaces);
+            ::kinformer::factory::Compact::compact(&mut self.source_repos);
+            ::kinformer::factory::Compact::compact(&mut self.sync_windows);
+        }
+    }
     /// ClusterResourceRestrictionItem is a cluster resource that is restricted by the project's whitelist or blacklist
     #[derive(
         ::kinformer::serde::Serialize,
@@ -284,6 +308,10 @@ pub mod v1alpha1 {
         /// Unlike the group and kind fields, if no name is specified, all resources of the specified group/kind are matched.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for ClusterResourceBlacklist {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ApplicationDestinationServiceAccount holds information about the service account to be impersonated for the application sync operation.
     #[derive(
@@ -303,6 +331,10 @@ pub mod v1alpha1 {
         pub namespace: ::core::option::Option<::std::string::String>,
         /// Server specifies the URL of the target cluster's Kubernetes control plane API.
         pub server: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for DestinationServiceAccounts {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ApplicationDestination holds information about the application's destination
     #[derive(
@@ -326,6 +358,10 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub server: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Destinations {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// GroupKind specifies a Group and a Kind, but does not force a version.  This is useful for identifying
     /// concepts during lookup stages without having partially valid types
     #[derive(
@@ -339,6 +375,10 @@ pub mod v1alpha1 {
     pub struct NamespaceResourceBlacklist {
         pub group: ::std::string::String,
         pub kind: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for NamespaceResourceBlacklist {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// OrphanedResources specifies if controller should monitor orphaned resources of apps in this project
     #[derive(
@@ -358,6 +398,12 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub warn: ::core::option::Option<bool>,
     }
+    impl ::kinformer::factory::Compact for OrphanedResources {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.ignore);
+        }
+    }
     /// OrphanedResourceKey is a reference to a resource to be ignored from
     #[derive(
         ::kinformer::serde::Serialize,
@@ -375,6 +421,10 @@ pub mod v1alpha1 {
         pub kind: ::core::option::Option<::std::string::String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Ignore {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ProjectRole represents a role that has access to a project
     #[derive(
@@ -401,6 +451,14 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub policies: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
     }
+    impl ::kinformer::factory::Compact for Roles {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.groups);
+            ::kinformer::factory::Compact::compact(&mut self.jwt_tokens);
+            ::kinformer::factory::Compact::compact(&mut self.policies);
+        }
+    }
     /// JWTToken holds the issuedAt and expiresAt values of a token
     #[derive(
         ::kinformer::serde::Serialize,
@@ -416,6 +474,10 @@ pub mod v1alpha1 {
         pub iat: i64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub id: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for JwtTokens {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// SignatureKey is the specification of a key required to verify commit signatures with
     ///
@@ -433,6 +495,10 @@ pub mod v1alpha1 {
         #[serde(rename = "keyID")]
         pub key_id: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for SignatureKeys {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// SourceIntegrity represents a constraint on manifest sources integrity to be met before they can be used.
     /// Do not access directly, use EffectiveSourceIntegrity() for correct backwards compatibility handling.
     #[derive(
@@ -447,6 +513,12 @@ pub mod v1alpha1 {
         /// Git - policies for git source verification
         pub git: Git,
     }
+    impl ::kinformer::factory::Compact for SourceIntegrity {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.git);
+        }
+    }
     /// Git - policies for git source verification
     #[derive(
         ::kinformer::serde::Serialize,
@@ -458,6 +530,12 @@ pub mod v1alpha1 {
     #[serde(crate = "::kinformer::serde")]
     pub struct Git {
         pub policies: ::std::vec::Vec<Policies>,
+    }
+    impl ::kinformer::factory::Compact for Git {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.policies);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -473,6 +551,13 @@ pub mod v1alpha1 {
         /// List of repository criteria restricting repositories the policy will apply to
         pub repos: ::std::vec::Vec<Repos>,
     }
+    impl ::kinformer::factory::Compact for Policies {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.gpg);
+            ::kinformer::factory::Compact::compact(&mut self.repos);
+        }
+    }
     /// Verify GPG commit/tag signatures
     #[derive(
         ::kinformer::serde::Serialize,
@@ -487,6 +572,12 @@ pub mod v1alpha1 {
         pub keys: ::std::vec::Vec<::std::string::String>,
         pub mode: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Gpg {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.keys);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -498,6 +589,10 @@ pub mod v1alpha1 {
     pub struct Repos {
         /// URL specifier, glob.
         pub url: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Repos {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// SyncWindow contains the kind, time, duration and attributes that are used to assign the syncWindows to apps
     #[derive(
@@ -554,6 +649,14 @@ pub mod v1alpha1 {
         #[serde(rename = "timeZone", default, skip_serializing_if = "Option::is_none")]
         pub time_zone: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for SyncWindows {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.applications);
+            ::kinformer::factory::Compact::compact(&mut self.clusters);
+            ::kinformer::factory::Compact::compact(&mut self.namespaces);
+        }
+    }
     /// AppProjectStatus contains status information for AppProject CRs
     #[derive(
         ::kinformer::serde::Serialize,
@@ -575,6 +678,12 @@ pub mod v1alpha1 {
             ::std::collections::BTreeMap<::std::string::String, JwtTokensByRole>,
         >,
     }
+    impl ::kinformer::factory::Compact for Status {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.jwt_tokens_by_role);
+        }
+    }
     /// JWTTokens represents a list of JWT tokens
     #[derive(
         ::kinformer::serde::Serialize,
@@ -588,6 +697,12 @@ pub mod v1alpha1 {
     pub struct JwtTokensByRole {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub items: ::core::option::Option<::std::vec::Vec<JwtTokens>>,
+    }
+    impl ::kinformer::factory::Compact for JwtTokensByRole {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.items);
+        }
     }
     /// The shared informer of `argoproj.io/v1alpha1` `AppProject`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -715,6 +830,15 @@ pub mod v1alpha1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<AppProject>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for AppProject {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

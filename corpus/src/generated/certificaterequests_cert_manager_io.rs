@@ -239,6 +239,15 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub username: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for CertificateRequestSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.extra);
+            ::kinformer::factory::Compact::compact(&mut self.groups);
+            ::kinformer::factory::Compact::compact(&mut self.issuer_ref);
+            ::kinformer::factory::Compact::compact(&mut self.usages);
+        }
+    }
     /// Reference to the issuer responsible for issuing the certificate.
     /// If the issuer is namespace-scoped, it must be in the same namespace
     /// as the Certificate. If the issuer is cluster-scoped, it can be used
@@ -264,6 +273,10 @@ pub mod v1 {
         pub kind: ::core::option::Option<::std::string::String>,
         /// Name of the issuer being referred to.
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for IssuerRef {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// KeyUsage specifies valid usage contexts for keys.
     /// See:
@@ -379,6 +392,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for CertificateRequestSpecUsages {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Status of the CertificateRequest.
     /// This is set and managed automatically.
     /// Read-only.
@@ -419,6 +436,12 @@ pub mod v1 {
         )]
         pub failure_time: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for CertificateRequestStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+        }
+    }
     /// CertificateRequestCondition contains condition information for a CertificateRequest.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -451,6 +474,12 @@ pub mod v1 {
         /// `Approved`, `Denied`).
         pub r#type: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.status);
+        }
+    }
     /// Status of the condition, one of (`True`, `False`, `Unknown`).
     #[derive(
         ::kinformer::serde::Serialize,
@@ -476,6 +505,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for ConditionsStatus {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `cert-manager.io/v1` `CertificateRequest`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -611,6 +644,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<CertificateRequest>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for CertificateRequest {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

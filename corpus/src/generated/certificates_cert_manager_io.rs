@@ -386,6 +386,26 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub usages: ::core::option::Option<::std::vec::Vec<CertificateSpecUsages>>,
     }
+    impl ::kinformer::factory::Compact for CertificateSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.additional_output_formats);
+            ::kinformer::factory::Compact::compact(&mut self.dns_names);
+            ::kinformer::factory::Compact::compact(&mut self.email_addresses);
+            ::kinformer::factory::Compact::compact(&mut self.ip_addresses);
+            ::kinformer::factory::Compact::compact(&mut self.issuer_ref);
+            ::kinformer::factory::Compact::compact(&mut self.keystores);
+            ::kinformer::factory::Compact::compact(&mut self.name_constraints);
+            ::kinformer::factory::Compact::compact(&mut self.other_names);
+            ::kinformer::factory::Compact::compact(&mut self.private_key);
+            ::kinformer::factory::Compact::compact(&mut self.renewal);
+            ::kinformer::factory::Compact::compact(&mut self.secret_template);
+            ::kinformer::factory::Compact::compact(&mut self.signature_algorithm);
+            ::kinformer::factory::Compact::compact(&mut self.subject);
+            ::kinformer::factory::Compact::compact(&mut self.uris);
+            ::kinformer::factory::Compact::compact(&mut self.usages);
+        }
+    }
     /// CertificateAdditionalOutputFormat defines an additional output format of a
     /// Certificate resource. These contain supplementary data formats of the signed
     /// certificate chain and paired private key.
@@ -401,6 +421,12 @@ pub mod v1 {
         /// Type is the name of the format type that should be written to the
         /// Certificate's target Secret.
         pub r#type: AdditionalOutputFormatsType,
+    }
+    impl ::kinformer::factory::Compact for AdditionalOutputFormats {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.r#type);
+        }
     }
     /// Type is the name of the format type that should be written to the
     /// Certificate's target Secret.
@@ -425,6 +451,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for AdditionalOutputFormatsType {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Reference to the issuer responsible for issuing the certificate.
     /// If the issuer is namespace-scoped, it must be in the same namespace
@@ -452,6 +482,10 @@ pub mod v1 {
         /// Name of the issuer being referred to.
         pub name: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for IssuerRef {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Additional keystore output formats to be stored in the Certificate's Secret.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -471,6 +505,13 @@ pub mod v1 {
         /// `spec.secretName` Secret resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub pkcs12: ::core::option::Option<Pkcs12>,
+    }
+    impl ::kinformer::factory::Compact for Keystores {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.jks);
+            ::kinformer::factory::Compact::compact(&mut self.pkcs12);
+        }
     }
     /// JKS configures options for storing a JKS keystore in the
     /// `spec.secretName` Secret resource.
@@ -513,6 +554,12 @@ pub mod v1 {
         )]
         pub password_secret_ref: ::core::option::Option<PasswordSecretRef>,
     }
+    impl ::kinformer::factory::Compact for Jks {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.password_secret_ref);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -530,6 +577,10 @@ pub mod v1 {
         /// Name of the resource being referred to.
         /// More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#names
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for PasswordSecretRef {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// PKCS12 configures options for storing a PKCS12 keystore in the
     /// `spec.secretName` Secret resource.
@@ -584,6 +635,13 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub profile: ::core::option::Option<Pkcs12Profile>,
     }
+    impl ::kinformer::factory::Compact for Pkcs12 {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.password_secret_ref);
+            ::kinformer::factory::Compact::compact(&mut self.profile);
+        }
+    }
     /// Profile specifies the key and certificate encryption algorithms and the HMAC algorithm
     /// used to create the PKCS12 keystore. Default value is `LegacyRC2` for backward compatibility.
     ///
@@ -626,6 +684,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for Pkcs12Profile {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// x.509 certificate NameConstraint extension which MUST NOT be used in a non-CA certificate.
     /// More Info: https://datatracker.ietf.org/doc/html/rfc5280#section-4.2.1.10
     ///
@@ -653,6 +715,13 @@ pub mod v1 {
         /// Permitted contains the constraints in which the names must be located.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub permitted: ::core::option::Option<Excluded>,
+    }
+    impl ::kinformer::factory::Compact for NameConstraints {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.excluded);
+            ::kinformer::factory::Compact::compact(&mut self.permitted);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -684,6 +753,15 @@ pub mod v1 {
         #[serde(rename = "uriDomains", default, skip_serializing_if = "Option::is_none")]
         pub uri_domains: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
     }
+    impl ::kinformer::factory::Compact for Excluded {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.dns_domains);
+            ::kinformer::factory::Compact::compact(&mut self.email_addresses);
+            ::kinformer::factory::Compact::compact(&mut self.ip_ranges);
+            ::kinformer::factory::Compact::compact(&mut self.uri_domains);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -703,6 +781,10 @@ pub mod v1 {
         /// The utf8Value accepts any valid UTF8 string to set as value for the otherName SAN.
         #[serde(rename = "utf8Value", default, skip_serializing_if = "Option::is_none")]
         pub utf8_value: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for OtherNames {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Private key options. These include the key algorithm and size, the used
     /// encoding and the rotation policy.
@@ -762,6 +844,14 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub size: ::core::option::Option<i64>,
     }
+    impl ::kinformer::factory::Compact for PrivateKey {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.algorithm);
+            ::kinformer::factory::Compact::compact(&mut self.encoding);
+            ::kinformer::factory::Compact::compact(&mut self.rotation_policy);
+        }
+    }
     /// Algorithm is the private key algorithm of the corresponding private key
     /// for this certificate.
     ///
@@ -795,6 +885,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for PrivateKeyAlgorithm {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// The private key cryptography standards (PKCS) encoding for this
     /// certificate's private key to be encoded in.
     ///
@@ -822,6 +916,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for PrivateKeyEncoding {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// RotationPolicy controls how private keys should be regenerated when a
     /// re-issuance is being processed.
@@ -856,6 +954,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for PrivateKeyRotationPolicy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// `renewal` allows configuration of how your certificate is renewed. If the policy mentioned is
     /// `RenewBefore` then the controller respects `renewBefore` and `renewBeforePercentage`.
     #[derive(
@@ -874,6 +976,13 @@ pub mod v1 {
         /// `windows` mentions the behavior of when the renewal must happen.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub windows: ::core::option::Option<::std::vec::Vec<Windows>>,
+    }
+    impl ::kinformer::factory::Compact for Renewal {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.policy);
+            ::kinformer::factory::Compact::compact(&mut self.windows);
+        }
     }
     /// `policy` must be one of `Disabled`, `RenewBefore`.
     #[derive(
@@ -897,6 +1006,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for RenewalPolicy {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// CertificateRenewalWindows is the definition for renewal windows
     #[derive(
@@ -926,6 +1039,10 @@ pub mod v1 {
         #[serde(rename = "windowDuration")]
         pub window_duration: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Windows {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Defines annotations and labels to be copied to the Certificate's Secret.
     /// Labels and annotations on the Secret will be changed as they appear on the
     /// SecretTemplate when added or removed. SecretTemplate annotations are added
@@ -951,6 +1068,10 @@ pub mod v1 {
         pub labels: ::core::option::Option<
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
+    }
+    impl ::kinformer::factory::Compact for SecretTemplate {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Signature algorithm to use.
     /// Allowed values for RSA keys: SHA256WithRSA, SHA384WithRSA, SHA512WithRSA.
@@ -992,6 +1113,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for CertificateSpecSignatureAlgorithm {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Requested set of X509 certificate subject attributes.
     /// More info: https://datatracker.ietf.org/doc/html/rfc5280#section-4.1.2.6
@@ -1054,6 +1179,18 @@ pub mod v1 {
         pub street_addresses: ::core::option::Option<
             ::std::vec::Vec<::std::string::String>,
         >,
+    }
+    impl ::kinformer::factory::Compact for Subject {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.countries);
+            ::kinformer::factory::Compact::compact(&mut self.localities);
+            ::kinformer::factory::Compact::compact(&mut self.organizational_units);
+            ::kinformer::factory::Compact::compact(&mut self.organizations);
+            ::kinformer::factory::Compact::compact(&mut self.postal_codes);
+            ::kinformer::factory::Compact::compact(&mut self.provinces);
+            ::kinformer::factory::Compact::compact(&mut self.street_addresses);
+        }
     }
     /// KeyUsage specifies valid usage contexts for keys.
     /// See:
@@ -1169,6 +1306,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for CertificateSpecUsages {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Status of the Certificate.
     /// This is set and managed automatically.
     /// Read-only.
@@ -1258,6 +1399,13 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub revision: ::core::option::Option<i64>,
     }
+    impl ::kinformer::factory::Compact for CertificateStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.acme);
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+        }
+    }
     /// ACME stores information that is fetched from the ACME CA server.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1273,6 +1421,12 @@ pub mod v1 {
         /// in accordance with RFC 9773. This is only populated if the ARI feature gate is enabled.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub ari: ::core::option::Option<Ari>,
+    }
+    impl ::kinformer::factory::Compact for Acme {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.ari);
+        }
     }
     /// ARI stores the ACME Renewal Information that is fetched from the ACME server
     /// in accordance with RFC 9773. This is only populated if the ARI feature gate is enabled.
@@ -1315,6 +1469,12 @@ pub mod v1 {
         )]
         pub suggested_window: ::core::option::Option<SuggestedWindow>,
     }
+    impl ::kinformer::factory::Compact for Ari {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.suggested_window);
+        }
+    }
     /// SuggestedWindow is the suggested renewal window as returned by the ACME server in accordance with RFC 9773.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1329,6 +1489,10 @@ pub mod v1 {
         pub end: ::std::string::String,
         /// Start is the start of the suggested renewal window.
         pub start: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for SuggestedWindow {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// CertificateCondition contains condition information for a Certificate.
     #[derive(
@@ -1372,6 +1536,12 @@ pub mod v1 {
         /// Type of the condition, known values are (`Ready`, `Issuing`).
         pub r#type: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.status);
+        }
+    }
     /// Status of the condition, one of (`True`, `False`, `Unknown`).
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1397,6 +1567,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for ConditionsStatus {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `cert-manager.io/v1` `Certificate`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -1524,6 +1698,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Certificate>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Certificate {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

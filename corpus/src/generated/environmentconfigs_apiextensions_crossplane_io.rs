@@ -256,4 +256,12 @@ pub mod v1beta1 {
             factory.metadata_informer_for::<EnvironmentConfig>()
         }
     }
+    impl ::kinformer::factory::InformerResource for EnvironmentConfig {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.data);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
+        }
+    }
 }

@@ -218,6 +218,17 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub target: ::core::option::Option<Target>,
     }
+    impl ::kinformer::factory::Compact for ExternalSecretSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.data);
+            ::kinformer::factory::Compact::compact(&mut self.data_from);
+            ::kinformer::factory::Compact::compact(&mut self.refresh_policy);
+            ::kinformer::factory::Compact::compact(&mut self.secret_store_ref);
+            ::kinformer::factory::Compact::compact(&mut self.sync_windows);
+            ::kinformer::factory::Compact::compact(&mut self.target);
+        }
+    }
     /// ExternalSecretData defines the connection between the Kubernetes Secret key (spec.data.<key>) and the Provider data.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -239,6 +250,13 @@ pub mod v1 {
         /// from which the value will be pulled.
         #[serde(rename = "sourceRef", default, skip_serializing_if = "Option::is_none")]
         pub source_ref: ::core::option::Option<DataSourceRef>,
+    }
+    impl ::kinformer::factory::Compact for Data {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.remote_ref);
+            ::kinformer::factory::Compact::compact(&mut self.source_ref);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -286,6 +304,15 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub version: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for RemoteRef {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conversion_strategy);
+            ::kinformer::factory::Compact::compact(&mut self.decoding_strategy);
+            ::kinformer::factory::Compact::compact(&mut self.metadata_policy);
+            ::kinformer::factory::Compact::compact(&mut self.null_byte_policy);
+        }
+    }
     /// Used to define a conversion Strategy. Defaults to Default when omitted.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -308,6 +335,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for RemoteRefConversionStrategy {
+        #[inline]
+        fn compact(&mut self) {}
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -337,6 +368,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for RemoteRefDecodingStrategy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Policy for fetching tags/labels from provider secrets, possible options are Fetch, None. Defaults to None
     #[derive(
         ::kinformer::serde::Serialize,
@@ -360,6 +395,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for RemoteRefMetadataPolicy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -381,6 +420,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for RemoteRefNullBytePolicy {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// SourceRef allows you to override the source
     /// from which the value will be pulled.
@@ -408,6 +451,13 @@ pub mod v1 {
         #[serde(rename = "storeRef", default, skip_serializing_if = "Option::is_none")]
         pub store_ref: ::core::option::Option<StoreRef>,
     }
+    impl ::kinformer::factory::Compact for DataSourceRef {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.generator_ref);
+            ::kinformer::factory::Compact::compact(&mut self.store_ref);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -426,6 +476,12 @@ pub mod v1 {
         pub kind: GeneratorRefKind,
         /// Specify the name of the generator resource
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for GeneratorRef {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.kind);
+        }
     }
     /// Specify the Kind of the generator resource
     #[derive(
@@ -498,6 +554,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for GeneratorRefKind {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -516,6 +576,12 @@ pub mod v1 {
         /// Name of the SecretStore resource
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for StoreRef {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.kind);
+        }
     }
     /// Kind of the SecretStore resource (SecretStore or ClusterSecretStore)
     /// Defaults to `SecretStore`
@@ -540,6 +606,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for SecretStoreRefKind {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ExternalSecretDataFromRemoteRef defines the connection between the Kubernetes Secret keys and the Provider data
     /// when using DataFrom to fetch multiple values from a Provider.
@@ -573,6 +643,15 @@ pub mod v1 {
         /// The generator returns a static map of values
         #[serde(rename = "sourceRef", default, skip_serializing_if = "Option::is_none")]
         pub source_ref: ::core::option::Option<DataFromSourceRef>,
+    }
+    impl ::kinformer::factory::Compact for DataFrom {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.extract);
+            ::kinformer::factory::Compact::compact(&mut self.find);
+            ::kinformer::factory::Compact::compact(&mut self.rewrite);
+            ::kinformer::factory::Compact::compact(&mut self.source_ref);
+        }
     }
     /// Used to find secrets based on tags or regular expressions
     /// Note: Find does not support sourceRef.Generator or sourceRef.GeneratorRef.
@@ -619,6 +698,15 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for Find {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conversion_strategy);
+            ::kinformer::factory::Compact::compact(&mut self.decoding_strategy);
+            ::kinformer::factory::Compact::compact(&mut self.name);
+            ::kinformer::factory::Compact::compact(&mut self.null_byte_policy);
+        }
+    }
     /// Finds secrets based on the name.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -633,6 +721,10 @@ pub mod v1 {
         /// Finds secrets base
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub regexp: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Name {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ExternalSecretRewrite defines how to rewrite secret data values before they are written to the Secret.
     #[derive(
@@ -657,6 +749,14 @@ pub mod v1 {
         /// The resulting key will be the output of the template applied by the operation.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub transform: ::core::option::Option<Transform>,
+    }
+    impl ::kinformer::factory::Compact for Rewrite {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.merge);
+            ::kinformer::factory::Compact::compact(&mut self.regexp);
+            ::kinformer::factory::Compact::compact(&mut self.transform);
+        }
     }
     /// Used to merge key/values in one single Secret
     /// The resulting key will contain all values from the specified secrets
@@ -703,6 +803,15 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub strategy: ::core::option::Option<MergeStrategy>,
     }
+    impl ::kinformer::factory::Compact for Merge {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conflict_policy);
+            ::kinformer::factory::Compact::compact(&mut self.priority);
+            ::kinformer::factory::Compact::compact(&mut self.priority_policy);
+            ::kinformer::factory::Compact::compact(&mut self.strategy);
+        }
+    }
     /// Used to define the policy to use in conflict resolution.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -727,6 +836,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for MergeConflictPolicy {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Used to define the policy when a key in the priority list does not exist in the input.
     #[derive(
@@ -753,6 +866,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for MergePriorityPolicy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Used to define the strategy to use in the merge operation.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -778,6 +895,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for MergeStrategy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Used to rewrite with regular expressions.
     /// The resulting key will be the output of a regexp.ReplaceAll operation.
     #[derive(
@@ -794,6 +915,10 @@ pub mod v1 {
         /// Used to define the target pattern of a ReplaceAll operation.
         pub target: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Regexp {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Used to apply string transformation on the secrets.
     /// The resulting key will be the output of the template applied by the operation.
     #[derive(
@@ -808,6 +933,10 @@ pub mod v1 {
         /// Used to define the template to apply on the secret name.
         /// `.value ` will specify the secret name in the template.
         pub template: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Transform {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// SourceRef points to a store or generator
     /// which contains secret values ready to use.
@@ -835,6 +964,13 @@ pub mod v1 {
         /// SecretStoreRef defines which SecretStore to fetch the ExternalSecret data.
         #[serde(rename = "storeRef", default, skip_serializing_if = "Option::is_none")]
         pub store_ref: ::core::option::Option<StoreRef>,
+    }
+    impl ::kinformer::factory::Compact for DataFromSourceRef {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.generator_ref);
+            ::kinformer::factory::Compact::compact(&mut self.store_ref);
+        }
     }
     /// RefreshPolicy determines how the ExternalSecret should be refreshed:
     /// - CreatedOnce: Creates the Secret only if it does not exist and does not update it thereafter
@@ -866,6 +1002,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ExternalSecretSpecRefreshPolicy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// SyncWindows optionally restricts when periodic refreshes may occur.
     /// Evaluated in UTC, only for Periodic refresh policy (or when refreshPolicy is unset).
     #[derive(
@@ -885,6 +1025,13 @@ pub mod v1 {
         pub kind: SyncWindowsKind,
         /// Windows is the list of schedule+duration pairs.
         pub windows: ::std::vec::Vec<Windows>,
+    }
+    impl ::kinformer::factory::Compact for SyncWindows {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.kind);
+            ::kinformer::factory::Compact::compact(&mut self.windows);
+        }
     }
     /// Kind applies to every window in the list.
     /// "allow" -- syncs are permitted only while at least one window is active;
@@ -913,6 +1060,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for SyncWindowsKind {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// ExternalSecretSyncWindowEntry defines a single cron-schedule + duration pair
     /// within a SyncWindows block.
     #[derive(
@@ -932,6 +1083,10 @@ pub mod v1 {
         /// each window occurrence.
         /// Example: "0 22 * * 1-5" opens a window every weekday at 22:00 UTC.
         pub schedule: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Windows {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ExternalSecretTarget defines the Kubernetes Secret to be created,
     /// there can be only one target per ExternalSecret.
@@ -982,6 +1137,15 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub template: ::core::option::Option<Template>,
     }
+    impl ::kinformer::factory::Compact for Target {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.creation_policy);
+            ::kinformer::factory::Compact::compact(&mut self.deletion_policy);
+            ::kinformer::factory::Compact::compact(&mut self.manifest);
+            ::kinformer::factory::Compact::compact(&mut self.template);
+        }
+    }
     /// CreationPolicy defines rules on how to create the resulting Secret.
     /// Defaults to "Owner"
     #[derive(
@@ -1017,6 +1181,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for TargetCreationPolicy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// DeletionPolicy defines rules on how to delete the resulting Secret.
     /// Defaults to "Retain"
     #[derive(
@@ -1046,6 +1214,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for TargetDeletionPolicy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Manifest defines a custom Kubernetes resource to create instead of a Secret.
     /// When specified, ExternalSecret will create the resource type defined here
     /// (e.g., ConfigMap, Custom Resource) instead of a Secret.
@@ -1064,6 +1236,10 @@ pub mod v1 {
         pub api_version: ::std::string::String,
         /// Kind of the target resource (e.g., "ConfigMap", "Application")
         pub kind: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Manifest {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Template defines a blueprint for the created Secret resource.
     #[derive(
@@ -1112,6 +1288,15 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Template {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.engine_version);
+            ::kinformer::factory::Compact::compact(&mut self.merge_policy);
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.template_from);
+        }
+    }
     /// EngineVersion specifies the template engine version
     /// that should be used to compile/execute the
     /// template specified in .data and .templateFrom[].
@@ -1135,6 +1320,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for TemplateEngineVersion {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// TemplateMergePolicy defines how the rendered template should be merged with the existing Secret data.
     #[derive(
@@ -1161,6 +1350,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for TemplateMergePolicy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// ExternalSecretTemplateMetadata defines metadata fields for the Secret blueprint.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1182,6 +1375,12 @@ pub mod v1 {
         pub labels: ::core::option::Option<
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
+    }
+    impl ::kinformer::factory::Compact for Metadata {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.finalizers);
+        }
     }
     /// TemplateFrom specifies a source for templates.
     /// Each item in the list can either reference a ConfigMap or a Secret resource.
@@ -1221,6 +1420,14 @@ pub mod v1 {
         )]
         pub values_decoding_strategy: ::core::option::Option<RemoteRefDecodingStrategy>,
     }
+    impl ::kinformer::factory::Compact for TemplateFrom {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.config_map);
+            ::kinformer::factory::Compact::compact(&mut self.secret);
+            ::kinformer::factory::Compact::compact(&mut self.values_decoding_strategy);
+        }
+    }
     /// TemplateRef specifies a reference to either a ConfigMap or a Secret resource.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1235,6 +1442,12 @@ pub mod v1 {
         pub items: ::std::vec::Vec<Items>,
         /// The name of the ConfigMap/Secret resource
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for ConfigMap {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.items);
+        }
     }
     /// TemplateRefItem specifies a key in the ConfigMap/Secret to use as a template for Secret data.
     #[derive(
@@ -1253,6 +1466,12 @@ pub mod v1 {
         /// Defaults to `"Values"` on the server.
         #[serde(rename = "templateAs", default, skip_serializing_if = "Option::is_none")]
         pub template_as: ::core::option::Option<ItemsTemplateAs>,
+    }
+    impl ::kinformer::factory::Compact for Items {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.template_as);
+        }
     }
     /// TemplateScope specifies how the template keys should be interpreted.
     #[derive(
@@ -1278,6 +1497,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for ItemsTemplateAs {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ExternalSecretStatus defines the observed state of ExternalSecret.
     #[derive(
@@ -1314,6 +1537,13 @@ pub mod v1 {
         )]
         pub synced_resource_version: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for ExternalSecretStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.binding);
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+        }
+    }
     /// Binding represents a servicebinding.io Provisioned Service reference to the secret
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1334,6 +1564,10 @@ pub mod v1 {
         /// Defaults to `""` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Binding {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ExternalSecretStatusCondition defines a status condition of an ExternalSecret resource.
     #[derive(
@@ -1359,6 +1593,12 @@ pub mod v1 {
         /// ExternalSecretConditionType defines a value type for ExternalSecret conditions.
         pub r#type: ConditionsType,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.r#type);
+        }
+    }
     /// ExternalSecretConditionType defines a value type for ExternalSecret conditions.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1381,6 +1621,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for ConditionsType {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `external-secrets.io/v1` `ExternalSecret`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -1510,6 +1754,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<ExternalSecret>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for ExternalSecret {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

@@ -373,6 +373,16 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tls: ::core::option::Option<GatewaySpecTls>,
     }
+    impl ::kinformer::factory::Compact for GatewaySpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.addresses);
+            ::kinformer::factory::Compact::compact(&mut self.allowed_listeners);
+            ::kinformer::factory::Compact::compact(&mut self.infrastructure);
+            ::kinformer::factory::Compact::compact(&mut self.listeners);
+            ::kinformer::factory::Compact::compact(&mut self.tls);
+        }
+    }
     /// GatewaySpecAddress describes an address that can be bound to a Gateway.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -399,6 +409,10 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub value: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for GatewaySpecAddresses {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// AllowedListeners defines which ListenerSets can be attached to this Gateway.
     /// The default value is to allow no ListenerSets.
     #[derive(
@@ -417,6 +431,12 @@ pub mod v1 {
         /// Defaults to `{"from":"None"}` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespaces: ::core::option::Option<AllowedListenersNamespaces>,
+    }
+    impl ::kinformer::factory::Compact for AllowedListeners {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.namespaces);
+        }
     }
     /// Namespaces defines which namespaces ListenerSets can be attached to this Gateway.
     /// The default value is to allow no ListenerSets.
@@ -448,6 +468,13 @@ pub mod v1 {
         /// Gateway. This field is ignored for other values of "From".
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub selector: ::core::option::Option<Selector>,
+    }
+    impl ::kinformer::factory::Compact for AllowedListenersNamespaces {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.from);
+            ::kinformer::factory::Compact::compact(&mut self.selector);
+        }
     }
     /// From indicates where ListenerSets can attach to this Gateway. Possible
     /// values are:
@@ -488,6 +515,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for AllowedListenersNamespacesFrom {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -517,6 +548,12 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for Selector {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.match_expressions);
+        }
+    }
     /// A label selector requirement is a selector that contains values, a key, and an operator that
     /// relates the key and values.
     #[derive(
@@ -539,6 +576,12 @@ pub mod v1 {
         /// merge patch.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub values: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
+    }
+    impl ::kinformer::factory::Compact for MatchExpressions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.values);
+        }
     }
     /// Infrastructure defines infrastructure level attributes about this Gateway instance.
     ///
@@ -603,6 +646,12 @@ pub mod v1 {
         )]
         pub parameters_ref: ::core::option::Option<ParametersRef>,
     }
+    impl ::kinformer::factory::Compact for Infrastructure {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.parameters_ref);
+        }
+    }
     /// ParametersRef is a reference to a resource that contains the configuration
     /// parameters corresponding to the Gateway. This is optional if the
     /// controller does not require any additional configuration.
@@ -634,6 +683,10 @@ pub mod v1 {
         pub kind: ::std::string::String,
         /// Name is the name of the referent.
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for ParametersRef {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Listener embodies the concept of a logical endpoint where a Gateway accepts
     /// network connections.
@@ -755,6 +808,13 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tls: ::core::option::Option<ListenersTls>,
     }
+    impl ::kinformer::factory::Compact for GatewaySpecListeners {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.allowed_routes);
+            ::kinformer::factory::Compact::compact(&mut self.tls);
+        }
+    }
     /// AllowedRoutes defines the types of routes that MAY be attached to a
     /// Listener and the trusted namespaces where those Route resources MAY be
     /// present.
@@ -811,6 +871,13 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespaces: ::core::option::Option<AllowedRoutesNamespaces>,
     }
+    impl ::kinformer::factory::Compact for AllowedRoutes {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.kinds);
+            ::kinformer::factory::Compact::compact(&mut self.namespaces);
+        }
+    }
     /// RouteGroupKind indicates the group and kind of a Route resource.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -828,6 +895,10 @@ pub mod v1 {
         pub group: ::core::option::Option<::std::string::String>,
         /// Kind is the kind of the Route.
         pub kind: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Kinds {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Namespaces indicates namespaces from which Routes may be attached to this
     /// Listener. This is restricted to the namespace of this Gateway by default.
@@ -864,6 +935,13 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub selector: ::core::option::Option<Selector>,
     }
+    impl ::kinformer::factory::Compact for AllowedRoutesNamespaces {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.from);
+            ::kinformer::factory::Compact::compact(&mut self.selector);
+        }
+    }
     /// From indicates where Routes will be selected for this Gateway. Possible
     /// values are:
     ///
@@ -899,6 +977,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for AllowedRoutesNamespacesFrom {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// TLS is the TLS configuration for the Listener. This field is required if
     /// the Protocol field is "HTTPS" or "TLS". It is invalid to set this field
@@ -983,6 +1065,13 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for ListenersTls {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.certificate_refs);
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1016,6 +1105,10 @@ pub mod v1 {
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for CertificateRefs {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Mode defines the TLS behavior for the TLS session initiated by the client.
     /// There are two possible modes:
@@ -1054,6 +1147,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for TlsMode {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// TLS specifies frontend and backend tls configuration for entire gateway.
     ///
     /// Support: Extended
@@ -1081,6 +1178,13 @@ pub mod v1 {
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub frontend: ::core::option::Option<Frontend>,
+    }
+    impl ::kinformer::factory::Compact for GatewaySpecTls {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.backend);
+            ::kinformer::factory::Compact::compact(&mut self.frontend);
+        }
     }
     /// Backend describes TLS configuration for gateway when connecting
     /// to backends.
@@ -1131,6 +1235,12 @@ pub mod v1 {
         )]
         pub client_certificate_ref: ::core::option::Option<CertificateRefs>,
     }
+    impl ::kinformer::factory::Compact for Backend {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.client_certificate_ref);
+        }
+    }
     /// Frontend describes TLS config when client connects to Gateway.
     /// Support: Core
     #[derive(
@@ -1158,6 +1268,13 @@ pub mod v1 {
         #[serde(rename = "perPort", default, skip_serializing_if = "Option::is_none")]
         pub per_port: ::core::option::Option<::std::vec::Vec<PerPort>>,
     }
+    impl ::kinformer::factory::Compact for Frontend {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.default);
+            ::kinformer::factory::Compact::compact(&mut self.per_port);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1177,6 +1294,12 @@ pub mod v1 {
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub validation: ::core::option::Option<Validation>,
+    }
+    impl ::kinformer::factory::Compact for FrontendDefault {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.validation);
+        }
     }
     /// Validation holds configuration information for validating the frontend (client).
     /// Setting this field will result in mutual authentication when connecting to the gateway.
@@ -1260,6 +1383,13 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub mode: ::core::option::Option<ValidationMode>,
     }
+    impl ::kinformer::factory::Compact for Validation {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.ca_certificate_refs);
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+        }
+    }
     /// ObjectReference identifies an API object including its namespace.
     ///
     /// The API object must be valid in the cluster; the Group and Kind must
@@ -1295,6 +1425,10 @@ pub mod v1 {
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for CaCertificateRefs {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// FrontendValidationMode defines the mode for validating the client certificate.
     /// There are two possible modes:
@@ -1336,6 +1470,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ValidationMode {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1356,6 +1494,12 @@ pub mod v1 {
         ///
         /// Support: Core
         pub tls: FrontendDefault,
+    }
+    impl ::kinformer::factory::Compact for PerPort {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.tls);
+        }
     }
     /// Status defines the current state of Gateway.
     #[derive(
@@ -1415,6 +1559,14 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub listeners: ::core::option::Option<::std::vec::Vec<GatewayStatusListeners>>,
     }
+    impl ::kinformer::factory::Compact for GatewayStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.addresses);
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.listeners);
+        }
+    }
     /// GatewayStatusAddress describes a network address that is bound to a Gateway.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1435,6 +1587,10 @@ pub mod v1 {
         ///
         /// Examples: `1.2.3.4`, `128::1`, `my-ip-address`.
         pub value: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for GatewayStatusAddresses {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Condition contains details for one aspect of the current state of this API Resource.
     #[derive(
@@ -1473,6 +1629,12 @@ pub mod v1 {
         /// type of condition in CamelCase or in foo.example.com/CamelCase.
         pub r#type: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.status);
+        }
+    }
     /// status of the condition, one of True, False, Unknown.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1498,6 +1660,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for ConditionsStatus {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ListenerStatus is the status associated with a Listener.
     #[derive(
@@ -1550,6 +1716,13 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub supported_kinds: ::core::option::Option<::std::vec::Vec<Kinds>>,
+    }
+    impl ::kinformer::factory::Compact for GatewayStatusListeners {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.supported_kinds);
+        }
     }
     /// The shared informer of `gateway.networking.k8s.io/v1` `Gateway`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -1677,6 +1850,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Gateway>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Gateway {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }
@@ -2047,6 +2229,16 @@ pub mod v1beta1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tls: ::core::option::Option<GatewaySpecTls>,
     }
+    impl ::kinformer::factory::Compact for GatewaySpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.addresses);
+            ::kinformer::factory::Compact::compact(&mut self.allowed_listeners);
+            ::kinformer::factory::Compact::compact(&mut self.infrastructure);
+            ::kinformer::factory::Compact::compact(&mut self.listeners);
+            ::kinformer::factory::Compact::compact(&mut self.tls);
+        }
+    }
     /// GatewaySpecAddress describes an address that can be bound to a Gateway.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -2073,6 +2265,10 @@ pub mod v1beta1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub value: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for GatewaySpecAddresses {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// AllowedListeners defines which ListenerSets can be attached to this Gateway.
     /// The default value is to allow no ListenerSets.
     #[derive(
@@ -2091,6 +2287,12 @@ pub mod v1beta1 {
         /// Defaults to `{"from":"None"}` on the server.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespaces: ::core::option::Option<AllowedListenersNamespaces>,
+    }
+    impl ::kinformer::factory::Compact for AllowedListeners {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.namespaces);
+        }
     }
     /// Namespaces defines which namespaces ListenerSets can be attached to this Gateway.
     /// The default value is to allow no ListenerSets.
@@ -2122,6 +2324,13 @@ pub mod v1beta1 {
         /// Gateway. This field is ignored for other values of "From".
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub selector: ::core::option::Option<Selector>,
+    }
+    impl ::kinformer::factory::Compact for AllowedListenersNamespaces {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.from);
+            ::kinformer::factory::Compact::compact(&mut self.selector);
+        }
     }
     /// From indicates where ListenerSets can attach to this Gateway. Possible
     /// values are:
@@ -2162,6 +2371,10 @@ pub mod v1beta1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for AllowedListenersNamespacesFrom {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -2191,6 +2404,12 @@ pub mod v1beta1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for Selector {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.match_expressions);
+        }
+    }
     /// A label selector requirement is a selector that contains values, a key, and an operator that
     /// relates the key and values.
     #[derive(
@@ -2213,6 +2432,12 @@ pub mod v1beta1 {
         /// merge patch.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub values: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
+    }
+    impl ::kinformer::factory::Compact for MatchExpressions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.values);
+        }
     }
     /// Infrastructure defines infrastructure level attributes about this Gateway instance.
     ///
@@ -2277,6 +2502,12 @@ pub mod v1beta1 {
         )]
         pub parameters_ref: ::core::option::Option<ParametersRef>,
     }
+    impl ::kinformer::factory::Compact for Infrastructure {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.parameters_ref);
+        }
+    }
     /// ParametersRef is a reference to a resource that contains the configuration
     /// parameters corresponding to the Gateway. This is optional if the
     /// controller does not require any additional configuration.
@@ -2308,6 +2539,10 @@ pub mod v1beta1 {
         pub kind: ::std::string::String,
         /// Name is the name of the referent.
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for ParametersRef {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Listener embodies the concept of a logical endpoint where a Gateway accepts
     /// network connections.
@@ -2429,6 +2664,13 @@ pub mod v1beta1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tls: ::core::option::Option<ListenersTls>,
     }
+    impl ::kinformer::factory::Compact for GatewaySpecListeners {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.allowed_routes);
+            ::kinformer::factory::Compact::compact(&mut self.tls);
+        }
+    }
     /// AllowedRoutes defines the types of routes that MAY be attached to a
     /// Listener and the trusted namespaces where those Route resources MAY be
     /// present.
@@ -2485,6 +2727,13 @@ pub mod v1beta1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespaces: ::core::option::Option<AllowedRoutesNamespaces>,
     }
+    impl ::kinformer::factory::Compact for AllowedRoutes {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.kinds);
+            ::kinformer::factory::Compact::compact(&mut self.namespaces);
+        }
+    }
     /// RouteGroupKind indicates the group and kind of a Route resource.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -2502,6 +2751,10 @@ pub mod v1beta1 {
         pub group: ::core::option::Option<::std::string::String>,
         /// Kind is the kind of the Route.
         pub kind: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Kinds {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Namespaces indicates namespaces from which Routes may be attached to this
     /// Listener. This is restricted to the namespace of this Gateway by default.
@@ -2538,6 +2791,13 @@ pub mod v1beta1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub selector: ::core::option::Option<Selector>,
     }
+    impl ::kinformer::factory::Compact for AllowedRoutesNamespaces {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.from);
+            ::kinformer::factory::Compact::compact(&mut self.selector);
+        }
+    }
     /// From indicates where Routes will be selected for this Gateway. Possible
     /// values are:
     ///
@@ -2573,6 +2833,10 @@ pub mod v1beta1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for AllowedRoutesNamespacesFrom {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// TLS is the TLS configuration for the Listener. This field is required if
     /// the Protocol field is "HTTPS" or "TLS". It is invalid to set this field
@@ -2657,6 +2921,13 @@ pub mod v1beta1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for ListenersTls {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.certificate_refs);
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -2690,6 +2961,10 @@ pub mod v1beta1 {
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for CertificateRefs {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Mode defines the TLS behavior for the TLS session initiated by the client.
     /// There are two possible modes:
@@ -2728,6 +3003,10 @@ pub mod v1beta1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for TlsMode {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// TLS specifies frontend and backend tls configuration for entire gateway.
     ///
     /// Support: Extended
@@ -2755,6 +3034,13 @@ pub mod v1beta1 {
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub frontend: ::core::option::Option<Frontend>,
+    }
+    impl ::kinformer::factory::Compact for GatewaySpecTls {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.backend);
+            ::kinformer::factory::Compact::compact(&mut self.frontend);
+        }
     }
     /// Backend describes TLS configuration for gateway when connecting
     /// to backends.
@@ -2805,6 +3091,12 @@ pub mod v1beta1 {
         )]
         pub client_certificate_ref: ::core::option::Option<CertificateRefs>,
     }
+    impl ::kinformer::factory::Compact for Backend {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.client_certificate_ref);
+        }
+    }
     /// Frontend describes TLS config when client connects to Gateway.
     /// Support: Core
     #[derive(
@@ -2832,6 +3124,13 @@ pub mod v1beta1 {
         #[serde(rename = "perPort", default, skip_serializing_if = "Option::is_none")]
         pub per_port: ::core::option::Option<::std::vec::Vec<PerPort>>,
     }
+    impl ::kinformer::factory::Compact for Frontend {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.default);
+            ::kinformer::factory::Compact::compact(&mut self.per_port);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -2851,6 +3150,12 @@ pub mod v1beta1 {
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub validation: ::core::option::Option<Validation>,
+    }
+    impl ::kinformer::factory::Compact for FrontendDefault {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.validation);
+        }
     }
     /// Validation holds configuration information for validating the frontend (client).
     /// Setting this field will result in mutual authentication when connecting to the gateway.
@@ -2934,6 +3239,13 @@ pub mod v1beta1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub mode: ::core::option::Option<ValidationMode>,
     }
+    impl ::kinformer::factory::Compact for Validation {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.ca_certificate_refs);
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+        }
+    }
     /// ObjectReference identifies an API object including its namespace.
     ///
     /// The API object must be valid in the cluster; the Group and Kind must
@@ -2969,6 +3281,10 @@ pub mod v1beta1 {
         /// Support: Core
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for CaCertificateRefs {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// FrontendValidationMode defines the mode for validating the client certificate.
     /// There are two possible modes:
@@ -3010,6 +3326,10 @@ pub mod v1beta1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ValidationMode {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -3030,6 +3350,12 @@ pub mod v1beta1 {
         ///
         /// Support: Core
         pub tls: FrontendDefault,
+    }
+    impl ::kinformer::factory::Compact for PerPort {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.tls);
+        }
     }
     /// Status defines the current state of Gateway.
     #[derive(
@@ -3089,6 +3415,14 @@ pub mod v1beta1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub listeners: ::core::option::Option<::std::vec::Vec<GatewayStatusListeners>>,
     }
+    impl ::kinformer::factory::Compact for GatewayStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.addresses);
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.listeners);
+        }
+    }
     /// GatewayStatusAddress describes a network address that is bound to a Gateway.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -3109,6 +3443,10 @@ pub mod v1beta1 {
         ///
         /// Examples: `1.2.3.4`, `128::1`, `my-ip-address`.
         pub value: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for GatewayStatusAddresses {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Condition contains details for one aspect of the current state of this API Resource.
     #[derive(
@@ -3147,6 +3485,12 @@ pub mod v1beta1 {
         /// type of condition in CamelCase or in foo.example.com/CamelCase.
         pub r#type: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.status);
+        }
+    }
     /// status of the condition, one of True, False, Unknown.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -3172,6 +3516,10 @@ pub mod v1beta1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for ConditionsStatus {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ListenerStatus is the status associated with a Listener.
     #[derive(
@@ -3224,6 +3572,13 @@ pub mod v1beta1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub supported_kinds: ::core::option::Option<::std::vec::Vec<Kinds>>,
+    }
+    impl ::kinformer::factory::Compact for GatewayStatusListeners {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.supported_kinds);
+        }
     }
     /// The shared informer of `gateway.networking.k8s.io/v1beta1` `Gateway`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -3351,6 +3706,15 @@ pub mod v1beta1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Gateway>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Gateway {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

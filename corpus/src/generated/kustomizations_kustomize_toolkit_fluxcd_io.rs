@@ -320,6 +320,25 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub wait: ::core::option::Option<bool>,
     }
+    impl ::kinformer::factory::Compact for KustomizationSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.build_metadata);
+            ::kinformer::factory::Compact::compact(&mut self.common_metadata);
+            ::kinformer::factory::Compact::compact(&mut self.components);
+            ::kinformer::factory::Compact::compact(&mut self.decryption);
+            ::kinformer::factory::Compact::compact(&mut self.deletion_policy);
+            ::kinformer::factory::Compact::compact(&mut self.depends_on);
+            ::kinformer::factory::Compact::compact(&mut self.health_check_exprs);
+            ::kinformer::factory::Compact::compact(&mut self.health_checks);
+            ::kinformer::factory::Compact::compact(&mut self.ignore);
+            ::kinformer::factory::Compact::compact(&mut self.images);
+            ::kinformer::factory::Compact::compact(&mut self.kube_config);
+            ::kinformer::factory::Compact::compact(&mut self.patches);
+            ::kinformer::factory::Compact::compact(&mut self.post_build);
+            ::kinformer::factory::Compact::compact(&mut self.source_ref);
+        }
+    }
     /// BuildMetadataOption defines the supported buildMetadata options.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -342,6 +361,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for KustomizationSpecBuildMetadata {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// CommonMetadata specifies the common labels and annotations that are
     /// applied to all resources. Any existing label or annotation will be
@@ -366,6 +389,10 @@ pub mod v1 {
         pub labels: ::core::option::Option<
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
+    }
+    impl ::kinformer::factory::Compact for CommonMetadata {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Decrypt Kubernetes secrets before applying them on the cluster.
     #[derive(
@@ -397,6 +424,13 @@ pub mod v1 {
         )]
         pub service_account_name: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Decryption {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.provider);
+            ::kinformer::factory::Compact::compact(&mut self.secret_ref);
+        }
+    }
     /// Provider is the name of the decryption engine.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -417,6 +451,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for DecryptionProvider {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -428,6 +466,10 @@ pub mod v1 {
     pub struct Ref {
         /// Name of the referent.
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Ref {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// DeletionPolicy can be used to control garbage collection when this
     /// Kustomization is deleted. Valid values are ('MirrorPrune', 'Delete',
@@ -461,6 +503,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for KustomizationSpecDeletionPolicy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// DependencyReference contains enough information to locate the referenced Kubernetes resource object
     /// and optional CEL expression to assess its readiness.
     #[derive(
@@ -485,6 +531,10 @@ pub mod v1 {
         /// the feature gate `AdditiveCELDependencyCheck` must be set to `true`.
         #[serde(rename = "readyExpr", default, skip_serializing_if = "Option::is_none")]
         pub ready_expr: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for DependsOn {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// CustomHealthCheck defines the health check for custom resources.
     #[derive(
@@ -514,6 +564,10 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub kind: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for HealthCheckExprs {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// NamespacedObjectKindReference contains enough information to locate the typed referenced Kubernetes resource object
     /// in any namespace.
     #[derive(
@@ -536,6 +590,10 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for HealthChecks {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// IgnoreRule defines a rule to selectively disregard specific changes during
     /// the drift detection process.
     #[derive(
@@ -556,6 +614,13 @@ pub mod v1 {
         /// objects within the manifest of the Kustomization.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub target: ::core::option::Option<Target>,
+    }
+    impl ::kinformer::factory::Compact for Ignore {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.paths);
+            ::kinformer::factory::Compact::compact(&mut self.target);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -608,6 +673,10 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub version: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Target {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Image contains an image name, a new name, a new tag or digest, which will replace the original name and tag.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -630,6 +699,10 @@ pub mod v1 {
         /// NewTag is the value used to replace the original tag.
         #[serde(rename = "newTag", default, skip_serializing_if = "Option::is_none")]
         pub new_tag: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Images {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The KubeConfig for reconciling the Kustomization on a remote cluster.
     /// When used in combination with KustomizationSpec.ServiceAccountName,
@@ -694,6 +767,13 @@ pub mod v1 {
         #[serde(rename = "secretRef", default, skip_serializing_if = "Option::is_none")]
         pub secret_ref: ::core::option::Option<SecretRef>,
     }
+    impl ::kinformer::factory::Compact for KubeConfig {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.config_map_ref);
+            ::kinformer::factory::Compact::compact(&mut self.secret_ref);
+        }
+    }
     /// SecretRef holds an optional name of a secret that contains a key with
     /// the kubeconfig file as the value. If no key is set, the key will default
     /// to 'value'. Mutually exclusive with ConfigMapRef.
@@ -717,6 +797,10 @@ pub mod v1 {
         /// Name of the Secret.
         pub name: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for SecretRef {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Patch contains an inline StrategicMerge or JSON6902 patch, and the target the patch should
     /// be applied to.
     #[derive(
@@ -734,6 +818,12 @@ pub mod v1 {
         /// Target points to the resources that the patch document should be applied to.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub target: ::core::option::Option<Target>,
+    }
+    impl ::kinformer::factory::Compact for Patches {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.target);
+        }
     }
     /// PostBuild describes which actions to perform on the YAML manifest
     /// generated by building the kustomize overlay.
@@ -781,6 +871,13 @@ pub mod v1 {
         )]
         pub substitute_strategy: ::core::option::Option<PostBuildSubstituteStrategy>,
     }
+    impl ::kinformer::factory::Compact for PostBuild {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.substitute_from);
+            ::kinformer::factory::Compact::compact(&mut self.substitute_strategy);
+        }
+    }
     /// SubstituteReference contains a reference to a resource containing
     /// the variables name and value.
     #[derive(
@@ -805,6 +902,12 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub optional: ::core::option::Option<bool>,
     }
+    impl ::kinformer::factory::Compact for SubstituteFrom {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.kind);
+        }
+    }
     /// Kind of the values referent, valid values are ('Secret', 'ConfigMap').
     #[derive(
         ::kinformer::serde::Serialize,
@@ -827,6 +930,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for SubstituteFromKind {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// SubstituteStrategy defines the strategy for substituting variables in the YAML manifests.
     /// Valid values are:
@@ -857,6 +964,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for PostBuildSubstituteStrategy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Reference of the source where the kustomization file is.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -878,6 +989,12 @@ pub mod v1 {
         /// resource object that contains the reference.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for SourceRef {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.kind);
+        }
     }
     /// Kind of the referent.
     #[derive(
@@ -907,6 +1024,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for SourceRefKind {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// KustomizationStatus defines the observed state of a kustomization.
     #[derive(
@@ -972,6 +1093,14 @@ pub mod v1 {
         )]
         pub observed_generation: ::core::option::Option<i64>,
     }
+    impl ::kinformer::factory::Compact for KustomizationStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.history);
+            ::kinformer::factory::Compact::compact(&mut self.inventory);
+        }
+    }
     /// Condition contains details for one aspect of the current state of this API Resource.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1009,6 +1138,12 @@ pub mod v1 {
         /// type of condition in CamelCase or in foo.example.com/CamelCase.
         pub r#type: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.status);
+        }
+    }
     /// status of the condition, one of True, False, Unknown.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1034,6 +1169,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for ConditionsStatus {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Snapshot represents a point-in-time record of a group of resources reconciliation,
     /// including timing information, status, and a unique digest identifier.
@@ -1069,6 +1208,10 @@ pub mod v1 {
         #[serde(rename = "totalReconciliations")]
         pub total_reconciliations: i64,
     }
+    impl ::kinformer::factory::Compact for History {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Inventory contains the list of Kubernetes resource object references that
     /// have been successfully applied.
     #[derive(
@@ -1082,6 +1225,12 @@ pub mod v1 {
     pub struct Inventory {
         /// Entries of Kubernetes resource object references.
         pub entries: ::std::vec::Vec<Entries>,
+    }
+    impl ::kinformer::factory::Compact for Inventory {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.entries);
+        }
     }
     /// ResourceRef contains the information necessary to locate a resource within a cluster.
     #[derive(
@@ -1098,6 +1247,10 @@ pub mod v1 {
         pub id: ::std::string::String,
         /// Version is the API version of the Kubernetes resource object's kind.
         pub v: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Entries {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `kustomize.toolkit.fluxcd.io/v1` `Kustomization`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -1227,6 +1380,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Kustomization>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Kustomization {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

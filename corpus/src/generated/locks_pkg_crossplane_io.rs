@@ -158,6 +158,12 @@ pub mod v1beta1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub conditions: ::core::option::Option<::std::vec::Vec<Conditions>>,
     }
+    impl ::kinformer::factory::Compact for LockStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+        }
+    }
     /// A Condition that may apply to a resource.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -193,6 +199,10 @@ pub mod v1beta1 {
         /// a resource at any point in time.
         pub r#type: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// LockPackage is a package that is in the lock.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -224,6 +234,13 @@ pub mod v1beta1 {
         /// Version is the tag or digest of the OCI image.
         pub version: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Packages {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.dependencies);
+            ::kinformer::factory::Compact::compact(&mut self.r#type);
+        }
+    }
     /// A Dependency is a dependency of a package in the lock.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -251,6 +268,12 @@ pub mod v1beta1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<PackagesType>,
     }
+    impl ::kinformer::factory::Compact for Dependencies {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.r#type);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -275,6 +298,10 @@ pub mod v1beta1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for PackagesType {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `pkg.crossplane.io/v1beta1` `Lock`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -375,6 +402,15 @@ pub mod v1beta1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Lock>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Lock {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.packages);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

@@ -175,6 +175,12 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub groups: ::core::option::Option<::std::vec::Vec<Groups>>,
     }
+    impl ::kinformer::factory::Compact for PrometheusRuleSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.groups);
+        }
+    }
     /// RuleGroup is a list of sequentially evaluated recording and alerting rules.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -219,6 +225,12 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub rules: ::core::option::Option<::std::vec::Vec<Rules>>,
     }
+    impl ::kinformer::factory::Compact for Groups {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.rules);
+        }
+    }
     /// Rule describes an alerting or recording rule
     /// See Prometheus documentation: [alerting](https://www.prometheus.io/docs/prometheus/latest/configuration/alerting_rules/) or [recording](https://www.prometheus.io/docs/prometheus/latest/configuration/recording_rules/#recording-rules) rule
     #[derive(
@@ -258,6 +270,10 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub record: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Rules {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// status defines the status subresource. It is under active development and is updated only when the
     /// "StatusForConfigurationResources" feature gate is enabled.
     ///
@@ -277,6 +293,12 @@ pub mod v1 {
         /// bindings defines the list of workload resources (Prometheus, PrometheusAgent, ThanosRuler or Alertmanager) which select the configuration resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub bindings: ::core::option::Option<::std::vec::Vec<Bindings>>,
+    }
+    impl ::kinformer::factory::Compact for PrometheusRuleStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.bindings);
+        }
     }
     /// WorkloadBinding is a link between a configuration resource and a workload resource.
     #[derive(
@@ -299,6 +321,14 @@ pub mod v1 {
         pub namespace: ::std::string::String,
         /// resource defines the type of resource being referenced (e.g. Prometheus, PrometheusAgent, ThanosRuler or Alertmanager).
         pub resource: BindingsResource,
+    }
+    impl ::kinformer::factory::Compact for Bindings {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.group);
+            ::kinformer::factory::Compact::compact(&mut self.resource);
+        }
     }
     /// ConfigResourceCondition describes the status of configuration resources linked to Prometheus, PrometheusAgent, Alertmanager or ThanosRuler.
     #[derive(
@@ -335,6 +365,12 @@ pub mod v1 {
         /// Currently, only "Accepted" is supported.
         pub r#type: ConditionsType,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.r#type);
+        }
+    }
     /// type of the condition being reported.
     /// Currently, only "Accepted" is supported.
     #[derive(
@@ -356,6 +392,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ConditionsType {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// group defines the group of the referenced resource.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -375,6 +415,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for BindingsGroup {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// resource defines the type of resource being referenced (e.g. Prometheus, PrometheusAgent, ThanosRuler or Alertmanager).
     #[derive(
@@ -404,6 +448,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for BindingsResource {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `monitoring.coreos.com/v1` `PrometheusRule`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -533,6 +581,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<PrometheusRule>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for PrometheusRule {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

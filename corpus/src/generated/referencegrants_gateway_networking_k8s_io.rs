@@ -172,6 +172,13 @@ pub mod v1 {
         /// Support: Core
         pub to: ::std::vec::Vec<To>,
     }
+    impl ::kinformer::factory::Compact for ReferenceGrantSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.from);
+            ::kinformer::factory::Compact::compact(&mut self.to);
+        }
+    }
     /// ReferenceGrantFrom describes trusted namespaces and kinds.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -208,6 +215,10 @@ pub mod v1 {
         /// Support: Core
         pub namespace: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for ReferenceGrantSpecFrom {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// ReferenceGrantTo describes what Kinds are allowed as targets of the
     /// references.
     #[derive(
@@ -236,6 +247,10 @@ pub mod v1 {
         /// namespace.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for To {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `gateway.networking.k8s.io/v1` `ReferenceGrant`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -365,6 +380,14 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<ReferenceGrant>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for ReferenceGrant {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }
@@ -536,6 +559,13 @@ pub mod v1beta1 {
         /// Support: Core
         pub to: ::std::vec::Vec<To>,
     }
+    impl ::kinformer::factory::Compact for ReferenceGrantSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.from);
+            ::kinformer::factory::Compact::compact(&mut self.to);
+        }
+    }
     /// ReferenceGrantFrom describes trusted namespaces and kinds.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -572,6 +602,10 @@ pub mod v1beta1 {
         /// Support: Core
         pub namespace: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for ReferenceGrantSpecFrom {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// ReferenceGrantTo describes what Kinds are allowed as targets of the
     /// references.
     #[derive(
@@ -600,6 +634,10 @@ pub mod v1beta1 {
         /// namespace.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for To {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `gateway.networking.k8s.io/v1beta1` `ReferenceGrant`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -729,6 +767,14 @@ pub mod v1beta1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<ReferenceGrant>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for ReferenceGrant {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

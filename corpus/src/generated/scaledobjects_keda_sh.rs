@@ -204,6 +204,15 @@ pub mod v1alpha1 {
         pub scale_target_ref: ScaleTargetRef,
         pub triggers: ::std::vec::Vec<Triggers>,
     }
+    impl ::kinformer::factory::Compact for ScaledObjectSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.advanced);
+            ::kinformer::factory::Compact::compact(&mut self.fallback);
+            ::kinformer::factory::Compact::compact(&mut self.scale_target_ref);
+            ::kinformer::factory::Compact::compact(&mut self.triggers);
+        }
+    }
     /// AdvancedConfig specifies advance scaling options
     #[derive(
         ::kinformer::serde::Serialize,
@@ -238,6 +247,15 @@ pub mod v1alpha1 {
         )]
         pub scaling_modifiers: ::core::option::Option<ScalingModifiers>,
     }
+    impl ::kinformer::factory::Compact for Advanced {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(
+                &mut self.horizontal_pod_autoscaler_config,
+            );
+            ::kinformer::factory::Compact::compact(&mut self.scaling_modifiers);
+        }
+    }
     /// HorizontalPodAutoscalerConfig specifies horizontal scale config
     #[derive(
         ::kinformer::serde::Serialize,
@@ -255,6 +273,12 @@ pub mod v1alpha1 {
         pub behavior: ::core::option::Option<Behavior>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for HorizontalPodAutoscalerConfig {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.behavior);
+        }
     }
     /// HorizontalPodAutoscalerBehavior configures the scaling behavior of the target
     /// in both Up and Down directions (scaleUp and scaleDown fields respectively).
@@ -281,6 +305,13 @@ pub mod v1alpha1 {
         /// No stabilization is used.
         #[serde(rename = "scaleUp", default, skip_serializing_if = "Option::is_none")]
         pub scale_up: ::core::option::Option<ScaleDown>,
+    }
+    impl ::kinformer::factory::Compact for Behavior {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.scale_down);
+            ::kinformer::factory::Compact::compact(&mut self.scale_up);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -332,6 +363,12 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tolerance: ::core::option::Option<::kinformer::quantity::Quantity>,
     }
+    impl ::kinformer::factory::Compact for ScaleDown {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.policies);
+        }
+    }
     /// HPAScalingPolicy is a single policy which must hold true for a specified past interval.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -351,6 +388,10 @@ pub mod v1alpha1 {
         /// value contains the amount of change which is permitted by the policy.
         /// It must be greater than zero
         pub value: i32,
+    }
+    impl ::kinformer::factory::Compact for Policies {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ScalingModifiers describes advanced scaling logic options like formula
     #[derive(
@@ -378,6 +419,12 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub target: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for ScalingModifiers {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metric_type);
+        }
+    }
     /// MetricTargetType specifies the type of metric being targeted, and should be either
     /// "Value", "AverageValue", or "Utilization"
     #[derive(
@@ -402,6 +449,10 @@ pub mod v1alpha1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ScalingModifiersMetricType {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Fallback is the spec for fallback options
     #[derive(
         ::kinformer::serde::Serialize,
@@ -418,6 +469,12 @@ pub mod v1alpha1 {
         #[serde(rename = "failureThreshold")]
         pub failure_threshold: i32,
         pub replicas: i32,
+    }
+    impl ::kinformer::factory::Compact for Fallback {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.behavior);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -452,6 +509,10 @@ pub mod v1alpha1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for FallbackBehavior {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// ScaleTarget holds the reference to the scale target Object
     #[derive(
         ::kinformer::serde::Serialize,
@@ -473,6 +534,10 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub kind: ::core::option::Option<::std::string::String>,
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for ScaleTargetRef {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ScaleTriggers reference the scaler that will be used
     #[derive(
@@ -510,6 +575,12 @@ pub mod v1alpha1 {
         )]
         pub use_cached_metrics: ::core::option::Option<bool>,
     }
+    impl ::kinformer::factory::Compact for Triggers {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.authentication_ref);
+        }
+    }
     /// AuthenticationRef points to the TriggerAuthentication or ClusterTriggerAuthentication object that
     /// is used to authenticate the scaler with the environment
     #[derive(
@@ -525,6 +596,12 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub kind: ::core::option::Option<AuthenticationRefKind>,
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for AuthenticationRef {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.kind);
+        }
     }
     /// Kind of the resource being referred to. Defaults to TriggerAuthentication.
     #[derive(
@@ -548,6 +625,10 @@ pub mod v1alpha1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for AuthenticationRefKind {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ScaledObjectStatus is the status for a ScaledObject resource
     #[derive(
@@ -643,6 +724,17 @@ pub mod v1alpha1 {
         )]
         pub triggers_types: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for ScaledObjectStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.external_metric_names);
+            ::kinformer::factory::Compact::compact(&mut self.health);
+            ::kinformer::factory::Compact::compact(&mut self.resource_metric_names);
+            ::kinformer::factory::Compact::compact(&mut self.scale_target_gvkr);
+            ::kinformer::factory::Compact::compact(&mut self.triggers_activity);
+        }
+    }
     /// Condition to store the condition state
     #[derive(
         ::kinformer::serde::Serialize,
@@ -663,6 +755,10 @@ pub mod v1alpha1 {
         pub status: ::std::string::String,
         /// Type of condition
         pub r#type: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// HealthStatus is the status for a ScaledObject's health
     #[derive(
@@ -685,6 +781,10 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub status: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Health {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// GroupVersionKindResource provides unified structure for schema.GroupVersionKind and Resource
     #[derive(
         ::kinformer::serde::Serialize,
@@ -700,6 +800,10 @@ pub mod v1alpha1 {
         pub resource: ::std::string::String,
         pub version: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for ScaleTargetGvkr {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// TriggerActivityStatus represents the activity status of an external trigger
     #[derive(
         ::kinformer::serde::Serialize,
@@ -713,6 +817,10 @@ pub mod v1alpha1 {
     pub struct TriggersActivity {
         #[serde(rename = "isActive", default, skip_serializing_if = "Option::is_none")]
         pub is_active: ::core::option::Option<bool>,
+    }
+    impl ::kinformer::factory::Compact for TriggersActivity {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `keda.sh/v1alpha1` `ScaledObject`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -842,6 +950,15 @@ pub mod v1alpha1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<ScaledObject>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for ScaledObject {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

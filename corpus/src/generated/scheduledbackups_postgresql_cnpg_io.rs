@@ -222,6 +222,17 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub target: ::core::option::Option<ScheduledBackupSpecTarget>,
     }
+    impl ::kinformer::factory::Compact for ScheduledBackupSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.backup_owner_reference);
+            ::kinformer::factory::Compact::compact(&mut self.cluster);
+            ::kinformer::factory::Compact::compact(&mut self.method);
+            ::kinformer::factory::Compact::compact(&mut self.online_configuration);
+            ::kinformer::factory::Compact::compact(&mut self.plugin_configuration);
+            ::kinformer::factory::Compact::compact(&mut self.target);
+        }
+    }
     /// Indicates which ownerReference should be put inside the created backup resources.<br />
     /// - none: no owner reference for created backup objects (same behavior as before the field was introduced)<br />
     /// - self: sets the Scheduled backup object as owner of the backup<br />
@@ -253,6 +264,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ScheduledBackupSpecBackupOwnerReference {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// The cluster to backup
     #[derive(
         ::kinformer::serde::Serialize,
@@ -265,6 +280,10 @@ pub mod v1 {
     pub struct Cluster {
         /// Name of the referent.
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Cluster {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The backup method to be used, possible options are `barmanObjectStore`,
     /// `volumeSnapshot` or `plugin`. Defaults to: `barmanObjectStore`.
@@ -294,6 +313,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for ScheduledBackupSpecMethod {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Configuration parameters to control the online/hot backup with volume snapshots
     /// Overrides the default settings specified in the cluster '.backup.volumeSnapshot.onlineConfiguration' stanza
@@ -336,6 +359,10 @@ pub mod v1 {
         )]
         pub wait_for_archive: ::core::option::Option<bool>,
     }
+    impl ::kinformer::factory::Compact for OnlineConfiguration {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Configuration parameters passed to the plugin managing this backup
     #[derive(
         ::kinformer::serde::Serialize,
@@ -354,6 +381,10 @@ pub mod v1 {
         pub parameters: ::core::option::Option<
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
+    }
+    impl ::kinformer::factory::Compact for PluginConfiguration {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The policy to decide which instance should perform this backup. If empty,
     /// it defaults to `cluster.spec.backup.target`.
@@ -382,6 +413,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for ScheduledBackupSpecTarget {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Most recently observed status of the ScheduledBackup. This data may not be up
     /// to date. Populated by the system. Read-only.
@@ -420,6 +455,10 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub next_schedule_time: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for ScheduledBackupStatus {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `postgresql.cnpg.io/v1` `ScheduledBackup`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -552,6 +591,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<ScheduledBackup>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for ScheduledBackup {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

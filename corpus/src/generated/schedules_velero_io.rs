@@ -179,6 +179,12 @@ pub mod v1 {
             ::core::option::Option<bool>,
         >,
     }
+    impl ::kinformer::factory::Compact for ScheduleSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.template);
+        }
+    }
     /// Template is the definition of the Backup to be run
     /// on the provided schedule
     #[derive(
@@ -456,6 +462,34 @@ pub mod v1 {
             ::std::vec::Vec<::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for Template {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(
+                &mut self.excluded_cluster_scoped_resources,
+            );
+            ::kinformer::factory::Compact::compact(
+                &mut self.excluded_namespace_scoped_resources,
+            );
+            ::kinformer::factory::Compact::compact(&mut self.excluded_namespaces);
+            ::kinformer::factory::Compact::compact(&mut self.excluded_resources);
+            ::kinformer::factory::Compact::compact(&mut self.hooks);
+            ::kinformer::factory::Compact::compact(
+                &mut self.included_cluster_scoped_resources,
+            );
+            ::kinformer::factory::Compact::compact(
+                &mut self.included_namespace_scoped_resources,
+            );
+            ::kinformer::factory::Compact::compact(&mut self.included_namespaces);
+            ::kinformer::factory::Compact::compact(&mut self.included_resources);
+            ::kinformer::factory::Compact::compact(&mut self.label_selector);
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.or_label_selectors);
+            ::kinformer::factory::Compact::compact(&mut self.resource_policy);
+            ::kinformer::factory::Compact::compact(&mut self.uploader_config);
+            ::kinformer::factory::Compact::compact(&mut self.volume_snapshot_locations);
+        }
+    }
     /// Hooks represent custom behaviors that should be executed at different phases of the backup.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -476,6 +510,12 @@ pub mod v1 {
         pub resources: ::core::option::Option<
             ::core::option::Option<::std::vec::Vec<Resources>>,
         >,
+    }
+    impl ::kinformer::factory::Compact for Hooks {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.resources);
+        }
     }
     /// BackupResourceHookSpec defines one or more BackupResourceHooks that should be executed based on
     /// the rules defined for namespaces, resources, and label selector.
@@ -551,6 +591,18 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub pre: ::core::option::Option<::std::vec::Vec<Post>>,
     }
+    impl ::kinformer::factory::Compact for Resources {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.excluded_namespaces);
+            ::kinformer::factory::Compact::compact(&mut self.excluded_resources);
+            ::kinformer::factory::Compact::compact(&mut self.included_namespaces);
+            ::kinformer::factory::Compact::compact(&mut self.included_resources);
+            ::kinformer::factory::Compact::compact(&mut self.label_selector);
+            ::kinformer::factory::Compact::compact(&mut self.post);
+            ::kinformer::factory::Compact::compact(&mut self.pre);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -580,6 +632,12 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for LabelSelector {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.match_expressions);
+        }
+    }
     /// A label selector requirement is a selector that contains values, a key, and an operator that
     /// relates the key and values.
     #[derive(
@@ -603,6 +661,12 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub values: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
     }
+    impl ::kinformer::factory::Compact for MatchExpressions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.values);
+        }
+    }
     /// BackupResourceHook defines a hook for a resource.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -615,6 +679,12 @@ pub mod v1 {
     pub struct Post {
         /// Exec defines an exec hook.
         pub exec: Exec,
+    }
+    impl ::kinformer::factory::Compact for Post {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.exec);
+        }
     }
     /// Exec defines an exec hook.
     #[derive(
@@ -640,6 +710,13 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub timeout: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Exec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.command);
+            ::kinformer::factory::Compact::compact(&mut self.on_error);
+        }
+    }
     /// OnError specifies how Velero should behave if it encounters an error executing this hook.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -663,6 +740,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ExecOnError {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -677,6 +758,10 @@ pub mod v1 {
         pub labels: ::core::option::Option<
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
+    }
+    impl ::kinformer::factory::Compact for Metadata {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ResourcePolicy specifies the referenced resource policies that backup should follow
     #[derive(
@@ -698,6 +783,10 @@ pub mod v1 {
         /// Name is the name of resource being referenced
         pub name: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for ResourcePolicy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// UploaderConfig specifies the configuration for the uploader.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -716,6 +805,10 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub parallel_files_upload: ::core::option::Option<i64>,
+    }
+    impl ::kinformer::factory::Compact for UploaderConfig {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// ScheduleStatus captures the current state of a Velero schedule
     #[derive(
@@ -763,6 +856,13 @@ pub mod v1 {
             ::std::vec::Vec<::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for Status {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.phase);
+            ::kinformer::factory::Compact::compact(&mut self.validation_errors);
+        }
+    }
     /// Phase is the current phase of the Schedule
     #[derive(
         ::kinformer::serde::Serialize,
@@ -788,6 +888,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for StatusPhase {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `velero.io/v1` `Schedule`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -915,6 +1019,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Schedule>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Schedule {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

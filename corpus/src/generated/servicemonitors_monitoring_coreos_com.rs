@@ -392,6 +392,21 @@ pub mod v1 {
         )]
         pub target_limit: ::core::option::Option<i64>,
     }
+    impl ::kinformer::factory::Compact for ServiceMonitorSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.attach_metadata);
+            ::kinformer::factory::Compact::compact(&mut self.endpoints);
+            ::kinformer::factory::Compact::compact(&mut self.fallback_scrape_protocol);
+            ::kinformer::factory::Compact::compact(&mut self.namespace_selector);
+            ::kinformer::factory::Compact::compact(&mut self.pod_target_labels);
+            ::kinformer::factory::Compact::compact(&mut self.scrape_protocols);
+            ::kinformer::factory::Compact::compact(&mut self.selector);
+            ::kinformer::factory::Compact::compact(&mut self.selector_mechanism);
+            ::kinformer::factory::Compact::compact(&mut self.service_discovery_role);
+            ::kinformer::factory::Compact::compact(&mut self.target_labels);
+        }
+    }
     /// attachMetadata defines additional metadata which is added to the
     /// discovered targets.
     ///
@@ -417,6 +432,10 @@ pub mod v1 {
         /// with relabeling configuration.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub node: ::core::option::Option<bool>,
+    }
+    impl ::kinformer::factory::Compact for AttachMetadata {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Endpoint defines an endpoint serving Prometheus metrics to be scraped by
     /// Prometheus.
@@ -628,6 +647,21 @@ pub mod v1 {
         )]
         pub track_timestamps_staleness: ::core::option::Option<bool>,
     }
+    impl ::kinformer::factory::Compact for Endpoints {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.authorization);
+            ::kinformer::factory::Compact::compact(&mut self.basic_auth);
+            ::kinformer::factory::Compact::compact(&mut self.bearer_token_secret);
+            ::kinformer::factory::Compact::compact(&mut self.metric_relabelings);
+            ::kinformer::factory::Compact::compact(&mut self.oauth2);
+            ::kinformer::factory::Compact::compact(&mut self.params);
+            ::kinformer::factory::Compact::compact(&mut self.proxy_connect_header);
+            ::kinformer::factory::Compact::compact(&mut self.relabelings);
+            ::kinformer::factory::Compact::compact(&mut self.scheme);
+            ::kinformer::factory::Compact::compact(&mut self.tls_config);
+        }
+    }
     /// authorization configures the Authorization header credentials used by
     /// the client.
     ///
@@ -653,6 +687,12 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Authorization {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.credentials);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -677,6 +717,10 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub optional: ::core::option::Option<bool>,
     }
+    impl ::kinformer::factory::Compact for BearerTokenSecret {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// basicAuth defines the Basic Authentication credentials used by the
     /// client.
     ///
@@ -699,6 +743,13 @@ pub mod v1 {
         /// authentication.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub username: ::core::option::Option<BearerTokenSecret>,
+    }
+    impl ::kinformer::factory::Compact for BasicAuth {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.password);
+            ::kinformer::factory::Compact::compact(&mut self.username);
+        }
     }
     /// RelabelConfig allows dynamic rewriting of the label set for targets, alerts,
     /// scraped samples and remote write samples.
@@ -764,6 +815,13 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub target_label: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Relabelings {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.action);
+            ::kinformer::factory::Compact::compact(&mut self.source_labels);
+        }
     }
     /// action to perform based on the regex matching.
     ///
@@ -855,6 +913,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for MetricRelabelingsAction {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// oauth2 defines the OAuth2 settings used by the client.
     ///
     /// It requires Prometheus >= 2.27.0.
@@ -932,6 +994,16 @@ pub mod v1 {
         #[serde(rename = "tokenUrl")]
         pub token_url: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Oauth2 {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.client_id);
+            ::kinformer::factory::Compact::compact(&mut self.client_secret);
+            ::kinformer::factory::Compact::compact(&mut self.proxy_connect_header);
+            ::kinformer::factory::Compact::compact(&mut self.scopes);
+            ::kinformer::factory::Compact::compact(&mut self.tls_config);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -948,6 +1020,13 @@ pub mod v1 {
         /// secret defines the Secret containing data to use for the targets.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub secret: ::core::option::Option<BearerTokenSecret>,
+    }
+    impl ::kinformer::factory::Compact for ClientId {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.config_map);
+            ::kinformer::factory::Compact::compact(&mut self.secret);
+        }
     }
     /// configMap defines the ConfigMap containing data to use for the targets.
     #[derive(
@@ -973,6 +1052,10 @@ pub mod v1 {
         /// Specify whether the ConfigMap or its key must be defined
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub optional: ::core::option::Option<bool>,
+    }
+    impl ::kinformer::factory::Compact for ConfigMap {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// tlsConfig defines the TLS configuration to use when connecting to the OAuth2 server.
     /// It requires Prometheus >= v2.43.0.
@@ -1016,6 +1099,16 @@ pub mod v1 {
         #[serde(rename = "serverName", default, skip_serializing_if = "Option::is_none")]
         pub server_name: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Oauth2TlsConfig {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.ca);
+            ::kinformer::factory::Compact::compact(&mut self.cert);
+            ::kinformer::factory::Compact::compact(&mut self.key_secret);
+            ::kinformer::factory::Compact::compact(&mut self.max_version);
+            ::kinformer::factory::Compact::compact(&mut self.min_version);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1043,6 +1136,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for TlsConfigVersion {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// scheme defines the HTTP scheme to use when scraping the metrics.
     #[derive(
@@ -1072,6 +1169,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for EndpointsScheme {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// tlsConfig defines TLS configuration used by the client.
     #[derive(
@@ -1123,6 +1224,16 @@ pub mod v1 {
         #[serde(rename = "serverName", default, skip_serializing_if = "Option::is_none")]
         pub server_name: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for EndpointsTlsConfig {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.ca);
+            ::kinformer::factory::Compact::compact(&mut self.cert);
+            ::kinformer::factory::Compact::compact(&mut self.key_secret);
+            ::kinformer::factory::Compact::compact(&mut self.max_version);
+            ::kinformer::factory::Compact::compact(&mut self.min_version);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1154,6 +1265,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ServiceMonitorSpecFallbackScrapeProtocol {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// namespaceSelector defines in which namespace(s) Prometheus should discover the services.
     /// By default, the services are discovered in the same namespace as the `ServiceMonitor` object but it is possible to select pods across different/all namespaces.
     #[derive(
@@ -1173,6 +1288,12 @@ pub mod v1 {
         /// matchNames defines the list of namespace names to select from.
         #[serde(rename = "matchNames", default, skip_serializing_if = "Option::is_none")]
         pub match_names: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
+    }
+    impl ::kinformer::factory::Compact for NamespaceSelector {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.match_names);
+        }
     }
     /// selector defines the label selector to select the Kubernetes `Endpoints` objects to scrape metrics from.
     #[derive(
@@ -1204,6 +1325,12 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for Selector {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.match_expressions);
+        }
+    }
     /// A label selector requirement is a selector that contains values, a key, and an operator that
     /// relates the key and values.
     #[derive(
@@ -1226,6 +1353,12 @@ pub mod v1 {
         /// merge patch.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub values: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
+    }
+    impl ::kinformer::factory::Compact for MatchExpressions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.values);
+        }
     }
     /// selectorMechanism defines the mechanism used to select the endpoints to scrape.
     /// By default, the selection process relies on relabel configurations to filter the discovered targets.
@@ -1255,6 +1388,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ServiceMonitorSpecSelectorMechanism {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// serviceDiscoveryRole defines the service discovery role used to discover targets.
     ///
     /// If set, the value should be either "Endpoints" or "EndpointSlice".
@@ -1282,6 +1419,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ServiceMonitorSpecServiceDiscoveryRole {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// status defines the status subresource. It is under active development and is updated only when the
     /// "StatusForConfigurationResources" feature gate is enabled.
     ///
@@ -1301,6 +1442,12 @@ pub mod v1 {
         /// bindings defines the list of workload resources (Prometheus, PrometheusAgent, ThanosRuler or Alertmanager) which select the configuration resource.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub bindings: ::core::option::Option<::std::vec::Vec<Bindings>>,
+    }
+    impl ::kinformer::factory::Compact for ServiceMonitorStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.bindings);
+        }
     }
     /// WorkloadBinding is a link between a configuration resource and a workload resource.
     #[derive(
@@ -1323,6 +1470,14 @@ pub mod v1 {
         pub namespace: ::std::string::String,
         /// resource defines the type of resource being referenced (e.g. Prometheus, PrometheusAgent, ThanosRuler or Alertmanager).
         pub resource: BindingsResource,
+    }
+    impl ::kinformer::factory::Compact for Bindings {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.group);
+            ::kinformer::factory::Compact::compact(&mut self.resource);
+        }
     }
     /// ConfigResourceCondition describes the status of configuration resources linked to Prometheus, PrometheusAgent, Alertmanager or ThanosRuler.
     #[derive(
@@ -1359,6 +1514,12 @@ pub mod v1 {
         /// Currently, only "Accepted" is supported.
         pub r#type: ConditionsType,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.r#type);
+        }
+    }
     /// type of the condition being reported.
     /// Currently, only "Accepted" is supported.
     #[derive(
@@ -1380,6 +1541,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ConditionsType {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// group defines the group of the referenced resource.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1399,6 +1564,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for BindingsGroup {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// resource defines the type of resource being referenced (e.g. Prometheus, PrometheusAgent, ThanosRuler or Alertmanager).
     #[derive(
@@ -1428,6 +1597,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for BindingsResource {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `monitoring.coreos.com/v1` `ServiceMonitor`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -1557,6 +1730,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<ServiceMonitor>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for ServiceMonitor {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

@@ -183,6 +183,17 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tracing: ::core::option::Option<::std::vec::Vec<Tracing>>,
     }
+    impl ::kinformer::factory::Compact for TelemetrySpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.access_logging);
+            ::kinformer::factory::Compact::compact(&mut self.metrics);
+            ::kinformer::factory::Compact::compact(&mut self.selector);
+            ::kinformer::factory::Compact::compact(&mut self.target_ref);
+            ::kinformer::factory::Compact::compact(&mut self.target_refs);
+            ::kinformer::factory::Compact::compact(&mut self.tracing);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -210,6 +221,14 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub providers: ::core::option::Option<::std::vec::Vec<Providers>>,
     }
+    impl ::kinformer::factory::Compact for AccessLogging {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.filter);
+            ::kinformer::factory::Compact::compact(&mut self.r#match);
+            ::kinformer::factory::Compact::compact(&mut self.providers);
+        }
+    }
     /// Optional.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -224,6 +243,10 @@ pub mod v1 {
         /// CEL expression for selecting when requests/connections should be logged.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub expression: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Filter {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Allows tailoring of logging behavior to specific conditions.
     #[derive(
@@ -241,6 +264,12 @@ pub mod v1 {
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub mode: ::core::option::Option<MatchMode>,
+    }
+    impl ::kinformer::factory::Compact for AccessLoggingMatch {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -267,6 +296,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for MatchMode {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -278,6 +311,10 @@ pub mod v1 {
     pub struct Providers {
         /// Required.
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Providers {
+        #[inline]
+        fn compact(&mut self) {}
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -302,6 +339,13 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub reporting_interval: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Metrics {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.overrides);
+            ::kinformer::factory::Compact::compact(&mut self.providers);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -333,6 +377,13 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, TagOverrides>,
         >,
     }
+    impl ::kinformer::factory::Compact for Overrides {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.r#match);
+            ::kinformer::factory::Compact::compact(&mut self.tag_overrides);
+        }
+    }
     /// Match allows providing the scope of the override.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -361,6 +412,13 @@ pub mod v1 {
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub mode: ::core::option::Option<MatchMode>,
+    }
+    impl ::kinformer::factory::Compact for OverridesMatch {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metric);
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+        }
     }
     /// One of the well-known [Istio Standard Metrics](https://istio.io/latest/docs/reference/config/metrics/).
     ///
@@ -414,6 +472,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for MatchMetric {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -432,6 +494,12 @@ pub mod v1 {
         /// Value is only considered if the operation is `UPSERT`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub value: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for TagOverrides {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.operation);
+        }
     }
     /// Operation controls whether or not to update/add a tag, or to remove it.
     ///
@@ -458,6 +526,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for TagOverridesOperation {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Optional.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -479,6 +551,10 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for Selector {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -498,6 +574,10 @@ pub mod v1 {
         /// namespace is the namespace of the referent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for TargetRef {
+        #[inline]
+        fn compact(&mut self) {}
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -567,6 +647,14 @@ pub mod v1 {
             ::core::option::Option<bool>,
         >,
     }
+    impl ::kinformer::factory::Compact for Tracing {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.custom_tags);
+            ::kinformer::factory::Compact::compact(&mut self.r#match);
+            ::kinformer::factory::Compact::compact(&mut self.providers);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -590,6 +678,15 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub literal: ::core::option::Option<Literal>,
     }
+    impl ::kinformer::factory::Compact for CustomTags {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.environment);
+            ::kinformer::factory::Compact::compact(&mut self.formatter);
+            ::kinformer::factory::Compact::compact(&mut self.header);
+            ::kinformer::factory::Compact::compact(&mut self.literal);
+        }
+    }
     /// Environment adds the value of an environment variable to each span.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -610,6 +707,10 @@ pub mod v1 {
         /// Name of the environment variable from which to extract the tag value.
         pub name: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Environment {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Formatter adds the value of access logging substitution formatter.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -622,6 +723,10 @@ pub mod v1 {
     pub struct Formatter {
         /// The formatter tag value to use, same formatter as HTTP access logging (e.g.
         pub value: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Formatter {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// RequestHeader adds the value of an header from the request to each span.
     #[derive(
@@ -643,6 +748,10 @@ pub mod v1 {
         /// Name of the header from which to extract the tag value.
         pub name: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Header {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Literal adds the same, hard-coded value to each span.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -655,6 +764,10 @@ pub mod v1 {
     pub struct Literal {
         /// The tag value to use.
         pub value: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Literal {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Allows tailoring of behavior to specific conditions.
     #[derive(
@@ -672,6 +785,12 @@ pub mod v1 {
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub mode: ::core::option::Option<MatchMode>,
+    }
+    impl ::kinformer::factory::Compact for TracingMatch {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -709,6 +828,14 @@ pub mod v1 {
             ::std::string::String,
             ::kinformer::serde_json::Value,
         >,
+    }
+    impl ::kinformer::factory::Compact for TelemetryStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.validation_messages);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -756,6 +883,10 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -780,6 +911,13 @@ pub mod v1 {
         pub level: ::core::option::Option<ValidationMessagesLevel>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<Type>,
+    }
+    impl ::kinformer::factory::Compact for ValidationMessages {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.level);
+            ::kinformer::factory::Compact::compact(&mut self.r#type);
+        }
     }
     /// Represents how severe a message is.
     ///
@@ -812,6 +950,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ValidationMessagesLevel {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -828,6 +970,10 @@ pub mod v1 {
         /// A human-readable name for the message type.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Type {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `telemetry.istio.io/v1` `Telemetry`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -955,6 +1101,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Telemetry>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Telemetry {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }
@@ -1137,6 +1292,17 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub tracing: ::core::option::Option<::std::vec::Vec<Tracing>>,
     }
+    impl ::kinformer::factory::Compact for TelemetrySpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.access_logging);
+            ::kinformer::factory::Compact::compact(&mut self.metrics);
+            ::kinformer::factory::Compact::compact(&mut self.selector);
+            ::kinformer::factory::Compact::compact(&mut self.target_ref);
+            ::kinformer::factory::Compact::compact(&mut self.target_refs);
+            ::kinformer::factory::Compact::compact(&mut self.tracing);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1164,6 +1330,14 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub providers: ::core::option::Option<::std::vec::Vec<Providers>>,
     }
+    impl ::kinformer::factory::Compact for AccessLogging {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.filter);
+            ::kinformer::factory::Compact::compact(&mut self.r#match);
+            ::kinformer::factory::Compact::compact(&mut self.providers);
+        }
+    }
     /// Optional.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1178,6 +1352,10 @@ pub mod v1alpha1 {
         /// CEL expression for selecting when requests/connections should be logged.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub expression: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Filter {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Allows tailoring of logging behavior to specific conditions.
     #[derive(
@@ -1195,6 +1373,12 @@ pub mod v1alpha1 {
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub mode: ::core::option::Option<MatchMode>,
+    }
+    impl ::kinformer::factory::Compact for AccessLoggingMatch {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1221,6 +1405,10 @@ pub mod v1alpha1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for MatchMode {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1232,6 +1420,10 @@ pub mod v1alpha1 {
     pub struct Providers {
         /// Required.
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Providers {
+        #[inline]
+        fn compact(&mut self) {}
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1256,6 +1448,13 @@ pub mod v1alpha1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub reporting_interval: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Metrics {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.overrides);
+            ::kinformer::factory::Compact::compact(&mut self.providers);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1287,6 +1486,13 @@ pub mod v1alpha1 {
             ::std::collections::BTreeMap<::std::string::String, TagOverrides>,
         >,
     }
+    impl ::kinformer::factory::Compact for Overrides {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.r#match);
+            ::kinformer::factory::Compact::compact(&mut self.tag_overrides);
+        }
+    }
     /// Match allows providing the scope of the override.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1315,6 +1521,13 @@ pub mod v1alpha1 {
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub mode: ::core::option::Option<MatchMode>,
+    }
+    impl ::kinformer::factory::Compact for OverridesMatch {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metric);
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+        }
     }
     /// One of the well-known [Istio Standard Metrics](https://istio.io/latest/docs/reference/config/metrics/).
     ///
@@ -1368,6 +1581,10 @@ pub mod v1alpha1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for MatchMetric {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1386,6 +1603,12 @@ pub mod v1alpha1 {
         /// Value is only considered if the operation is `UPSERT`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub value: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for TagOverrides {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.operation);
+        }
     }
     /// Operation controls whether or not to update/add a tag, or to remove it.
     ///
@@ -1412,6 +1635,10 @@ pub mod v1alpha1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for TagOverridesOperation {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Optional.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1433,6 +1660,10 @@ pub mod v1alpha1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for Selector {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1452,6 +1683,10 @@ pub mod v1alpha1 {
         /// namespace is the namespace of the referent.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for TargetRef {
+        #[inline]
+        fn compact(&mut self) {}
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1521,6 +1756,14 @@ pub mod v1alpha1 {
             ::core::option::Option<bool>,
         >,
     }
+    impl ::kinformer::factory::Compact for Tracing {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.custom_tags);
+            ::kinformer::factory::Compact::compact(&mut self.r#match);
+            ::kinformer::factory::Compact::compact(&mut self.providers);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1544,6 +1787,15 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub literal: ::core::option::Option<Literal>,
     }
+    impl ::kinformer::factory::Compact for CustomTags {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.environment);
+            ::kinformer::factory::Compact::compact(&mut self.formatter);
+            ::kinformer::factory::Compact::compact(&mut self.header);
+            ::kinformer::factory::Compact::compact(&mut self.literal);
+        }
+    }
     /// Environment adds the value of an environment variable to each span.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1564,6 +1816,10 @@ pub mod v1alpha1 {
         /// Name of the environment variable from which to extract the tag value.
         pub name: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Environment {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Formatter adds the value of access logging substitution formatter.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1576,6 +1832,10 @@ pub mod v1alpha1 {
     pub struct Formatter {
         /// The formatter tag value to use, same formatter as HTTP access logging (e.g.
         pub value: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Formatter {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// RequestHeader adds the value of an header from the request to each span.
     #[derive(
@@ -1597,6 +1857,10 @@ pub mod v1alpha1 {
         /// Name of the header from which to extract the tag value.
         pub name: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Header {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     /// Literal adds the same, hard-coded value to each span.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1609,6 +1873,10 @@ pub mod v1alpha1 {
     pub struct Literal {
         /// The tag value to use.
         pub value: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Literal {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// Allows tailoring of behavior to specific conditions.
     #[derive(
@@ -1626,6 +1894,12 @@ pub mod v1alpha1 {
         /// Valid Options: CLIENT_AND_SERVER, CLIENT, SERVER
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub mode: ::core::option::Option<MatchMode>,
+    }
+    impl ::kinformer::factory::Compact for TracingMatch {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1663,6 +1937,14 @@ pub mod v1alpha1 {
             ::std::string::String,
             ::kinformer::serde_json::Value,
         >,
+    }
+    impl ::kinformer::factory::Compact for TelemetryStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.validation_messages);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -1710,6 +1992,10 @@ pub mod v1alpha1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1734,6 +2020,13 @@ pub mod v1alpha1 {
         pub level: ::core::option::Option<ValidationMessagesLevel>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<Type>,
+    }
+    impl ::kinformer::factory::Compact for ValidationMessages {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.level);
+            ::kinformer::factory::Compact::compact(&mut self.r#type);
+        }
     }
     /// Represents how severe a message is.
     ///
@@ -1766,6 +2059,10 @@ pub mod v1alpha1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ValidationMessagesLevel {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -1782,6 +2079,10 @@ pub mod v1alpha1 {
         /// A human-readable name for the message type.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub name: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Type {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `telemetry.istio.io/v1alpha1` `Telemetry`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -1909,6 +2210,15 @@ pub mod v1alpha1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Telemetry>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Telemetry {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

@@ -207,6 +207,18 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub usages: ::core::option::Option<::std::vec::Vec<CertificateSpecUsages>>,
     }
+    impl ::kinformer::factory::Compact for CertificateSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.dns_names);
+            ::kinformer::factory::Compact::compact(&mut self.ip_addresses);
+            ::kinformer::factory::Compact::compact(&mut self.issuer_ref);
+            ::kinformer::factory::Compact::compact(&mut self.private_key);
+            ::kinformer::factory::Compact::compact(&mut self.secret_template);
+            ::kinformer::factory::Compact::compact(&mut self.subject);
+            ::kinformer::factory::Compact::compact(&mut self.usages);
+        }
+    }
     /// The issuer that signs the certificate. For example:
     ///
     /// issuerRef:
@@ -227,6 +239,10 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub kind: ::core::option::Option<::std::string::String>,
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for IssuerRef {
+        #[inline]
+        fn compact(&mut self) {}
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -250,6 +266,14 @@ pub mod v1 {
         pub rotation_policy: ::core::option::Option<PrivateKeyRotationPolicy>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub size: ::core::option::Option<i64>,
+    }
+    impl ::kinformer::factory::Compact for PrivateKey {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.algorithm);
+            ::kinformer::factory::Compact::compact(&mut self.encoding);
+            ::kinformer::factory::Compact::compact(&mut self.rotation_policy);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -276,6 +300,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for PrivateKeyAlgorithm {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -297,6 +325,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for PrivateKeyEncoding {
+        #[inline]
+        fn compact(&mut self) {}
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -320,6 +352,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for PrivateKeyRotationPolicy {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -338,6 +374,10 @@ pub mod v1 {
         pub labels: ::core::option::Option<
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
+    }
+    impl ::kinformer::factory::Compact for SecretTemplate {
+        #[inline]
+        fn compact(&mut self) {}
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -359,6 +399,12 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub serial_number: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Subject {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.organizations);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -391,6 +437,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for CertificateSpecUsages {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -413,6 +463,12 @@ pub mod v1 {
         pub not_after: ::core::option::Option<::std::string::String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub revision: ::core::option::Option<i64>,
+    }
+    impl ::kinformer::factory::Compact for CertificateStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -442,6 +498,12 @@ pub mod v1 {
         pub status: ConditionsStatus,
         pub r#type: ::std::string::String,
     }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.status);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -466,6 +528,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for ConditionsStatus {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `certs.kinformer.dev/v1` `Certificate`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -593,6 +659,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Certificate>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Certificate {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

@@ -166,6 +166,12 @@ pub mod v1 {
             ::core::option::Option<ParametersRef>,
         >,
     }
+    impl ::kinformer::factory::Compact for GatewayClassSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.parameters_ref);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -180,6 +186,10 @@ pub mod v1 {
         pub name: ::std::string::String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for ParametersRef {
+        #[inline]
+        fn compact(&mut self) {}
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -202,6 +212,13 @@ pub mod v1 {
             ::std::vec::Vec<SupportedFeatures>,
         >,
     }
+    impl ::kinformer::factory::Compact for GatewayClassStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.supported_features);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -223,6 +240,12 @@ pub mod v1 {
         pub reason: ::std::string::String,
         pub status: ConditionsStatus,
         pub r#type: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.status);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -249,6 +272,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ConditionsStatus {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -259,6 +286,10 @@ pub mod v1 {
     #[serde(crate = "::kinformer::serde")]
     pub struct SupportedFeatures {
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for SupportedFeatures {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `gateway.kinformer.dev/v1` `GatewayClass`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -367,6 +398,15 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<GatewayClass>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for GatewayClass {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }
@@ -536,6 +576,12 @@ pub mod v1beta1 {
             ::core::option::Option<ParametersRef>,
         >,
     }
+    impl ::kinformer::factory::Compact for GatewayClassSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.parameters_ref);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -550,6 +596,10 @@ pub mod v1beta1 {
         pub name: ::std::string::String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub namespace: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for ParametersRef {
+        #[inline]
+        fn compact(&mut self) {}
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -572,6 +622,13 @@ pub mod v1beta1 {
             ::std::vec::Vec<SupportedFeatures>,
         >,
     }
+    impl ::kinformer::factory::Compact for GatewayClassStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.conditions);
+            ::kinformer::factory::Compact::compact(&mut self.supported_features);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -593,6 +650,12 @@ pub mod v1beta1 {
         pub reason: ::std::string::String,
         pub status: ConditionsStatus,
         pub r#type: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for Conditions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.status);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -619,6 +682,10 @@ pub mod v1beta1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ConditionsStatus {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -629,6 +696,10 @@ pub mod v1beta1 {
     #[serde(crate = "::kinformer::serde")]
     pub struct SupportedFeatures {
         pub name: ::std::string::String,
+    }
+    impl ::kinformer::factory::Compact for SupportedFeatures {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `gateway.kinformer.dev/v1beta1` `GatewayClass`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -737,6 +808,15 @@ pub mod v1beta1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<GatewayClass>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for GatewayClass {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

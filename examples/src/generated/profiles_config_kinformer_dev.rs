@@ -189,6 +189,14 @@ pub mod v1 {
         )]
         pub weight: ::core::option::Option<f64>,
     }
+    impl ::kinformer::factory::Compact for ProfileSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.hosts);
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+            ::kinformer::factory::Compact::compact(&mut self.ratios);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -217,6 +225,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ProfileSpecHosts {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -241,6 +253,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ProfileSpecMode {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -257,6 +273,12 @@ pub mod v1 {
         pub replicas: ::core::option::Option<i32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub selector: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for ProfileStatus {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.phase);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -280,6 +302,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ProfileStatusPhase {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -297,6 +323,12 @@ pub mod v1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub threshold: ::core::option::Option<f64>,
+    }
+    impl ::kinformer::factory::Compact for Rules {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.operator);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -331,6 +363,10 @@ pub mod v1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for RulesOperator {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `config.kinformer.dev/v1` `Profile`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -458,6 +494,16 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Profile>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Profile {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.rules);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }
@@ -637,6 +683,14 @@ pub mod v1beta1 {
         )]
         pub weight: ::core::option::Option<f64>,
     }
+    impl ::kinformer::factory::Compact for ProfileSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.hosts);
+            ::kinformer::factory::Compact::compact(&mut self.mode);
+            ::kinformer::factory::Compact::compact(&mut self.ratios);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -665,6 +719,10 @@ pub mod v1beta1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ProfileSpecHosts {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -689,6 +747,10 @@ pub mod v1beta1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for ProfileSpecMode {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -706,6 +768,12 @@ pub mod v1beta1 {
             skip_serializing_if = "Option::is_none"
         )]
         pub threshold: ::core::option::Option<f64>,
+    }
+    impl ::kinformer::factory::Compact for Rules {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.operator);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -741,6 +809,10 @@ pub mod v1beta1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for RulesOperator {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -757,6 +829,12 @@ pub mod v1beta1 {
         pub replicas: ::core::option::Option<i32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub selector: ::core::option::Option<::std::string::String>,
+    }
+    impl ::kinformer::factory::Compact for Status {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.phase);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -779,6 +857,10 @@ pub mod v1beta1 {
         /// the server sent it and written back unchanged.
         #[serde(untagged)]
         Other(::std::string::String),
+    }
+    impl ::kinformer::factory::Compact for StatusPhase {
+        #[inline]
+        fn compact(&mut self) {}
     }
     /// The shared informer of `config.kinformer.dev/v1beta1` `Profile`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -906,6 +988,16 @@ pub mod v1beta1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Profile>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Profile {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.rules);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

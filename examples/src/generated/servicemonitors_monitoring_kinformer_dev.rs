@@ -159,6 +159,14 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub r#type: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for ServiceMonitorSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.endpoints);
+            ::kinformer::factory::Compact::compact(&mut self.namespace_selector);
+            ::kinformer::factory::Compact::compact(&mut self.selector);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -206,6 +214,15 @@ pub mod v1 {
         #[serde(rename = "tlsConfig", default, skip_serializing_if = "Option::is_none")]
         pub tls_config: ::core::option::Option<TlsConfig>,
     }
+    impl ::kinformer::factory::Compact for Endpoints {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.params);
+            ::kinformer::factory::Compact::compact(&mut self.relabelings);
+            ::kinformer::factory::Compact::compact(&mut self.scheme);
+            ::kinformer::factory::Compact::compact(&mut self.tls_config);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -242,6 +259,13 @@ pub mod v1 {
         )]
         pub target_label: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for Relabelings {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.action);
+            ::kinformer::factory::Compact::compact(&mut self.source_labels);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -275,6 +299,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for RelabelingsAction {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -303,6 +331,10 @@ pub mod v1 {
         #[serde(untagged)]
         Other(::std::string::String),
     }
+    impl ::kinformer::factory::Compact for EndpointsScheme {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -324,6 +356,12 @@ pub mod v1 {
         #[serde(rename = "serverName", default, skip_serializing_if = "Option::is_none")]
         pub server_name: ::core::option::Option<::std::string::String>,
     }
+    impl ::kinformer::factory::Compact for TlsConfig {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.ca);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -336,6 +374,12 @@ pub mod v1 {
     pub struct Ca {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub secret: ::core::option::Option<Secret>,
+    }
+    impl ::kinformer::factory::Compact for Ca {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.secret);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -352,6 +396,10 @@ pub mod v1 {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub optional: ::core::option::Option<bool>,
     }
+    impl ::kinformer::factory::Compact for Secret {
+        #[inline]
+        fn compact(&mut self) {}
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -366,6 +414,12 @@ pub mod v1 {
         pub any: ::core::option::Option<bool>,
         #[serde(rename = "matchNames", default, skip_serializing_if = "Option::is_none")]
         pub match_names: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
+    }
+    impl ::kinformer::factory::Compact for NamespaceSelector {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.match_names);
+        }
     }
     #[derive(
         ::kinformer::serde::Serialize,
@@ -392,6 +446,12 @@ pub mod v1 {
             ::std::collections::BTreeMap<::std::string::String, ::std::string::String>,
         >,
     }
+    impl ::kinformer::factory::Compact for Selector {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.match_expressions);
+        }
+    }
     #[derive(
         ::kinformer::serde::Serialize,
         ::kinformer::serde::Deserialize,
@@ -405,6 +465,12 @@ pub mod v1 {
         pub operator: ::std::string::String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub values: ::core::option::Option<::std::vec::Vec<::std::string::String>>,
+    }
+    impl ::kinformer::factory::Compact for MatchExpressions {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.values);
+        }
     }
     /// The shared informer of `monitoring.kinformer.dev/v1` `ServiceMonitor`, from a `SharedInformerFactory`.
     #[derive(::core::clone::Clone)]
@@ -534,6 +600,14 @@ pub mod v1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<ServiceMonitor>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for ServiceMonitor {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

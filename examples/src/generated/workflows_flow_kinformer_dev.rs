@@ -195,6 +195,16 @@ pub mod v1alpha1 {
             ::kinformer::serde_json::Value,
         >,
     }
+    impl ::kinformer::factory::Compact for WorkflowSpec {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.arguments);
+            ::kinformer::factory::Compact::compact(&mut self.exposed_ports);
+            ::kinformer::factory::Compact::compact(&mut self.pod_resources);
+            ::kinformer::factory::Compact::compact(&mut self.templates);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
+        }
+    }
     /// The resources of each step's pod, in the shape controller-gen writes for resource.Quantity.
     #[derive(
         ::kinformer::serde::Serialize,
@@ -220,6 +230,10 @@ pub mod v1alpha1 {
                 ::kinformer::quantity::Quantity,
             >,
         >,
+    }
+    impl ::kinformer::factory::Compact for PodResources {
+        #[inline]
+        fn compact(&mut self) {}
     }
     pub type WorkflowStatus = ::kinformer::serde_json::Value;
     /// The shared informer of `flow.kinformer.dev/v1alpha1` `Workflow`, from a `SharedInformerFactory`.
@@ -348,6 +362,15 @@ pub mod v1alpha1 {
             ::kinformer::factory::FactoryError,
         > {
             factory.metadata_informer_for::<Workflow>()
+        }
+    }
+    impl ::kinformer::factory::InformerResource for Workflow {
+        #[inline]
+        fn compact(&mut self) {
+            ::kinformer::factory::Compact::compact(&mut self.metadata);
+            ::kinformer::factory::Compact::compact(&mut self.spec);
+            ::kinformer::factory::Compact::compact(&mut self.status);
+            ::kinformer::factory::Compact::compact(&mut self.extra);
         }
     }
 }

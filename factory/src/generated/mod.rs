@@ -5,6 +5,7 @@ pub mod admissionregistration;
 pub mod apiextensions;
 pub mod apps;
 pub mod batch;
+mod compact;
 pub mod coordination;
 pub mod core;
 pub mod discovery;

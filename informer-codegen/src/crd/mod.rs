@@ -374,12 +374,15 @@ fn version_code(
             let schemars_attr = types.schemars_attr();
             let doc = doc_attrs(spec_schema.description.as_deref(), None);
             let body = fields.tokens;
+            let compact = types.compact_impl(&spec_ident, &fields.compact);
             types.items[slot] = quote! {
                 #doc
                 #[derive(#derives)]
                 #[serde(crate = #serde_crate)]
                 #schemars_attr
                 pub struct #spec_ident #body
+
+                #compact
             };
             Some(root::Part {
                 ty: quote!(#spec_ident),
@@ -436,6 +439,8 @@ fn version_code(
         .unknown
         .clone()
         .ok_or_else(|| "the root has no map of unknown fields".to_string())?;
+    let (spec_present, status_present) = (spec.is_some(), status.is_some());
+    let kind_ident_for_impl = kind_ident.clone();
     let root_type = root::root_type(&root::Root {
         crd,
         version,
@@ -459,13 +464,28 @@ fn version_code(
         namespaced,
         krate: krate.clone(),
         inherent_impl: true,
+        projection: false,
     };
     let informers = generate(&desc);
     let items = std::mem::take(&mut types.items);
+    let factory = quote!(#krate::factory);
+    let spec_compact = spec_present.then(|| quote!(#factory::Compact::compact(&mut self.spec);));
+    let status_compact = status_present.then(|| quote!(#factory::Compact::compact(&mut self.status);));
+    let others_compact = &fields.compact;
     Ok(quote! {
         #root_type
         #(#items)*
         #informers
+
+        impl #factory::InformerResource for #kind_ident_for_impl {
+            #[inline]
+            fn compact(&mut self) {
+                #factory::Compact::compact(&mut self.metadata);
+                #spec_compact
+                #status_compact
+                #(#factory::Compact::compact(&mut self.#others_compact);)*
+            }
+        }
     })
 }
 
@@ -498,6 +518,16 @@ impl Ty {
         }
     }
 
+    /// Whether a value of it can hold a list (a `Vec` at any depth, a `serde_json::Value`, a
+    /// generated type), which its `Compact` walk shrinks.
+    fn holds_list(&self) -> bool {
+        match self {
+            Ty::Vec(_) | Ty::Value | Ty::Named(_) => true,
+            Ty::Map(inner) => inner.holds_list(),
+            _ => false,
+        }
+    }
+
     /// Whether an `IntOrString` is in it, at any depth.
     fn has_int_or_string(&self) -> bool {
         match self {
@@ -526,6 +556,8 @@ struct Fields {
     list: Vec<Field>,
     /// The flattened map of unknown fields, if there is one.
     unknown: Option<Ident>,
+    /// The fields whose values can hold a list (see [`Ty::holds_list`]).
+    compact: Vec<Ident>,
 }
 
 /// One field of [`Fields`], in parts.
@@ -736,6 +768,19 @@ impl Types {
         }
     }
 
+    /// `impl Compact for #ident`, walking `fields` (see `factory::Compact`).
+    fn compact_impl(&self, ident: &Ident, fields: &[Ident]) -> TokenStream {
+        let krate = &self.krate;
+        quote! {
+            impl #krate::factory::Compact for #ident {
+                #[inline]
+                fn compact(&mut self) {
+                    #(#krate::factory::Compact::compact(&mut self.#fields);)*
+                }
+            }
+        }
+    }
+
     /// `#[schemars(crate = …)]` when schemars derives are on.
     fn schemars_attr(&self) -> TokenStream {
         if self.schemars {
@@ -833,12 +878,15 @@ impl Types {
         let doc = doc_attrs(doc.as_deref(), None);
         let serde_crate = self.path("serde");
         let schemars_attr = self.schemars_attr();
+        let compact = self.compact_impl(&ident, &fields.compact);
         self.items[slot] = quote! {
             #doc
             #[derive(#derives)]
             #[serde(crate = #serde_crate)]
             #schemars_attr
             pub struct #ident #body
+
+            #compact
         };
         Ok(ident)
     }
@@ -863,6 +911,7 @@ impl Types {
         let mut taken: BTreeSet<String> = reserved.iter().map(|r| r.to_string()).collect();
         let mut list = Vec::new();
         let mut fields = Vec::new();
+        let mut compact = Vec::new();
         let mut all_optional = true;
         for (json, property) in &schema.properties {
             let ty = self.ty(property, owner.child(json))?;
@@ -873,6 +922,9 @@ impl Types {
             let double = !required && property.nullable;
             all_optional &= optional;
             let ident = field_ident(json, &mut taken);
+            if ty.holds_list() {
+                compact.push(ident.clone());
+            }
             let mut serde_args = Vec::new();
             if ident.to_string().trim_start_matches("r#") != json {
                 serde_args.push(quote!(rename = #json));
@@ -952,8 +1004,12 @@ impl Types {
             } else {
                 TokenStream::new()
             };
+            let holds_list = values.holds_list();
             let values = self.tokens(&values);
             let ident = field_ident("extra", &mut taken);
+            if holds_list {
+                compact.push(ident.clone());
+            }
             fields.push(quote! {
                 /// Fields the schema does not name, kept as the server sent them.
                 #[serde(flatten)]
@@ -973,6 +1029,7 @@ impl Types {
             all_optional,
             list,
             unknown,
+            compact,
         })
     }
 
@@ -1033,6 +1090,11 @@ impl Types {
                 /// the server sent it and written back unchanged.
                 #[serde(untagged)]
                 Other(::std::string::String)
+            }
+
+            impl #krate::factory::Compact for #ident {
+                #[inline]
+                fn compact(&mut self) {}
             }
         });
         ident

@@ -8,6 +8,7 @@
 //! object, read back through a generated lister at each served version, to serialize to exactly
 //! the JSON the server returns.
 
+#![forbid(unsafe_code)]
 // Formatted by the generator (prettyplease), checked by `cargo xtask codegen --check`.
 #[rustfmt::skip]
 pub mod generated;

@@ -16,6 +16,7 @@
 //! `#[derive(Informer)]` on the same struct: `FooInformer`, `FooLister`, `FooNamespaceLister`,
 //! and `Foo::informer(&factory)`. `cargo xtask crds` writes its CRD to `examples/crds/`.
 
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod demo;

@@ -29,6 +29,7 @@
 //! assert!(code.contains("pub struct FooInformer"));
 //! ```
 
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod compact;

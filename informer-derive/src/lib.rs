@@ -19,6 +19,7 @@
 //! `Foo::informer(&factory)`. Code refers to `::kinformer`; override with
 //! `#[informer(crate = "path::to::kinformer")]`.
 
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use proc_macro::TokenStream;

@@ -42,6 +42,7 @@
 //! # let _ = (web, all); Ok(()) }
 //! ```
 
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub use controller;

@@ -39,6 +39,7 @@
 //! # }
 //! ```
 
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod default_rate_limiters;

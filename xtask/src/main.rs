@@ -25,6 +25,7 @@
 //! in `factory`, so if the checked-in code ever stops compiling, `cargo xtask codegen` must
 //! still build to regenerate it. The CRDs come from the `examples` crate's `crds` binary.
 
+#![forbid(unsafe_code)]
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};

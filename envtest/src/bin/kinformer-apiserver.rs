@@ -22,6 +22,7 @@
 //! `http://` server), so a token would lock kubectl out there. The benchmarks use it to measure
 //! clients rather than TLS.
 
+#![forbid(unsafe_code)]
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -3,6 +3,7 @@
 //! A separate binary rather than a dependency of xtask, so that `cargo xtask codegen` never
 //! needs the factory crate (whose generated code it writes) to compile.
 
+#![forbid(unsafe_code)]
 fn main() {
     let crds = examples::crds();
     match serde_json::to_string(&crds) {

@@ -8,6 +8,7 @@
 //! `--timeout`). With `--kubeconfig PATH` (not an exported KUBECONFIG alone) it runs against that cluster, with
 //! leader election, until SIGINT or SIGTERM.
 
+#![forbid(unsafe_code)]
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -13,6 +13,7 @@
 //! as the manifests of `cargo xtask manifests` deploy it (which install the CRD). An exported KUBECONFIG alone never sends
 //! it to a real cluster: it keeps the embedded server and prints a line saying so.
 
+#![forbid(unsafe_code)]
 // The resource is called Foo, as upstream: `foo` names one, not a placeholder.
 #![allow(clippy::disallowed_names)]
 

@@ -42,12 +42,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, PodTemplateSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kinformer::Informer;
 use kinformer::controller::predicate::ObjectFuncs;
+use kinformer::controller::sharding::{Sharder, SharderReconciler, ShardingConfig};
 use kinformer::controller::{
     Action, BuiltController, Context, ControllerError, EventType, FinalizerError, FinalizerEvent, Manager, NotLeader,
     Reconciler, Request, SourceOptions, Verb, finalizer,
 };
 use kinformer::factory::generated::apps::v1::DeploymentLister;
-use kinformer::factory::{FactoryError, SharedInformerFactory};
+use kinformer::factory::{FactoryError, PartialObjectMeta, SharedInformerFactory};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
 use schemars::JsonSchema;
@@ -377,9 +378,43 @@ pub fn controller<R: Reconciler<Foo>>(
     manager: &Manager,
     wrap: impl FnOnce(SampleController) -> R,
 ) -> Result<BuiltController<Foo, R>, ControllerError> {
+    build(manager, None, wrap)
+}
+
+/// The sample-controller as shard `shard` of its ring (see `kinformer::controller::sharding`):
+/// the controller, which caches and reconciles only the Foos (and their Deployments) labelled
+/// for this shard, and the ring's sharder, which the Manager runs while it leads and which
+/// labels every Foo, and each Foo's Deployment like its owner.
+pub fn sharded_controller<R: Reconciler<Foo>>(
+    manager: &Manager,
+    shard: ShardingConfig,
+    wrap: impl FnOnce(SampleController) -> R,
+) -> Result<
+    (
+        BuiltController<Foo, R>,
+        BuiltController<PartialObjectMeta<Foo>, SharderReconciler<Foo>>,
+    ),
+    ControllerError,
+> {
+    let sharder = Sharder::<Foo>::new(manager.factory(), &shard)
+        .metrics(manager.metrics().clone())
+        .owns::<Deployment>()
+        .build()?;
+    Ok((build(manager, Some(shard), wrap)?, sharder))
+}
+
+fn build<R: Reconciler<Foo>>(
+    manager: &Manager,
+    shard: Option<ShardingConfig>,
+    wrap: impl FnOnce(SampleController) -> R,
+) -> Result<BuiltController<Foo, R>, ControllerError> {
     let reconciler = SampleController::new(manager.factory())?;
-    manager
-        .controller("foo")
+    let builder = manager.controller("foo");
+    let builder = match shard {
+        Some(shard) => builder.sharded(shard),
+        None => builder,
+    };
+    builder
         .for_resource::<Foo>()
         .owns_with(
             SourceOptions::<Deployment>::new().predicate(ObjectFuncs::new().on_update(deployment_changed_for_foo)),

@@ -47,6 +47,20 @@ pub fn manager(client: kube::Client, common: &CommonArgs) -> Result<Manager, Dem
     Ok(manager)
 }
 
+/// As [`manager`], with the controller sharded: this replica is shard `shard_id` of the ring
+/// `foo`, its Lease in `--namespace` beside the leader lease; the leader also runs the ring's
+/// sharder.
+pub fn sharded_manager(client: kube::Client, common: &CommonArgs, shard_id: &str) -> Result<Manager, DemoError> {
+    let mut manager = demo::cluster_manager(client, common, NAME)?;
+    let shard = kinformer::controller::sharding::ShardingConfig::new("foo", shard_id).namespace(&common.namespace);
+    let readiness = shard.readiness.clone();
+    let (controller, sharder) = super::sharded_controller(&manager, shard, |inner| inner)?;
+    manager.add(controller);
+    manager.add(sharder);
+    manager.add_readyz_check("shard", move || readiness.check());
+    Ok(manager)
+}
+
 /// The manifests of the sample-controller: the Foo CRD (`v1` only: a cluster cannot reach the
 /// webhooks of the embedded demo), the RBAC of the controller's declarations, the Deployment
 /// running [`IMAGE`] with [`args`].

@@ -39,9 +39,11 @@ mod generate;
 mod groups;
 #[cfg(feature = "crd")]
 pub mod project;
+mod resource_attr;
 mod resource_desc;
 
 pub use compact::{SourceFile, generate_k8s_openapi_compact};
 pub use generate::{generate, generate_informer_resource, pretty};
 pub use groups::{generate_group, generate_group_accessors, group_module};
+pub use resource_attr::resource_attribute;
 pub use resource_desc::{ResourceDesc, default_plural};

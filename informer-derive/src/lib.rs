@@ -24,6 +24,16 @@
 
 use proc_macro::TokenStream;
 
+mod resource_attr;
+
+/// `#[kinformer::resource(group = "...", version = "...", kind = "...", namespaced)]` on a
+/// spec struct: kube's `CustomResource` and `Informer`, pointed at kinformer's re-exports (see
+/// `resource_attr.rs`).
+#[proc_macro_attribute]
+pub fn resource(args: TokenStream, item: TokenStream) -> TokenStream {
+    resource_attr::expand(args, item)
+}
+
 /// Derives `FooInformer`, `FooLister` (and `FooNamespaceLister`) for a resource type.
 #[proc_macro_derive(Informer, attributes(informer))]
 pub fn derive_informer(input: TokenStream) -> TokenStream {

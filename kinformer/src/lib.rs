@@ -49,6 +49,7 @@ pub use controller;
 pub use factory;
 pub use informer_core as cache;
 pub use informer_derive::Informer;
+pub use informer_derive::resource;
 pub use workqueue;
 
 pub mod quantity;
@@ -308,10 +309,10 @@ pub mod __codegen {
 
 /// The names a controller uses most: `use kinformer::prelude::*;`.
 ///
-/// A crate that depends only on kinformer (plus serde, schemars and tokio) can still derive
-/// kube's `CustomResource`, pointing it at kinformer's copies of kube's crates:
-/// `#[kube(crates(kube_core = "kinformer::kube::core", k8s_openapi = "kinformer::k8s_openapi",
-/// serde_json = "kinformer::serde_json"))]`.
+/// A crate that depends only on kinformer (plus serde, schemars and tokio) derives kube's
+/// `CustomResource` and [`Informer`](crate::Informer) with
+/// `#[kinformer::resource(group = "...", version = "...", kind = "...", namespaced)]`, which
+/// points kube-derive at kinformer's copies of kube's crates.
 pub mod prelude {
     pub use crate::CancellationToken;
     pub use crate::Informer;

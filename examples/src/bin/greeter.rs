@@ -5,13 +5,9 @@ use kinformer::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-#[derive(CustomResource, Informer, Serialize, Deserialize, Clone, Debug, JsonSchema)]
-#[kube(group = "example.com", version = "v1", kind = "Greeting", namespaced)]
-#[kube(crates(
-    kube_core = "kinformer::kube::core",
-    k8s_openapi = "kinformer::k8s_openapi",
-    serde_json = "kinformer::serde_json"
-))]
+// kube's CustomResource and kinformer's Informer, through kinformer's copies of kube's crates.
+#[kinformer::resource(group = "example.com", version = "v1", kind = "Greeting", namespaced)]
+#[derive(Serialize, Deserialize, Clone, Debug, JsonSchema)]
 pub struct GreetingSpec {
     message: String,
 }

@@ -242,6 +242,44 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn the_builder_grants_reads_per_source_the_declared_writes_and_the_recorders_events() {
+        use k8s_openapi::api::core::v1::{Pod, Secret};
+        let client = kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let factory = factory::SharedInformerFactory::new(client, std::time::Duration::ZERO);
+        let built = crate::Controller::new("c", &factory)
+            .for_resource::<ConfigMap>()
+            .owns::<Deployment>()
+            .watches::<Secret>(|_| Vec::new())
+            .owns_metadata::<Pod>()
+            .writes::<Deployment>(&[Verb::Create, Verb::Update])
+            .writes_status::<ConfigMap>(&[Verb::Patch])
+            .build(crate::reconciler_fn(|_req, _ctx: crate::Context<ConfigMap>| async {
+                Ok::<_, std::convert::Infallible>(crate::Action::Done)
+            }))
+            .unwrap();
+        let granted: Vec<String> = built
+            .permissions()
+            .iter()
+            .map(|(group, resource, verbs)| {
+                let verbs: Vec<&str> = verbs.iter().map(|v| v.as_str()).collect();
+                format!("{group}/{resource}: {}", verbs.join(","))
+            })
+            .collect();
+        assert_eq!(
+            granted,
+            [
+                "/configmaps: get,list,watch",
+                "/configmaps/status: patch",
+                "/events: create,patch",
+                "/pods: get,list,watch",
+                "/secrets: get,list,watch",
+                "apps/deployments: get,list,watch,create,update",
+                "events.k8s.io/events: create,patch",
+            ]
+        );
+    }
+
     #[test]
     fn no_verbs_grant_nothing() {
         let mut permissions = Permissions::new();

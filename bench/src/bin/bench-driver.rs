@@ -1130,6 +1130,13 @@ fn main() -> Result<(), BoxError> {
             &cells,
             true,
         ));
+        sections.push_str(
+            "\nkinformer: a factory informer with one handler that counts, declared non-blocking as a \
+             controller's enqueue handler is; kube-runtime: `reflector(store, watcher(api, Config::default()))` \
+             and one consumer of its stream. Synced: the handler has seen every listed object (the stream's \
+             `InitDone`); updates: from the release of the server's watch events until the consumer has seen \
+             them all.\n",
+        );
         sections.push_str(&alloc_table(&cells));
         fill_plot(
             &out_dir.join("p1-configmaps.svg"),

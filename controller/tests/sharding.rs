@@ -124,6 +124,7 @@ struct Shard {
     secrets: Option<Indexer<Secret>>,
     status: ManagerStatus,
     config: ShardingConfig,
+    registry: prometheus::Registry,
 }
 
 /// A Manager (leader election on one lease shared by all) with the sharded controller and the
@@ -182,6 +183,7 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
     let readiness = config.readiness.clone();
     manager.add_readyz_check("shard", move || readiness.check());
     let status = manager.status();
+    let registry = manager.metrics().registry().clone();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(manager.run(shutdown.clone()));
     Shard {
@@ -192,7 +194,17 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
         secrets,
         status,
         config,
+        registry,
     }
+}
+
+/// The value of the first sample of `series` (name and labels as exposed) in `registry`.
+fn sample(registry: &prometheus::Registry, series: &str) -> Option<f64> {
+    let mut text = String::new();
+    prometheus::TextEncoder::new()
+        .encode_utf8(&registry.gather(), &mut text)
+        .unwrap();
+    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
 fn configmap(name: &str) -> ConfigMap {
@@ -323,6 +335,12 @@ async fn scenario(n: usize) {
 
     // A fourth shard joins: about a quarter of the objects move (within 1.3x), all to it.
     let before = three;
+    // The sharder runs on the leader (the same one throughout: no Manager leading stops).
+    let leader = shards.iter().position(|s| s.status.is_leader()).expect("a leader");
+    let drained_series = format!("kinformer_sharding_moves_total{{reason=\"drained\",ring=\"{RING}\"}}");
+    let drains_series = format!("kinformer_sharding_drain_duration_seconds_count{{ring=\"{RING}\"}}");
+    let drained_before = sample(&shards[leader].registry, &drained_series).unwrap_or(0.0);
+    let drains_before = sample(&shards[leader].registry, &drains_series).unwrap_or(0.0);
     shards.push(start_shard(&env, "shard-3", &tracker, false));
     let four = ["shard-0", "shard-1", "shard-2", "shard-3"];
     until_converged(&client, &tracker, &four, n, WAIT).await;
@@ -337,14 +355,22 @@ async fn scenario(n: usize) {
     assert!((0.25 / 1.3..=0.25 * 1.3).contains(&share), "moved share {share}");
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
 
-    // The sharder runs on the leader; the next steps stop two shards that do not lead.
-    let leader = shards.iter().position(|s| s.status.is_leader()).expect("a leader");
+    // The next steps stop two shards that do not lead.
+    assert!(shards[leader].status.is_leader());
     let mut others: Vec<usize> = (0..shards.len()).filter(|i| *i != leader).collect();
 
-    // A shard shut down gracefully hands its objects over.
+    // The leader's sharder counted the moves to the new shard as drains, with their duration.
+    let registry = &shards[leader].registry;
+    let drained = sample(registry, &drained_series).unwrap_or(0.0) - drained_before;
+    assert_eq!(drained, moved.len() as f64);
+    let drains = sample(registry, &drains_series).unwrap_or(0.0) - drains_before;
+    assert_eq!(drains, moved.len() as f64);
+
+    // A shard shut down gracefully hands its objects over; it is no longer ready.
     let graceful = shards.remove(others.remove(0));
     graceful.shutdown.cancel();
     graceful.task.await.unwrap().unwrap();
+    assert!(graceful.config.readiness.check().is_err());
     let live: Vec<String> = shards.iter().map(|s| s.id.clone()).collect();
     let live_refs: Vec<&str> = live.iter().map(String::as_str).collect();
     until_converged(&client, &tracker, &live_refs, n, WAIT).await;

@@ -5,8 +5,7 @@
 //! workers start and leaves after they stopped; the [`Sharder`](super::Sharder) reads
 //! [`live_shards`] whenever it assigns an object.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -21,24 +20,31 @@ use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderEl
 use crate::leadership::Leadership;
 use crate::reconciler::BoxError;
 
-/// Whether this replica's shard is ready: it holds its shard Lease. Plug it into the
-/// Manager's `/readyz` with `manager.add_readyz_check("shard", move || readiness.check())`.
-/// Cheap to clone; every clone sees the same state.
-#[derive(Clone, Debug, Default)]
-pub struct ShardReadiness(Arc<AtomicBool>);
+/// Whether this replica's shard is ready: it holds its shard Lease, by its own clock. Plug it
+/// into the Manager's `/readyz` with `manager.add_readyz_check("shard", move ||
+/// readiness.check())`. Cheap to clone; every clone sees the same state.
+#[derive(Clone, Default)]
+pub struct ShardReadiness(Arc<Mutex<Option<Leadership>>>);
+
+impl std::fmt::Debug for ShardReadiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ShardReadiness").field(&self.check().is_ok()).finish()
+    }
+}
 
 impl ShardReadiness {
-    /// `Ok` while the shard holds its Lease and runs its workers.
+    /// `Ok` while the shard has joined and its Lease's term is valid (renewed within
+    /// `renew_deadline`): its workers may reconcile.
     pub fn check(&self) -> Result<(), BoxError> {
-        if self.0.load(Ordering::SeqCst) {
-            Ok(())
-        } else {
-            Err("the shard does not hold its shard lease".into())
+        match &*self.0.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(term) if term.is_valid() => Ok(()),
+            Some(_) => Err("the shard lease could not be renewed".into()),
+            None => Err("the shard does not hold its shard lease".into()),
         }
     }
 
-    fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::SeqCst);
+    fn set(&self, term: Option<Leadership>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = term;
     }
 }
 
@@ -161,13 +167,14 @@ impl ShardMembership {
         }
         info!(ring = %self.config.ring, shard = %self.config.shard_id, lease = %self.config.lease_name(),
             "joined the ring");
-        self.config.readiness.set(true);
-        Some((self.elector.leadership(), renewing))
+        let term = self.elector.leadership();
+        self.config.readiness.set(Some(term.clone()));
+        Some((term, renewing))
     }
 
     /// Stops renewing and releases the Lease: the sharder moves this shard's objects at once.
     pub(crate) async fn leave(&self, mut renewing: Renewing) {
-        self.config.readiness.set(false);
+        self.config.readiness.set(None);
         renewing.stop.cancel();
         if let Some(task) = renewing.task.take() {
             match task.await {

@@ -487,12 +487,12 @@ struct PlotLine {
     points: Vec<(f64, f64)>,
 }
 
-/// One SVG: list time (left) and heap per object (right) against object count.
+/// One SVG: list time, list CPU time and heap per object (left to right) against object count.
 fn fill_plot(path: &Path, title: &str, series: &[(&str, &BTreeMap<usize, Cell>)]) -> Result<(), BoxError> {
-    let root = SVGBackend::new(path, (1000, 420)).into_drawing_area();
+    let root = SVGBackend::new(path, (1500, 420)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(title, ("sans-serif", 20))?;
-    let (left, right) = root.split_horizontally(500);
+    let areas = root.split_evenly((1, 3));
     let clients = [
         (A, RGBColor(0x1f, 0x77, 0xb4)),
         (B, RGBColor(0xd6, 0x27, 0x28)),
@@ -500,14 +500,20 @@ fn fill_plot(path: &Path, title: &str, series: &[(&str, &BTreeMap<usize, Cell>)]
     ];
     type Pick = fn(&Outcome) -> Option<f64>;
     // Time per object rather than total time: flat lines that compare at every scale.
-    let panels: [(&DrawingArea<SVGBackend, plotters::coord::Shift>, &str, Pick, f64); 2] = [
+    let panels: [(&DrawingArea<SVGBackend, plotters::coord::Shift>, &str, Pick, f64); 3] = [
         (
-            &left,
-            "list → synced, per object (µs)",
+            &areas[0],
+            "list → synced, wall per object (µs)",
             |o| Some(o.list_secs? * 1e6 / o.count.max(1) as f64),
             1.0,
         ),
-        (&right, "live heap per object (KB)", |o| o.heap_per_object, 1024.0),
+        (
+            &areas[1],
+            "list → synced, CPU per object (µs)",
+            |o| Some(o.list_cpu_secs? * 1e6 / o.count.max(1) as f64),
+            1.0,
+        ),
+        (&areas[2], "live heap per object (KB)", |o| o.heap_per_object, 1024.0),
     ];
     for (area, label, pick, scale) in panels {
         let mut lines: Vec<PlotLine> = Vec::new();

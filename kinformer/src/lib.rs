@@ -12,6 +12,10 @@
 //!   [`controller::webhook`]: admission and conversion webhooks served by the Manager over
 //!   HTTPS.
 //! - [`Informer`]: `#[derive(Informer)]` for your own resource types.
+//!   With `projection`, a partial, read-only type bound to another kind's resource
+//!   (`#[informer(version = "v1", kind = "Pod", namespaced, projection)]` on a struct with the
+//!   fields a controller reads): its own informer decodes each object straight into it (README,
+//!   "Projections").
 //! - `init_logging()` (feature `logging`, on by default): stderr logs, `RUST_LOG` aware, showing
 //!   each reconcile's result by default; [`tracing`] is re-exported for your own log lines.
 //!

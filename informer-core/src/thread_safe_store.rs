@@ -22,7 +22,10 @@
 //! swap the new map and indexes in, which is O(number of indexes). The old map and indexes (a
 //! key and an `Arc` per object) are dropped after the write lock is released. This is
 //! kube-runtime's `reflector::store` design (build the new state, then swap), kept with
-//! client-go's indexes and a single store that watch events update in place.
+//! client-go's indexes and a single store that watch events update in place, with one
+//! difference: kube-runtime 5.0 frees its old map while it still holds its write lock (the
+//! `InitDone` arm of `Writer::apply_watcher_event`), so its readers wait for that free, which
+//! at 100k objects takes hundreds of milliseconds (`bench/examples/bench-readers.rs`).
 //!
 //! What a reader sees: the old content whole, then the new content whole, never a mix (the
 //! swap is one step under the write lock; `a_reader_never_sees_half_of_a_relist` in

@@ -111,10 +111,18 @@
 //!   → Pod; write status yourself);
 //! - one version served per built-in group; custom objects are not defaulted again on read in
 //!   the storage version's schema (kube-apiserver does);
-//! - `kubectl get` Tables: kube-apiserver's columns for the built-in kinds envtest serves (the
-//!   Go printers of Kubernetes 1.32); kinds without a Go printer (CRDs themselves, roles) show
-//!   `Name` and `Created At`. A column's description is k8s-openapi's field documentation
-//!   where kube-apiserver uses the Go type's, so wording may differ by Kubernetes version;
+//! - `kubectl get` Tables: kube-apiserver's columns (names, order, types, `-o wide` priorities)
+//!   for every built-in kind envtest serves, checked against the Go printers
+//!   (`pkg/printers/internalversion/printers.go`, Kubernetes 1.32); kinds without a Go printer
+//!   (CRDs themselves, Roles, ClusterRoles) show `Name` and `Created At`, as there. What differs:
+//!   a column's description taken from a field's documentation is k8s-openapi's (the Go printer
+//!   reads the Go type's `SwaggerDoc`, in places of an older API version, so the wording may
+//!   differ); kinds envtest does not serve (PersistentVolumes, HPAs, PodDisruptionBudgets,
+//!   StorageClasses, …) have no printer; Tables are built from the stored object only, so a cell
+//!   the Go printer computes from other objects or server state is not reproduced (none of the
+//!   served kinds' printers needs one); a CRD column's JSONPath is evaluated as RFC 9535 (after rewriting `.name`
+//!   steps), so Kubernetes JSONPath beyond a path with filters (templates, `range`) is not
+//!   understood;
 //! - Events: `events.k8s.io/v1` field selectors take the core names (`involvedObject.name`,
 //!   not `regarding.name`); no Event-specific validation (kube-apiserver requires
 //!   `eventTime`, `reportingController` and `reportingInstance` on `events.k8s.io/v1` writes)

@@ -9,6 +9,12 @@
 //! termination, an Event's `Last Seen` from `series`, `lastTimestamp`, `firstTimestamp` or
 //! `eventTime`. Kinds not listed here (and CRDs themselves) get `Name` and `Created At`
 //! (apiserver's default table convertor).
+//!
+//! Names, order, types and priorities are checked against Kubernetes 1.32's `AddHandlers`
+//! (a test pins them for Deployments, ConfigMaps, Secrets, ReplicaSets and ClusterRoleBindings).
+//! Types follow the Go declarations even where the cells are integers: a Deployment's
+//! `Up-to-date` and `Available`, a ConfigMap's or Secret's `Data` are declared `string`. The
+//! remaining differences are listed in the crate docs ("Differences from kube-apiserver").
 
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
@@ -109,6 +115,15 @@ macro_rules! int_col {
     };
 }
 
+/// As [`int_col!`], for a column the Go printer declares `string` while its cells are integers.
+macro_rules! str_int_col {
+    ($name:literal, $schema:ty, $part:literal, $field:literal) => {
+        col($name, "string", Doc::Field(schema::<$schema>, $field), |o, _| {
+            json!(int_at(o, &[$part, $field]))
+        })
+    };
+}
+
 /// The columns of the built-in resource `group/plural`; a resource the Go printers do not
 /// cover gets apiserver's default table convertor's `Name` and `Created At`.
 pub(super) fn columns(group: &str, plural: &str) -> Vec<BuiltinColumn> {
@@ -184,8 +199,9 @@ pub(super) fn columns(group: &str, plural: &str) -> Vec<BuiltinColumn> {
                     ))
                 },
             ),
-            int_col!("Up-to-date", apps::DeploymentStatus, "status", "updatedReplicas"),
-            int_col!("Available", apps::DeploymentStatus, "status", "availableReplicas"),
+            // The Go printer declares these two "string" (and fills them with integers).
+            str_int_col!("Up-to-date", apps::DeploymentStatus, "status", "updatedReplicas"),
+            str_int_col!("Available", apps::DeploymentStatus, "status", "availableReplicas"),
             AGE,
             CONTAINERS,
             IMAGES,
@@ -245,7 +261,7 @@ pub(super) fn columns(group: &str, plural: &str) -> Vec<BuiltinColumn> {
             col(
                 "Completions",
                 "string",
-                Doc::Text("The completion status of the job."),
+                Doc::Field(schema::<k8s_openapi::api::batch::v1::JobStatus>, "succeeded"),
                 |o, _| {
                     let succeeded = int_at(o, &["status", "succeeded"]);
                     json!(match o["spec"]["completions"].as_i64() {
@@ -360,7 +376,7 @@ pub(super) fn columns(group: &str, plural: &str) -> Vec<BuiltinColumn> {
             NAME,
             col(
                 "Data",
-                "integer",
+                "string",
                 Doc::Field(schema::<core::ConfigMap>, "data"),
                 |o, _| json!(len_at(o, &["data"]) + len_at(o, &["binaryData"])),
             ),
@@ -371,7 +387,7 @@ pub(super) fn columns(group: &str, plural: &str) -> Vec<BuiltinColumn> {
             col("Type", "string", Doc::Field(schema::<core::Secret>, "type"), |o, _| {
                 json!(str_at(o, &["type"]))
             }),
-            col("Data", "integer", Doc::Field(schema::<core::Secret>, "data"), |o, _| {
+            col("Data", "string", Doc::Field(schema::<core::Secret>, "data"), |o, _| {
                 json!(len_at(o, &["data"]))
             }),
             AGE,
@@ -631,48 +647,109 @@ pub(super) fn columns(group: &str, plural: &str) -> Vec<BuiltinColumn> {
             AGE,
         ],
         ("rbac.authorization.k8s.io", "roles" | "clusterroles") => vec![NAME, CREATED_AT],
-        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => vec![
+        ("rbac.authorization.k8s.io", "rolebindings") => role_binding_columns(
+            Doc::Field(schema::<k8s_openapi::api::rbac::v1::RoleBinding>, "roleRef"),
+            [
+                "Users in the roleBinding",
+                "Groups in the roleBinding",
+                "ServiceAccounts in the roleBinding",
+            ],
+        ),
+        ("rbac.authorization.k8s.io", "clusterrolebindings") => role_binding_columns(
+            Doc::Field(schema::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>, "roleRef"),
+            [
+                "Users in the clusterRoleBinding",
+                "Groups in the clusterRoleBinding",
+                "ServiceAccounts in the clusterRoleBinding",
+            ],
+        ),
+        ("discovery.k8s.io", "endpointslices") => vec![
             NAME,
             col(
-                "Role",
+                "AddressType",
                 "string",
-                Doc::Field(schema::<k8s_openapi::api::rbac::v1::RoleBinding>, "roleRef"),
+                Doc::Field(schema::<k8s_openapi::api::discovery::v1::EndpointSlice>, "addressType"),
+                |o, _| json!(str_at(o, &["addressType"])),
+            ),
+            col(
+                "Ports",
+                "string",
+                Doc::Field(schema::<k8s_openapi::api::discovery::v1::EndpointSlice>, "ports"),
                 |o, _| {
-                    json!(format!(
-                        "{}/{}",
-                        str_at(o, &["roleRef", "kind"]),
-                        str_at(o, &["roleRef", "name"])
-                    ))
+                    let ports = o["ports"].as_array().into_iter().flatten().map(|p| {
+                        match (p["port"].as_i64(), p["name"].as_str()) {
+                            (Some(port), _) => port.to_string(),
+                            (None, Some(name)) => name.to_owned(),
+                            (None, None) => "*".to_owned(),
+                        }
+                    });
+                    json!(list_with_more(ports.collect()))
+                },
+            ),
+            col(
+                "Endpoints",
+                "string",
+                Doc::Field(schema::<k8s_openapi::api::discovery::v1::EndpointSlice>, "endpoints"),
+                |o, _| {
+                    let addresses = o["endpoints"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .flat_map(|e| e["addresses"].as_array().into_iter().flatten())
+                        .map(|a| a.as_str().unwrap_or("").to_owned());
+                    json!(list_with_more(addresses.collect()))
                 },
             ),
             AGE,
-            wide(col("Users", "string", Doc::Text("Users in the roleBinding"), |o, _| {
-                json!(subjects(o, "User"))
-            })),
-            wide(col(
-                "Groups",
-                "string",
-                Doc::Text("Groups in the roleBinding"),
-                |o, _| json!(subjects(o, "Group")),
-            )),
-            wide(col(
-                "ServiceAccounts",
-                "string",
-                Doc::Text("ServiceAccounts in the roleBinding"),
-                |o, _| json!(subjects(o, "ServiceAccount")),
-            )),
         ],
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations" | "validatingwebhookconfigurations") => vec![
             NAME,
             col(
                 "Webhooks",
                 "integer",
-                Doc::Text("Webhooks indicates the number of webhooks in the configuration"),
+                Doc::Text("Webhooks indicates the number of webhooks registered in this configuration"),
                 |o, _| json!(len_at(o, &["webhooks"])),
             ),
             AGE,
         ],
         _ => vec![NAME, CREATED_AT],
+    }
+}
+
+/// A RoleBinding's or ClusterRoleBinding's columns: the Go printer words the subjects' columns
+/// after the kind.
+fn role_binding_columns(role_ref: Doc, subjects_docs: [&'static str; 3]) -> Vec<BuiltinColumn> {
+    let [users, groups, service_accounts] = subjects_docs;
+    vec![
+        NAME,
+        col("Role", "string", role_ref, |o, _| {
+            json!(format!(
+                "{}/{}",
+                str_at(o, &["roleRef", "kind"]),
+                str_at(o, &["roleRef", "name"])
+            ))
+        }),
+        AGE,
+        wide(col("Users", "string", Doc::Text(users), |o, _| {
+            json!(subjects(o, "User"))
+        })),
+        wide(col("Groups", "string", Doc::Text(groups), |o, _| {
+            json!(subjects(o, "Group"))
+        })),
+        wide(col("ServiceAccounts", "string", Doc::Text(service_accounts), |o, _| {
+            json!(subjects(o, "ServiceAccount"))
+        })),
+    ]
+}
+
+/// The first three items joined by `,`, then ` + <n> more...`; `<unset>` for none (the Go
+/// printers' `listWithMoreString`).
+fn list_with_more(items: Vec<String>) -> String {
+    const MAX: usize = 3;
+    match items.len() {
+        0 => "<unset>".to_owned(),
+        n if n > MAX => format!("{} + {} more...", items[..MAX].join(","), n - MAX),
+        _ => items.join(","),
     }
 }
 
@@ -1283,5 +1360,57 @@ mod tests {
             .unwrap()
             .clone()
         );
+    }
+
+    #[test]
+    fn endpoint_slice_cells_list_three_then_count_the_rest() {
+        let slice = json!({"metadata": {"name": "s", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "addressType": "IPv4", "ports": [{"port": 80}, {"name": "http"}, {}],
+            "endpoints": [{"addresses": ["10.0.0.1", "10.0.0.2"]}, {"addresses": ["10.0.0.3", "10.0.0.4"]}]});
+        assert_eq!(
+            cells("discovery.k8s.io", "endpointslices", &slice),
+            vec![
+                json!("s"),
+                json!("IPv4"),
+                json!("80,http,*"),
+                json!("10.0.0.1,10.0.0.2,10.0.0.3 + 1 more..."),
+                json!("60m")
+            ]
+        );
+        let empty = json!({"metadata": {"name": "e"}, "addressType": "IPv6"});
+        assert_eq!(
+            cells("discovery.k8s.io", "endpointslices", &empty)[2..4],
+            [json!("<unset>"), json!("<unset>")]
+        );
+    }
+
+    /// Column names, types and -o wide priorities as printers.go declares them.
+    #[test]
+    fn column_types_and_priorities_match_the_go_printers() {
+        let shape = |group: &str, plural: &str| -> Vec<(&'static str, &'static str, u8)> {
+            columns(group, plural)
+                .iter()
+                .map(|c| (c.name, c.ty, c.priority))
+                .collect()
+        };
+        assert_eq!(
+            shape("apps", "deployments"),
+            [
+                ("Name", "string", 0),
+                ("Ready", "string", 0),
+                ("Up-to-date", "string", 0),
+                ("Available", "string", 0),
+                ("Age", "string", 0),
+                ("Containers", "string", 1),
+                ("Images", "string", 1),
+                ("Selector", "string", 1)
+            ]
+        );
+        assert_eq!(shape("", "configmaps")[1], ("Data", "string", 0));
+        assert_eq!(shape("", "secrets")[2], ("Data", "string", 0));
+        assert_eq!(shape("apps", "replicasets")[1], ("Desired", "integer", 0));
+        let crb = columns("rbac.authorization.k8s.io", "clusterrolebindings");
+        assert!(matches!(crb[3].doc, Doc::Text("Users in the clusterRoleBinding")));
+        assert_eq!(crb[3].priority, 1);
     }
 }

@@ -357,3 +357,24 @@ async fn the_generated_rbac_allows_every_request_the_deployed_controller_makes_a
     }
     server.shutdown().await;
 }
+
+/// Outside a pod, `--in-cluster` (the Deployment's mode) fails at once, saying why.
+#[test]
+fn in_cluster_outside_a_pod_fails_naming_the_flag_and_the_cause() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+        .args([
+            "--in-cluster",
+            "--metrics-addr=127.0.0.1:0",
+            "--health-probe-addr=127.0.0.1:0",
+        ])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--in-cluster: no in-cluster configuration (run it in a pod with a ServiceAccount)"),
+        "{stderr}"
+    );
+}

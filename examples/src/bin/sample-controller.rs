@@ -92,8 +92,10 @@ async fn run_against_cluster(args: &Args, kubeconfig: PathBuf) -> Result<(), Dem
 
 /// In a pod: the ServiceAccount's in-cluster config; the manifests installed the CRD.
 async fn run_in_cluster(args: &Args) -> Result<(), DemoError> {
-    let client = kube::Client::try_from(kube::Config::incluster()?)?;
-    run_controller(args, client).await
+    let config = kube::Config::incluster().map_err(|e| {
+        format!("--in-cluster: no in-cluster configuration (run it in a pod with a ServiceAccount): {e}")
+    })?;
+    run_controller(args, kube::Client::try_from(config)?).await
 }
 
 /// The controller with leader election, until a signal.

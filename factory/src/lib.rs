@@ -33,7 +33,6 @@
 //! # Ok(()) }
 //! ```
 
-#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod cache_options;
@@ -559,7 +558,9 @@ impl SharedInformerFactory {
             |url_path| {
                 Arc::new(
                     ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), url_path)
-                        .skip_managed_fields(self.inner.strip_managed_fields)
+                        // A projection holds the fields it declares; `managedFields` is
+                        // bookkeeping of writers, and a projection is read-only.
+                        .skip_managed_fields(self.inner.strip_managed_fields || K::projection().is_some())
                         .compact(<K as InformerResource>::compact),
                 )
             },

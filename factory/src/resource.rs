@@ -88,6 +88,12 @@ impl<T: Compact + ?Sized> Compact for Box<T> {
 impl<K, V: Compact> Compact for BTreeMap<K, V> {
     #[inline]
     fn compact(&mut self) {
+        // A map emptied after decoding (a generated CRD root's map of unknown fields loses
+        // `apiVersion` and `kind`) keeps its root node, ~600 bytes for `Value`s; a new one
+        // allocates nothing.
+        if self.is_empty() {
+            *self = BTreeMap::new();
+        }
         self.values_mut().for_each(Compact::compact);
     }
 }

@@ -48,6 +48,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backoff;
+mod cache_apply;
 pub mod client;
 mod compact;
 pub mod delta;

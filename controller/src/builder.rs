@@ -833,6 +833,16 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             dynamic,
             recorder: recorder.clone(),
         });
+        if common.sharding.is_some() {
+            // The drain acknowledgement's label patch, and the shard's own Lease.
+            permissions.grant_dynamic(&primary_resource, &[Verb::Patch]);
+            permissions.grant_for::<k8s_openapi::api::coordination::v1::Lease>(&[
+                Verb::Get,
+                Verb::Create,
+                Verb::Update,
+                Verb::Patch,
+            ]);
+        }
         let sharding = common.sharding.map(|config| {
             let indexer = primary_informer.indexer().clone();
             let namespaced = primary_type.namespaced;

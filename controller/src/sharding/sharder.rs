@@ -30,6 +30,7 @@ use crate::builder::Controller;
 use crate::controller::{BuiltController, ControllerError};
 use crate::metrics::Metrics;
 use crate::object_key::{ObjectKey, Request};
+use crate::rbac::Verb;
 use crate::reconciler::{Action, BoxError, Context, Reconciler};
 
 /// The sharding metric families of one registry. Cheap to clone.
@@ -167,7 +168,7 @@ impl<K: FactoryResource> Sharder<K> {
                 Ok(())
             })
         });
-        let add: AddChild<K> = Box::new(|controller| controller.owns_metadata::<C>());
+        let add: AddChild<K> = Box::new(|controller| controller.owns_metadata::<C>().writes::<C>(&[Verb::Patch]));
         self.children.push((add, label));
         self
     }
@@ -215,7 +216,9 @@ impl<K: FactoryResource> Sharder<K> {
                 ),
                 |_: &Lease| Vec::new(),
             )
-            .reconcile_all_on(changes);
+            .reconcile_all_on(changes)
+            // Its label writes, for the RBAC rules of its permissions.
+            .writes::<K>(&[Verb::Patch]);
         let mut labellers = Vec::new();
         for (add, label) in children {
             controller = add(controller);

@@ -1,5 +1,10 @@
 //! Listing and watching one resource (client-go `listwatch.go`).
 //!
+//! Where it sits: between the API server and the [`Reflector`](crate::Reflector), which knows
+//! the server only through [`ListerWatcher`]. This module holds the trait, what it returns and
+//! how [`ApiListerWatcher`] builds its requests; `pipeline` fetches list pages ahead of the
+//! reflector, `decode` turns list pages and watch lines into objects.
+//!
 //! [`ListerWatcher`] is the only thing the reflector knows about the API server, so tests and
 //! other transports can stand in for it. [`ApiListerWatcher`] implements it over a
 //! `kube::Api<K>`, typed or `DynamicObject`. It decodes responses itself rather than through
@@ -48,21 +53,26 @@
 //! assert!(ListWatchError::api(410, "Expired", "too old resource version").is_gone());
 //! ```
 
-use std::collections::HashMap;
 use std::fmt::Debug;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
+use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use futures::{AsyncBufReadExt, StreamExt};
 use kube::api::{ListParams, VersionMatch, WatchEvent, WatchParams};
-use kube::core::{ObjectList, Request, Status};
+use kube::core::{Request, Status};
 use kube::{Api, Client, Resource};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::value::RawValue;
-use tokio_util::task::AbortOnDropHandle;
+
+mod decode;
+mod pipeline;
+
+use decode::{LinesEnd, line_batches};
+pub(crate) use decode::{decode_list, decode_watch_line};
+pub use pipeline::DEFAULT_PAGES_AHEAD;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use pipeline::peek_continue;
+use pipeline::{PageBuffers, PageFetcher, PagesAhead, fetch_ahead, fetch_page, lock_ahead};
 
 /// One page of a list, as a [`ListerWatcher`] returns it.
 ///
@@ -352,94 +362,11 @@ pub struct ApiListerWatcher<K> {
     compact: fn(&mut K),
 }
 
-/// What requesting a list page needs, shared with the tasks that fetch pages ahead.
-struct PageFetcher {
-    client: Client,
-    url_path: String,
-    max_page_bytes: usize,
-    /// At most this many pages in flight ahead of the reflector (0: none, client-go's way).
-    pages_ahead: usize,
-    /// Drop `metadata.managedFields` while decoding.
-    skip_managed_fields: bool,
-    /// Ask for `PartialObjectMetadata` (see the module doc).
-    metadata_only: bool,
-    /// Page bodies already read and decoded, kept to read the next pages into.
-    buffers: PageBuffers,
-}
-
-/// The buffers list page bodies are read into, reused from page to page.
-///
-/// A page body is a large allocation (500 ConfigMaps are ~600 KB) that lives only until the
-/// page is decoded. Read into a fresh `Vec` every time, it grew by doubling (each step a copy)
-/// and, above the allocator's mmap threshold, came fresh from the kernel, so every byte of
-/// every page was a page fault: a quarter of the CPU time of a 100k-object list. Kept here, a
-/// list touches about `pages_ahead + 2` buffers' worth of fresh memory, once; the last page
-/// of a list releases them all, so a watching informer holds none.
-#[derive(Default)]
-struct PageBuffers {
-    state: Mutex<BuffersState>,
-}
-
-#[derive(Default)]
-struct BuffersState {
-    free: Vec<Vec<u8>>,
-    /// A list ended and no page was read since: buffers given back are dropped (a page
-    /// decoded in parallel with the last one may finish after it).
-    released: bool,
-}
-
-impl PageBuffers {
-    /// At most this many idle buffers are kept (the pages in flight, plus one).
-    const KEEP: usize = DEFAULT_PAGES_AHEAD + 2;
-    /// A buffer larger than this is not kept (a page that big is rare, and memory held idle).
-    const KEEP_BYTES: usize = 16 << 20;
-
-    fn state(&self) -> MutexGuard<'_, BuffersState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn take(&self) -> Vec<u8> {
-        let mut state = self.state();
-        state.released = false;
-        state.free.pop().unwrap_or_default()
-    }
-
-    fn release(&self) {
-        let mut state = self.state();
-        state.released = true;
-        state.free = Vec::new();
-    }
-
-    fn give_back(&self, mut buffer: Vec<u8>) {
-        if buffer.capacity() > Self::KEEP_BYTES {
-            return;
-        }
-        buffer.clear();
-        let mut state = self.state();
-        if !state.released && state.free.len() < Self::KEEP {
-            state.free.push(buffer);
-        }
-    }
-}
-
 /// `Accept` of a metadata-only list: `PartialObjectMetadataList`, else whole objects.
 const ACCEPT_METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
 
 /// `Accept` of a metadata-only watch: `PartialObjectMetadata` events, else whole objects.
 const ACCEPT_METADATA: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
-
-/// Pages requested ahead of the reflector (see the module doc), fetched and decoded by their
-/// own tasks; dropping one aborts it.
-type PagesAhead<K> = HashMap<String, AbortOnDropHandle<Result<ListPage<K>, ListWatchError>>>;
-
-/// How many pages may be in flight ahead of the reflector by default: two keep both cores
-/// decoding while the next request is answered, and bound the memory a list holds beyond what
-/// it has handed over to two pages.
-pub const DEFAULT_PAGES_AHEAD: usize = 2;
-
-/// Pages at least this large are decoded on the blocking pool, so the next page's request and
-/// other informers' work go on meanwhile; smaller ones cost less to decode than to hand over.
-const DECODE_OFF_TASK_BYTES: usize = 64 << 10;
 
 /// The default bound on one list page's body and on one watch event's line (64 MiB): generous
 /// (a page of 500 large objects fits), and what keeps a broken or hostile server from making the
@@ -559,38 +486,6 @@ impl<K: Resource> ApiListerWatcher<K> {
     }
 }
 
-/// An object's metadata alone. It must decode whole for the object to be named: an object
-/// whose metadata does not decode is not one the cache could hold under a key.
-#[derive(Deserialize)]
-struct NamedObject {
-    #[serde(default)]
-    metadata: kube::api::ObjectMeta,
-}
-
-#[derive(Deserialize)]
-struct RawEvent<'a> {
-    #[serde(rename = "type")]
-    event_type: Option<String>,
-    #[serde(borrow)]
-    object: &'a RawValue,
-}
-
-/// An object that did not decode as `K`, named by its metadata if that decodes.
-fn malformed_raw(raw: &str, error: String) -> MalformedObject {
-    let mut malformed = MalformedObject::new(error);
-    let Ok(named) = serde_json::from_str::<NamedObject>(raw) else {
-        return malformed;
-    };
-    malformed.resource_version = named.metadata.resource_version;
-    if let Some(name) = named.metadata.name.filter(|n| !n.is_empty()) {
-        malformed.key = Some(match named.metadata.namespace {
-            Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
-            _ => name,
-        });
-    }
-    malformed
-}
-
 /// The list request for `params`: kube's, with `resourceVersion=0` put back where kube-core
 /// drops it (a limit is set and there is no continue token), so the request carries both as
 /// client-go's does. If a later kube sends it itself, nothing is added.
@@ -620,193 +515,6 @@ pub(crate) fn list_request(url_path: &str, params: &ListParams) -> Result<http::
     Ok(request)
 }
 
-/// Decodes one list response. The whole list is decoded in one pass; only when that fails
-/// are items decoded one by one, so that one bad item costs only itself.
-pub(crate) fn decode_list<K: Resource + DeserializeOwned + Clone + 'static>(
-    text: &str,
-    skip_managed_fields: bool,
-    compact: fn(&mut K),
-) -> Result<ListPage<K>, ListWatchError> {
-    let page = |mut list: ObjectList<K>, malformed| {
-        list.items.iter_mut().for_each(compact);
-        ListPage {
-            resource_version: list.metadata.resource_version.unwrap_or_default(),
-            continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
-            items: list.items,
-            malformed,
-        }
-    };
-    match parse::<ObjectList<K>>(text, skip_managed_fields) {
-        Ok(list) => Ok(page(list, Vec::new())),
-        Err(whole) => {
-            let raw: ObjectList<Box<RawValue>> =
-                serde_json::from_str(text).map_err(|_| ListWatchError::Decode(whole.to_string()))?;
-            let mut items = Vec::with_capacity(raw.items.len());
-            let mut malformed = Vec::new();
-            for item in &raw.items {
-                match parse::<K>(item.get(), skip_managed_fields) {
-                    Ok(obj) => items.push(obj),
-                    Err(e) => malformed.push(malformed_raw(item.get(), e.to_string())),
-                }
-            }
-            let list = ObjectList {
-                types: raw.types,
-                metadata: raw.metadata,
-                items,
-            };
-            Ok(page(list, malformed))
-        }
-    }
-}
-
-/// Why [`line_batches`] ended a stream early.
-enum LinesEnd {
-    /// A line passed the bound; its bytes were read past, never buffered.
-    TooLong,
-    /// Reading failed.
-    Failed(std::io::Error),
-}
-
-/// The most lines [`line_batches`] decodes in one batch, so one poll of the stream stays short.
-const LINES_PER_BATCH: usize = 256;
-
-/// Above this, the buffer that held a line split across reads is given back once it is used.
-const PARTIAL_KEEP_BYTES: usize = 1 << 20;
-
-/// The lines of `reader`, each at most `max` bytes, decoded a read at a time: every complete
-/// line in the reader's buffer is handed to `decode` straight from that buffer (found with
-/// `memchr`, never copied), and the results of one read (at most [`LINES_PER_BATCH`]) are
-/// yielded as one batch. Only a line split across reads is copied, into a buffer of its own.
-/// A line longer than `max` bytes, or a read error, is passed to `end` and ends the stream;
-/// the end of the stream ends it too (a last line without a newline still counts).
-fn line_batches<R, T, D, E>(reader: R, max: usize, decode: D, end: E) -> impl futures::Stream<Item = Vec<T>>
-where
-    R: futures::AsyncBufRead + Send + 'static,
-    D: FnMut(&[u8]) -> Option<T> + Send + 'static,
-    E: Fn(LinesEnd) -> Option<T> + Send + 'static,
-{
-    struct Lines<R, D, E> {
-        reader: Pin<Box<R>>,
-        partial: Vec<u8>,
-        decode: D,
-        end: E,
-    }
-    let lines = Lines {
-        reader: Box::pin(reader),
-        partial: Vec::new(),
-        decode,
-        end,
-    };
-    futures::stream::unfold(Some(lines), move |state| async move {
-        let mut lines = state?;
-        loop {
-            let Lines {
-                reader,
-                partial,
-                decode,
-                end,
-            } = &mut lines;
-            let available = match reader.fill_buf().await {
-                Ok(available) => available,
-                Err(e) => return Some((end(LinesEnd::Failed(e)).into_iter().collect(), None)),
-            };
-            if available.is_empty() {
-                if partial.is_empty() {
-                    return None;
-                }
-                return Some((decode(partial).into_iter().collect(), None));
-            }
-            let mut out = Vec::new();
-            let mut consumed = 0;
-            let mut lines_seen = 0;
-            for newline in memchr::memchr_iter(b'\n', available) {
-                let piece = &available[consumed..newline];
-                if partial.len().saturating_add(piece.len()) > max {
-                    out.extend(end(LinesEnd::TooLong));
-                    return Some((out, None));
-                }
-                if partial.is_empty() {
-                    out.extend(decode(piece));
-                } else {
-                    partial.extend_from_slice(piece);
-                    out.extend(decode(partial));
-                    partial.clear();
-                    if partial.capacity() > PARTIAL_KEEP_BYTES {
-                        *partial = Vec::new();
-                    }
-                }
-                consumed = newline + 1;
-                lines_seen += 1;
-                if lines_seen == LINES_PER_BATCH {
-                    break;
-                }
-            }
-            if lines_seen < LINES_PER_BATCH {
-                // The rest of the buffer is the start of a line the next read finishes.
-                let tail = &available[consumed..];
-                if partial.len().saturating_add(tail.len()) > max {
-                    out.extend(end(LinesEnd::TooLong));
-                    return Some((out, None));
-                }
-                partial.extend_from_slice(tail);
-                consumed = available.len();
-            }
-            reader.as_mut().consume(consumed);
-            if !out.is_empty() {
-                return Some((out, Some(lines)));
-            }
-        }
-    })
-}
-
-/// Decodes one line of a watch stream; `None` for a blank line.
-pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone + 'static>(
-    line: &str,
-    skip_managed_fields: bool,
-    compact: fn(&mut K),
-) -> Option<Result<WatchEvent<K>, ListWatchError>> {
-    if line.trim().is_empty() {
-        return None;
-    }
-    match parse::<WatchEvent<K>>(line, skip_managed_fields) {
-        Ok(WatchEvent::Error(status)) => Some(Err(ListWatchError::from_status(&status))),
-        Ok(mut event) => {
-            if let WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) = &mut event {
-                compact(obj);
-            }
-            Some(Ok(event))
-        }
-        Err(e) => {
-            if let Ok(status) = serde_json::from_str::<Status>(line)
-                && status.code != 0
-            {
-                return Some(Err(ListWatchError::from_status(&status)));
-            }
-            let malformed = match serde_json::from_str::<RawEvent>(line) {
-                Ok(event) => malformed_raw(event.object.get(), e.to_string())
-                    .deleted(event.event_type.as_deref() == Some("DELETED")),
-                Err(_) => MalformedObject::new(e.to_string()),
-            };
-            Some(Err(ListWatchError::Malformed(malformed)))
-        }
-    }
-}
-
-/// Decodes `text`, dropping `metadata.managedFields` on the way when asked (see
-/// [`ApiListerWatcher::skip_managed_fields`]).
-fn parse<T: DeserializeOwned>(text: &str, skip_managed_fields: bool) -> serde_json::Result<T> {
-    if skip_managed_fields {
-        crate::skip_managed_fields::from_str(text)
-    } else {
-        serde_json::from_str(text)
-    }
-}
-
-/// The slot map of pages ahead, whatever a panicking holder left: it holds no invariant.
-fn lock_ahead<K>(ahead: &Mutex<PagesAhead<K>>) -> MutexGuard<'_, PagesAhead<K>> {
-    ahead.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// The parameters of the page after `params`' page: the token carries the list's
 /// resourceVersion, so none may be sent with it (the reflector pages the same way).
 pub(crate) fn continuation(params: &ListParams, token: String) -> ListParams {
@@ -816,144 +524,6 @@ pub(crate) fn continuation(params: &ListParams, token: String) -> ListParams {
         version_match: None,
         ..params.clone()
     }
-}
-
-/// Fetches and decodes the page `params` asks for. As soon as its bytes are in, the page after
-/// it is requested (see [`fetch_ahead`]) and this one is decoded meanwhile. A plain function
-/// returning a boxed future, not an `async fn`: its tasks spawn more of it.
-fn fetch_page<K>(
-    fetcher: Arc<PageFetcher>,
-    params: ListParams,
-    ahead: Weak<Mutex<PagesAhead<K>>>,
-    compact: fn(&mut K),
-) -> BoxFuture<'static, Result<ListPage<K>, ListWatchError>>
-where
-    K: Resource + DeserializeOwned + Clone + Send + 'static,
-{
-    Box::pin(async move {
-        let mut request = list_request(&fetcher.url_path, &params)?;
-        if fetcher.metadata_only {
-            request.headers_mut().insert(
-                http::header::ACCEPT,
-                http::HeaderValue::from_static(ACCEPT_METADATA_LIST),
-            );
-        }
-        let bytes = read_page(&fetcher.client, request, fetcher.max_page_bytes, fetcher.buffers.take()).await?;
-        if params.limit.is_some()
-            && let (Some(token), Some(ahead)) = (peek_continue(&bytes), ahead.upgrade())
-        {
-            fetch_ahead(&fetcher, &params, token, &ahead, compact);
-        }
-        let text = String::from_utf8(bytes).map_err(|e| ListWatchError::Decode(e.to_string()))?;
-        let skip = fetcher.skip_managed_fields;
-        let (page, text) = if text.len() >= DECODE_OFF_TASK_BYTES {
-            tokio::task::spawn_blocking(move || (decode_list::<K>(&text, skip, compact), text))
-                .await
-                .map_err(|e| ListWatchError::Decode(format!("list page decoder: {e}")))?
-        } else {
-            (decode_list::<K>(&text, skip, compact), text)
-        };
-        if matches!(&page, Ok(p) if p.continue_token.is_some()) {
-            fetcher.buffers.give_back(text.into_bytes());
-        } else {
-            // The list is over (or failed): hold no idle buffers while watching.
-            fetcher.buffers.release();
-        }
-        page
-    })
-}
-
-/// Requests the page after `params`' page (the one `token` names) on a task of its own, unless
-/// it is already on its way or as many pages as allowed are.
-fn fetch_ahead<K>(
-    fetcher: &Arc<PageFetcher>,
-    params: &ListParams,
-    token: String,
-    ahead: &Arc<Mutex<PagesAhead<K>>>,
-    compact: fn(&mut K),
-) where
-    K: Resource + DeserializeOwned + Clone + Send + 'static,
-{
-    let mut pages = lock_ahead(ahead);
-    if pages.len() >= fetcher.pages_ahead || pages.contains_key(&token) {
-        return;
-    }
-    let next = continuation(params, token.clone());
-    let task = tokio::spawn(fetch_page(fetcher.clone(), next, Arc::downgrade(ahead), compact));
-    pages.insert(token, AbortOnDropHandle::new(task));
-}
-
-/// Reads one list response's body, at most `limit` bytes of it.
-/// Reads a page body into `bytes` (a reused buffer, see [`PageBuffers`]).
-async fn read_page(
-    client: &Client,
-    request: http::Request<Vec<u8>>,
-    limit: usize,
-    mut bytes: Vec<u8>,
-) -> Result<Vec<u8>, ListWatchError> {
-    use futures::AsyncReadExt;
-    let body = client.request_stream(request).await?;
-    bytes.clear();
-    // Read at most one byte past the bound: enough to tell, never more.
-    body.take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
-        .read_to_end(&mut bytes)
-        .await
-        .map_err(|e| ListWatchError::Transport(kube::Error::ReadEvents(e)))?;
-    if bytes.len() > limit {
-        return Err(ListWatchError::TooLarge {
-            what: "list page",
-            limit,
-        });
-    }
-    Ok(bytes)
-}
-
-/// How far into a list body [`peek_continue`] looks for `metadata`: a list's `kind` and
-/// `apiVersion` come first, both short.
-const PEEK_BYTES: usize = 4096;
-
-/// The `continue` token of a list body, read from its top-level `metadata` without decoding
-/// the items: built-in resources' lists are written in Go struct order (`kind`, `apiVersion`,
-/// `metadata`, `items`), so it is near the start; custom resources' lists are written from a
-/// map with sorted keys (`apiVersion`, `items`, `kind`, `metadata`), so it is at the end. `None`
-/// when there is none or the body is laid out otherwise. A hint only: the caller checks it
-/// against the decoded list.
-pub(crate) fn peek_continue(body: &[u8]) -> Option<String> {
-    const KEY: &[u8] = b"\"metadata\"";
-    let head = &body[..body.len().min(PEEK_BYTES)];
-    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
-    if let Some(meta) = find(head, KEY)
-        && find(head, b"\"items\"").is_none_or(|items| meta < items)
-    {
-        return metadata_continue(&body[meta + KEY.len()..]).map(|(token, _)| token)?;
-    }
-    // Items first: the list's own metadata is the last `"metadata"` key, and nothing but the
-    // closing brace may follow its value.
-    let tail_start = body.len().saturating_sub(PEEK_BYTES);
-    let tail = &body[tail_start..];
-    let meta = tail.windows(KEY.len()).rposition(|w| w == KEY)?;
-    let (token, rest) = metadata_continue(&tail[meta + KEY.len()..])?;
-    let rest: Vec<u8> = rest.iter().copied().filter(|b| !b.is_ascii_whitespace()).collect();
-    if rest == b"}" { token } else { None }
-}
-
-/// Parses `: {...}` (a list's metadata after its key) and returns its `continue` token and the
-/// bytes after the value; `None` if it is not that.
-fn metadata_continue(after_key: &[u8]) -> Option<(Option<String>, &[u8])> {
-    #[derive(Deserialize)]
-    struct ListMetaContinue {
-        #[serde(rename = "continue")]
-        continue_: Option<String>,
-    }
-    let colon = after_key.iter().position(|b| !b.is_ascii_whitespace())?;
-    if after_key[colon] != b':' {
-        return None;
-    }
-    let value = &after_key[colon + 1..];
-    let mut values = serde_json::Deserializer::from_slice(value).into_iter::<ListMetaContinue>();
-    let meta = values.next()?.ok()?;
-    let rest = &value[values.byte_offset()..];
-    Some((meta.continue_.filter(|c| !c.is_empty()), rest))
 }
 
 impl<K> ListerWatcher<K> for ApiListerWatcher<K>
@@ -1065,106 +635,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::compact_metadata;
-    use k8s_openapi::api::core::v1::ConfigMap;
-
-    #[test]
-    fn page_buffers_are_reused_during_a_list_and_none_is_held_after_it() {
-        let buffers = PageBuffers::default();
-        let mut first = buffers.take();
-        first.extend_from_slice(&[1; 1000]);
-        let capacity = first.capacity();
-        buffers.give_back(first);
-        let again = buffers.take();
-        assert!(
-            again.is_empty() && again.capacity() == capacity,
-            "the same allocation, emptied"
-        );
-        // Two pages in flight; the last one ends the list before the other is given back.
-        let other = buffers.take();
-        buffers.release();
-        buffers.give_back(again);
-        buffers.give_back(other);
-        assert_eq!(buffers.state().free.len(), 0);
-        // The next list reuses buffers again; one too large to hold idle is dropped.
-        let next = buffers.take();
-        buffers.give_back(next);
-        buffers.give_back(Vec::with_capacity(PageBuffers::KEEP_BYTES + 1));
-        assert_eq!(buffers.state().free.len(), 1);
-    }
-
-    /// The batches `line_batches` makes of `chunks` (one read each), lines as text, `END` for
-    /// an early end.
-    async fn batches_of(chunks: Vec<Result<&'static [u8], std::io::Error>>, max: usize) -> Vec<Vec<String>> {
-        use futures::TryStreamExt;
-        let reader = futures::stream::iter(chunks).into_async_read();
-        let decode = |line: &[u8]| (!line.is_empty()).then(|| String::from_utf8_lossy(line).into_owned());
-        let end = |end: LinesEnd| {
-            Some(match end {
-                LinesEnd::TooLong => "END too long".to_string(),
-                LinesEnd::Failed(e) => format!("END {e}"),
-            })
-        };
-        line_batches(reader, max, decode, end).collect().await
-    }
-
-    #[tokio::test]
-    async fn watch_lines_are_decoded_a_read_at_a_time_and_a_line_split_across_reads_is_joined() {
-        let batches = batches_of(vec![Ok(b"a\nbb\n\nc"), Ok(b"cc"), Ok(b"c\nd\n"), Ok(b"e")], 100).await;
-        assert_eq!(batches, [vec!["a", "bb"], vec!["cccc", "d"], vec!["e"]]);
-
-        // A long read is cut into batches of at most LINES_PER_BATCH lines.
-        let many: &'static [u8] = "x\n".repeat(600).leak().as_bytes();
-        let sizes: Vec<usize> = batches_of(vec![Ok(many)], 100).await.iter().map(Vec::len).collect();
-        assert_eq!(sizes, [LINES_PER_BATCH, LINES_PER_BATCH, 600 - 2 * LINES_PER_BATCH]);
-    }
-
-    #[tokio::test]
-    async fn a_watch_line_over_the_bound_or_a_failed_read_ends_the_stream() {
-        // Over the bound in one read, across reads, and as an unfinished tail.
-        assert_eq!(
-            batches_of(vec![Ok(b"ok\nabcdef\nnever\n")], 3).await,
-            [vec!["ok", "END too long"]]
-        );
-        assert_eq!(
-            batches_of(vec![Ok(b"ab"), Ok(b"cd\nx\n")], 3).await,
-            [vec!["END too long"]]
-        );
-        assert_eq!(batches_of(vec![Ok(b"a\nabcdef")], 3).await, [vec!["a", "END too long"]]);
-        let failed = std::io::Error::other("reset");
-        assert_eq!(
-            batches_of(vec![Ok(b"a\n"), Err(failed)], 3).await,
-            [vec!["a"], vec!["END reset"]]
-        );
-    }
-
-    #[test]
-    fn the_continue_token_is_read_from_the_metadata_in_front_of_the_items() {
-        let page = br#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":"abc=="},"items":[{"metadata":{"continue":"no"}}]}"#;
-        assert_eq!(peek_continue(page).as_deref(), Some("abc=="));
-        let spaced = br#"{ "kind" : "List", "metadata" :
-            { "continue" : "x\"y" }, "items" : [] }"#;
-        assert_eq!(peek_continue(spaced).as_deref(), Some("x\"y"));
-        // The last page, an empty token, and no metadata at all: nothing to fetch ahead.
-        assert_eq!(
-            peek_continue(br#"{"metadata":{"resourceVersion":"7"},"items":[]}"#),
-            None
-        );
-        assert_eq!(peek_continue(br#"{"metadata":{"continue":""},"items":[]}"#), None);
-        assert_eq!(peek_continue(br#"{"items":[]}"#), None);
-        // Items first (custom resources' lists, sorted keys): the list's metadata at the end,
-        // never an item's.
-        let sorted = br#"{"apiVersion":"example.com/v1","items":[{"metadata":{"continue":"no"}}],"kind":"FooList","metadata":{"continue":"c"}}"#;
-        assert_eq!(peek_continue(sorted).as_deref(), Some("c"));
-        let last = br#"{"apiVersion":"v1","items":[{"metadata":{"continue":"no"}}],"kind":"FooList"}"#;
-        assert_eq!(peek_continue(last), None);
-        let item_last = br#"{"apiVersion":"v1","kind":"FooList","items":[{"x":1,"metadata":{"continue":"no"}}]}"#;
-        assert_eq!(peek_continue(item_last), None);
-        // Cut off or not JSON: no hint, no panic.
-        assert_eq!(peek_continue(br#"{"metadata":{"continue":"ab"#), None);
-        assert_eq!(peek_continue(b"\"metadata\""), None);
-        assert_eq!(peek_continue(b""), None);
-    }
 
     fn query_of(params: &ListParams) -> Vec<String> {
         let request = list_request("/api/v1/configmaps", params).unwrap();
@@ -1235,104 +705,5 @@ mod tests {
         let gone = ListWatchError::api(410, "Gone", "gone");
         assert!(gone.is_gone() && !gone.is_resource_expired());
         assert!(ListWatchError::api(410, "Expired", "too old").is_resource_expired());
-    }
-
-    #[test]
-    fn decoded_metadata_lists_hold_no_spare_capacity_in_lists_and_watch_events() {
-        let meta = r#"{"name":"a","namespace":"ns","finalizers":["f"],
-            "ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"rs","uid":"u"}],
-            "managedFields":[{"manager":"m","operation":"Update"}]}"#;
-        let assert_compact = |cm: &ConfigMap| {
-            let m = &cm.metadata;
-            for (len, capacity) in [
-                m.owner_references.as_ref().map(|v| (v.len(), v.capacity())),
-                m.finalizers.as_ref().map(|v| (v.len(), v.capacity())),
-                m.managed_fields.as_ref().map(|v| (v.len(), v.capacity())),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                assert_eq!((len, capacity), (1, 1));
-            }
-        };
-        // serde's own decode leaves room for four.
-        let plain: ConfigMap = serde_json::from_str(&format!(r#"{{"metadata":{meta}}}"#)).unwrap();
-        assert!(
-            plain
-                .metadata
-                .owner_references
-                .as_ref()
-                .is_some_and(|v| v.capacity() > 1)
-        );
-        for skip in [false, true] {
-            let list = format!(r#"{{"metadata":{{"resourceVersion":"1"}},"items":[{{"metadata":{meta}}}]}}"#);
-            let page = decode_list::<ConfigMap>(&list, skip, compact_metadata).unwrap();
-            assert_eq!(page.items.len(), 1);
-            assert_compact(&page.items[0]);
-            let line = format!(r#"{{"type":"MODIFIED","object":{{"metadata":{meta}}}}}"#);
-            match decode_watch_line::<ConfigMap>(&line, skip, compact_metadata) {
-                Some(Ok(WatchEvent::Modified(cm))) => assert_compact(&cm),
-                other => panic!("not a MODIFIED event: {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn a_list_with_one_bad_item_keeps_the_good_ones_and_names_the_bad_one() {
-        let text = r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"42","continue":"tok"},
-            "items":[{"metadata":{"name":"good","namespace":"ns"}},
-                     {"metadata":{"name":"bad","namespace":"ns"},"data":"not a map"}]}"#;
-        let page = decode_list::<ConfigMap>(text, false, compact_metadata).unwrap();
-        assert_eq!(page.resource_version, "42");
-        assert_eq!(page.continue_token.as_deref(), Some("tok"));
-        assert_eq!(page.items.len(), 1);
-        assert_eq!(page.items[0].metadata.name.as_deref(), Some("good"));
-        assert_eq!(page.malformed.len(), 1);
-        assert_eq!(page.malformed[0].key.as_deref(), Some("ns/bad"));
-    }
-
-    #[test]
-    fn a_list_that_is_not_a_list_is_a_decode_error() {
-        assert!(matches!(
-            decode_list::<ConfigMap>("<html>", false, compact_metadata),
-            Err(ListWatchError::Decode(_))
-        ));
-        assert!(matches!(
-            decode_list::<ConfigMap>(r#"{"items":7}"#, false, compact_metadata),
-            Err(ListWatchError::Decode(_))
-        ));
-    }
-
-    #[test]
-    fn watch_lines_decode_to_events_errors_and_named_malformed_objects() {
-        let added = r#"{"type":"ADDED","object":{"metadata":{"name":"a","namespace":"ns","resourceVersion":"5"}}}"#;
-        assert!(matches!(
-            decode_watch_line::<ConfigMap>(added, false, compact_metadata),
-            Some(Ok(WatchEvent::Added(_)))
-        ));
-
-        let bookmark =
-            r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#;
-        assert!(
-            matches!(decode_watch_line::<ConfigMap>(bookmark, false, compact_metadata), Some(Ok(WatchEvent::Bookmark(b))) if b.metadata.resource_version == "9")
-        );
-
-        let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old","reason":"Expired","code":410}}"#;
-        match decode_watch_line::<ConfigMap>(expired, false, compact_metadata) {
-            Some(Err(e)) => assert!(e.is_gone(), "{e}"),
-            other => panic!("expected a 410, got {other:?}"),
-        }
-
-        let malformed = r#"{"type":"MODIFIED","object":{"metadata":{"name":"b","namespace":"ns"},"data":[1,2]}}"#;
-        match decode_watch_line::<ConfigMap>(malformed, false, compact_metadata) {
-            Some(Err(ListWatchError::Malformed(m))) => assert_eq!(m.key.as_deref(), Some("ns/b")),
-            other => panic!("expected a malformed object, got {other:?}"),
-        }
-
-        let garbage = "{not json";
-        assert!(
-            matches!(decode_watch_line::<ConfigMap>(garbage, false, compact_metadata), Some(Err(ListWatchError::Malformed(m))) if m.key.is_none())
-        );
-        assert!(decode_watch_line::<ConfigMap>("   ", false, compact_metadata).is_none());
     }
 }

@@ -1,0 +1,383 @@
+//! Decoding for [`ApiListerWatcher`](super::ApiListerWatcher): list pages (the whole page in
+//! one pass, item by item only when that fails) and watch streams (lines cut from the
+//! connection's reads without copying, one event per line). An object that does not decode is
+//! a [`MalformedObject`] named by its metadata when that decodes.
+
+use std::pin::Pin;
+
+use futures::AsyncBufReadExt;
+use kube::Resource;
+use kube::api::WatchEvent;
+use kube::core::{ObjectList, Status};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+
+use super::{ListPage, ListWatchError, MalformedObject};
+
+/// An object's metadata alone. It must decode whole for the object to be named: an object
+/// whose metadata does not decode is not one the cache could hold under a key.
+#[derive(Deserialize)]
+pub(super) struct NamedObject {
+    #[serde(default)]
+    metadata: kube::api::ObjectMeta,
+}
+
+#[derive(Deserialize)]
+pub(super) struct RawEvent<'a> {
+    #[serde(rename = "type")]
+    event_type: Option<String>,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+/// An object that did not decode as `K`, named by its metadata if that decodes.
+pub(super) fn malformed_raw(raw: &str, error: String) -> MalformedObject {
+    let mut malformed = MalformedObject::new(error);
+    let Ok(named) = serde_json::from_str::<NamedObject>(raw) else {
+        return malformed;
+    };
+    malformed.resource_version = named.metadata.resource_version;
+    if let Some(name) = named.metadata.name.filter(|n| !n.is_empty()) {
+        malformed.key = Some(match named.metadata.namespace {
+            Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+            _ => name,
+        });
+    }
+    malformed
+}
+
+/// Decodes one list response. The whole list is decoded in one pass; only when that fails
+/// are items decoded one by one, so that one bad item costs only itself.
+pub(crate) fn decode_list<K: Resource + DeserializeOwned + Clone + 'static>(
+    text: &str,
+    skip_managed_fields: bool,
+    compact: fn(&mut K),
+) -> Result<ListPage<K>, ListWatchError> {
+    let page = |mut list: ObjectList<K>, malformed| {
+        list.items.iter_mut().for_each(compact);
+        ListPage {
+            resource_version: list.metadata.resource_version.unwrap_or_default(),
+            continue_token: list.metadata.continue_.filter(|c| !c.is_empty()),
+            items: list.items,
+            malformed,
+        }
+    };
+    match parse::<ObjectList<K>>(text, skip_managed_fields) {
+        Ok(list) => Ok(page(list, Vec::new())),
+        Err(whole) => {
+            let raw: ObjectList<Box<RawValue>> =
+                serde_json::from_str(text).map_err(|_| ListWatchError::Decode(whole.to_string()))?;
+            let mut items = Vec::with_capacity(raw.items.len());
+            let mut malformed = Vec::new();
+            for item in &raw.items {
+                match parse::<K>(item.get(), skip_managed_fields) {
+                    Ok(obj) => items.push(obj),
+                    Err(e) => malformed.push(malformed_raw(item.get(), e.to_string())),
+                }
+            }
+            let list = ObjectList {
+                types: raw.types,
+                metadata: raw.metadata,
+                items,
+            };
+            Ok(page(list, malformed))
+        }
+    }
+}
+
+/// Why [`line_batches`] ended a stream early.
+pub(super) enum LinesEnd {
+    /// A line passed the bound; its bytes were read past, never buffered.
+    TooLong,
+    /// Reading failed.
+    Failed(std::io::Error),
+}
+
+/// The most lines [`line_batches`] decodes in one batch, so one poll of the stream stays short.
+pub(super) const LINES_PER_BATCH: usize = 256;
+
+/// Above this, the buffer that held a line split across reads is given back once it is used.
+pub(super) const PARTIAL_KEEP_BYTES: usize = 1 << 20;
+
+/// The lines of `reader`, each at most `max` bytes, decoded a read at a time: every complete
+/// line in the reader's buffer is handed to `decode` straight from that buffer (found with
+/// `memchr`, never copied), and the results of one read (at most [`LINES_PER_BATCH`]) are
+/// yielded as one batch. Only a line split across reads is copied, into a buffer of its own.
+/// A line longer than `max` bytes, or a read error, is passed to `end` and ends the stream;
+/// the end of the stream ends it too (a last line without a newline still counts).
+pub(super) fn line_batches<R, T, D, E>(reader: R, max: usize, decode: D, end: E) -> impl futures::Stream<Item = Vec<T>>
+where
+    R: futures::AsyncBufRead + Send + 'static,
+    D: FnMut(&[u8]) -> Option<T> + Send + 'static,
+    E: Fn(LinesEnd) -> Option<T> + Send + 'static,
+{
+    struct Lines<R, D, E> {
+        reader: Pin<Box<R>>,
+        partial: Vec<u8>,
+        decode: D,
+        end: E,
+    }
+    let lines = Lines {
+        reader: Box::pin(reader),
+        partial: Vec::new(),
+        decode,
+        end,
+    };
+    futures::stream::unfold(Some(lines), move |state| async move {
+        let mut lines = state?;
+        loop {
+            let Lines {
+                reader,
+                partial,
+                decode,
+                end,
+            } = &mut lines;
+            let available = match reader.fill_buf().await {
+                Ok(available) => available,
+                Err(e) => return Some((end(LinesEnd::Failed(e)).into_iter().collect(), None)),
+            };
+            if available.is_empty() {
+                if partial.is_empty() {
+                    return None;
+                }
+                return Some((decode(partial).into_iter().collect(), None));
+            }
+            let mut out = Vec::new();
+            let mut consumed = 0;
+            let mut lines_seen = 0;
+            for newline in memchr::memchr_iter(b'\n', available) {
+                let piece = &available[consumed..newline];
+                if partial.len().saturating_add(piece.len()) > max {
+                    out.extend(end(LinesEnd::TooLong));
+                    return Some((out, None));
+                }
+                if partial.is_empty() {
+                    out.extend(decode(piece));
+                } else {
+                    partial.extend_from_slice(piece);
+                    out.extend(decode(partial));
+                    partial.clear();
+                    if partial.capacity() > PARTIAL_KEEP_BYTES {
+                        *partial = Vec::new();
+                    }
+                }
+                consumed = newline + 1;
+                lines_seen += 1;
+                if lines_seen == LINES_PER_BATCH {
+                    break;
+                }
+            }
+            if lines_seen < LINES_PER_BATCH {
+                // The rest of the buffer is the start of a line the next read finishes.
+                let tail = &available[consumed..];
+                if partial.len().saturating_add(tail.len()) > max {
+                    out.extend(end(LinesEnd::TooLong));
+                    return Some((out, None));
+                }
+                partial.extend_from_slice(tail);
+                consumed = available.len();
+            }
+            reader.as_mut().consume(consumed);
+            if !out.is_empty() {
+                return Some((out, Some(lines)));
+            }
+        }
+    })
+}
+
+/// Decodes one line of a watch stream; `None` for a blank line.
+pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone + 'static>(
+    line: &str,
+    skip_managed_fields: bool,
+    compact: fn(&mut K),
+) -> Option<Result<WatchEvent<K>, ListWatchError>> {
+    if line.trim().is_empty() {
+        return None;
+    }
+    match parse::<WatchEvent<K>>(line, skip_managed_fields) {
+        Ok(WatchEvent::Error(status)) => Some(Err(ListWatchError::from_status(&status))),
+        Ok(mut event) => {
+            if let WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) = &mut event {
+                compact(obj);
+            }
+            Some(Ok(event))
+        }
+        Err(e) => {
+            if let Ok(status) = serde_json::from_str::<Status>(line)
+                && status.code != 0
+            {
+                return Some(Err(ListWatchError::from_status(&status)));
+            }
+            let malformed = match serde_json::from_str::<RawEvent>(line) {
+                Ok(event) => malformed_raw(event.object.get(), e.to_string())
+                    .deleted(event.event_type.as_deref() == Some("DELETED")),
+                Err(_) => MalformedObject::new(e.to_string()),
+            };
+            Some(Err(ListWatchError::Malformed(malformed)))
+        }
+    }
+}
+
+/// Decodes `text`, dropping `metadata.managedFields` on the way when asked (see
+/// [`ApiListerWatcher::skip_managed_fields`](super::ApiListerWatcher::skip_managed_fields)).
+pub(super) fn parse<T: DeserializeOwned>(text: &str, skip_managed_fields: bool) -> serde_json::Result<T> {
+    if skip_managed_fields {
+        crate::skip_managed_fields::from_str(text)
+    } else {
+        serde_json::from_str(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::StreamExt;
+
+    use super::*;
+    use crate::compact::compact_metadata;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    /// The batches `line_batches` makes of `chunks` (one read each), lines as text, `END` for
+    /// an early end.
+    async fn batches_of(chunks: Vec<Result<&'static [u8], std::io::Error>>, max: usize) -> Vec<Vec<String>> {
+        use futures::TryStreamExt;
+        let reader = futures::stream::iter(chunks).into_async_read();
+        let decode = |line: &[u8]| (!line.is_empty()).then(|| String::from_utf8_lossy(line).into_owned());
+        let end = |end: LinesEnd| {
+            Some(match end {
+                LinesEnd::TooLong => "END too long".to_string(),
+                LinesEnd::Failed(e) => format!("END {e}"),
+            })
+        };
+        line_batches(reader, max, decode, end).collect().await
+    }
+
+    #[tokio::test]
+    async fn watch_lines_are_decoded_a_read_at_a_time_and_a_line_split_across_reads_is_joined() {
+        let batches = batches_of(vec![Ok(b"a\nbb\n\nc"), Ok(b"cc"), Ok(b"c\nd\n"), Ok(b"e")], 100).await;
+        assert_eq!(batches, [vec!["a", "bb"], vec!["cccc", "d"], vec!["e"]]);
+
+        // A long read is cut into batches of at most LINES_PER_BATCH lines.
+        let many: &'static [u8] = "x\n".repeat(600).leak().as_bytes();
+        let sizes: Vec<usize> = batches_of(vec![Ok(many)], 100).await.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [LINES_PER_BATCH, LINES_PER_BATCH, 600 - 2 * LINES_PER_BATCH]);
+    }
+
+    #[tokio::test]
+    async fn a_watch_line_over_the_bound_or_a_failed_read_ends_the_stream() {
+        // Over the bound in one read, across reads, and as an unfinished tail.
+        assert_eq!(
+            batches_of(vec![Ok(b"ok\nabcdef\nnever\n")], 3).await,
+            [vec!["ok", "END too long"]]
+        );
+        assert_eq!(
+            batches_of(vec![Ok(b"ab"), Ok(b"cd\nx\n")], 3).await,
+            [vec!["END too long"]]
+        );
+        assert_eq!(batches_of(vec![Ok(b"a\nabcdef")], 3).await, [vec!["a", "END too long"]]);
+        let failed = std::io::Error::other("reset");
+        assert_eq!(
+            batches_of(vec![Ok(b"a\n"), Err(failed)], 3).await,
+            [vec!["a"], vec!["END reset"]]
+        );
+    }
+
+    #[test]
+    fn decoded_metadata_lists_hold_no_spare_capacity_in_lists_and_watch_events() {
+        let meta = r#"{"name":"a","namespace":"ns","finalizers":["f"],
+            "ownerReferences":[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"rs","uid":"u"}],
+            "managedFields":[{"manager":"m","operation":"Update"}]}"#;
+        let assert_compact = |cm: &ConfigMap| {
+            let m = &cm.metadata;
+            for (len, capacity) in [
+                m.owner_references.as_ref().map(|v| (v.len(), v.capacity())),
+                m.finalizers.as_ref().map(|v| (v.len(), v.capacity())),
+                m.managed_fields.as_ref().map(|v| (v.len(), v.capacity())),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                assert_eq!((len, capacity), (1, 1));
+            }
+        };
+        // serde's own decode leaves room for four.
+        let plain: ConfigMap = serde_json::from_str(&format!(r#"{{"metadata":{meta}}}"#)).unwrap();
+        assert!(
+            plain
+                .metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|v| v.capacity() > 1)
+        );
+        for skip in [false, true] {
+            let list = format!(r#"{{"metadata":{{"resourceVersion":"1"}},"items":[{{"metadata":{meta}}}]}}"#);
+            let page = decode_list::<ConfigMap>(&list, skip, compact_metadata).unwrap();
+            assert_eq!(page.items.len(), 1);
+            assert_compact(&page.items[0]);
+            let line = format!(r#"{{"type":"MODIFIED","object":{{"metadata":{meta}}}}}"#);
+            match decode_watch_line::<ConfigMap>(&line, skip, compact_metadata) {
+                Some(Ok(WatchEvent::Modified(cm))) => assert_compact(&cm),
+                other => panic!("not a MODIFIED event: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_list_with_one_bad_item_keeps_the_good_ones_and_names_the_bad_one() {
+        let text = r#"{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"42","continue":"tok"},
+            "items":[{"metadata":{"name":"good","namespace":"ns"}},
+                     {"metadata":{"name":"bad","namespace":"ns"},"data":"not a map"}]}"#;
+        let page = decode_list::<ConfigMap>(text, false, compact_metadata).unwrap();
+        assert_eq!(page.resource_version, "42");
+        assert_eq!(page.continue_token.as_deref(), Some("tok"));
+        assert_eq!(page.items.len(), 1);
+        assert_eq!(page.items[0].metadata.name.as_deref(), Some("good"));
+        assert_eq!(page.malformed.len(), 1);
+        assert_eq!(page.malformed[0].key.as_deref(), Some("ns/bad"));
+    }
+
+    #[test]
+    fn a_list_that_is_not_a_list_is_a_decode_error() {
+        assert!(matches!(
+            decode_list::<ConfigMap>("<html>", false, compact_metadata),
+            Err(ListWatchError::Decode(_))
+        ));
+        assert!(matches!(
+            decode_list::<ConfigMap>(r#"{"items":7}"#, false, compact_metadata),
+            Err(ListWatchError::Decode(_))
+        ));
+    }
+
+    #[test]
+    fn watch_lines_decode_to_events_errors_and_named_malformed_objects() {
+        let added = r#"{"type":"ADDED","object":{"metadata":{"name":"a","namespace":"ns","resourceVersion":"5"}}}"#;
+        assert!(matches!(
+            decode_watch_line::<ConfigMap>(added, false, compact_metadata),
+            Some(Ok(WatchEvent::Added(_)))
+        ));
+
+        let bookmark =
+            r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9"}}}"#;
+        assert!(
+            matches!(decode_watch_line::<ConfigMap>(bookmark, false, compact_metadata), Some(Ok(WatchEvent::Bookmark(b))) if b.metadata.resource_version == "9")
+        );
+
+        let expired = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old","reason":"Expired","code":410}}"#;
+        match decode_watch_line::<ConfigMap>(expired, false, compact_metadata) {
+            Some(Err(e)) => assert!(e.is_gone(), "{e}"),
+            other => panic!("expected a 410, got {other:?}"),
+        }
+
+        let malformed = r#"{"type":"MODIFIED","object":{"metadata":{"name":"b","namespace":"ns"},"data":[1,2]}}"#;
+        match decode_watch_line::<ConfigMap>(malformed, false, compact_metadata) {
+            Some(Err(ListWatchError::Malformed(m))) => assert_eq!(m.key.as_deref(), Some("ns/b")),
+            other => panic!("expected a malformed object, got {other:?}"),
+        }
+
+        let garbage = "{not json";
+        assert!(
+            matches!(decode_watch_line::<ConfigMap>(garbage, false, compact_metadata), Some(Err(ListWatchError::Malformed(m))) if m.key.is_none())
+        );
+        assert!(decode_watch_line::<ConfigMap>("   ", false, compact_metadata).is_none());
+    }
+}

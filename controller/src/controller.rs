@@ -190,6 +190,22 @@ pub enum ControllerError {
         /// The panic's message.
         message: String,
     },
+    /// A sharded controller lost its shard Lease while running (it could not renew it within
+    /// `renew_deadline`: the API server was unreachable, or another holder took it): its
+    /// workers stopped at once, and it does not rejoin by itself. A
+    /// [`Manager`](crate::Manager) then shuts down and fails, as controller-runtime's does
+    /// after losing the leader lease: the process restarts and joins as a fresh member.
+    #[error("controller {controller}: lost shard lease {lease} of ring {ring}: {reason}")]
+    ShardLeaseLost {
+        /// The controller's name.
+        controller: String,
+        /// The ring.
+        ring: String,
+        /// The shard Lease's name.
+        lease: String,
+        /// Why it was lost, as the renewal reported it.
+        reason: String,
+    },
 }
 
 /// A function of a reconcile's error (the reconciler's own, a [`ReconcileTimeout`] or a
@@ -308,7 +324,9 @@ where
     /// under that Lease's term as under a leader's (its workers stop at once if it cannot be
     /// renewed), and after the workers stopped (the graceful drain included) releases the
     /// Lease, so the sharder moves its objects at once and no other shard reconciles one of
-    /// them before this one finished.
+    /// them before this one finished. A Lease lost while running (not renewed within
+    /// `renew_deadline`) stops the workers at once and returns
+    /// [`ControllerError::ShardLeaseLost`]: the shard does not rejoin in place.
     async fn run_sharded(
         self,
         gate: &ShardGate,
@@ -321,9 +339,29 @@ where
             // Shut down before joining: cleans up without starting a worker.
             return self.run_leading(shutdown, stop_now, Leadership::unconditional()).await;
         };
-        let result = self.run_leading(shutdown, stop_now, leadership).await;
-        membership.leave(renewing).await;
-        result
+        let name = self.name.clone();
+        let result = self.run_leading(shutdown.clone(), stop_now.clone(), leadership).await;
+        // The workers stopped: either stopping was asked for, or the term ended (the Lease
+        // could not be renewed). Rejoining in place is not done: this run consumed the
+        // controller, and a fresh member should start from a fresh cache and queue.
+        let lost = membership.leave(renewing).await;
+        let asked = shutdown.is_cancelled() || stop_now.is_cancelled();
+        match (result, lost, asked) {
+            (Err(e), _, _) => Err(e),
+            (Ok(()), Some(reason), _) => Err(ControllerError::ShardLeaseLost {
+                controller: name,
+                ring: gate.config.ring.clone(),
+                lease: gate.config.lease_name(),
+                reason,
+            }),
+            (Ok(()), None, false) => Err(ControllerError::ShardLeaseLost {
+                controller: name,
+                ring: gate.config.ring.clone(),
+                lease: gate.config.lease_name(),
+                reason: "its term ended before shutdown was asked for".into(),
+            }),
+            (Ok(()), None, true) => Ok(()),
+        }
     }
 
     /// As [`run_with_stop_now`](Self::run_with_stop_now), only while `leadership` holds (the

@@ -16,10 +16,12 @@ use std::time::Duration;
 use controller::sharding::{Sharder, ShardingConfig, ring};
 use controller::{Action, Context, LeaderElectionConfig, Manager, ManagerStatus, Request, reconciler_fn};
 use informer_core::Indexer;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::Api;
 use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
@@ -66,16 +68,21 @@ struct TrackerInner {
     in_flight: HashMap<String, String>,
     overlaps: Vec<String>,
     last: HashMap<String, String>,
-    /// The `data.v` each key's last reconcile saw.
+    /// The `data.v` each key's last reconcile of a cached object saw.
     seen: HashMap<String, String>,
+    /// Reconciles entered, by shard.
+    count: HashMap<String, usize>,
 }
 
 impl Tracker {
     /// Records a reconcile entering; it exits when the guard is dropped (also when its future is
     /// dropped: a killed shard's reconcile was aborted, it no longer runs).
-    fn enter(&self, key: &str, shard: &str, value: &str) -> InFlight {
+    fn enter(&self, key: &str, shard: &str, value: Option<&str>) -> InFlight {
         let mut t = self.0.lock().unwrap();
-        t.seen.insert(key.to_owned(), value.to_owned());
+        if let Some(value) = value {
+            t.seen.insert(key.to_owned(), value.to_owned());
+        }
+        *t.count.entry(shard.to_owned()).or_default() += 1;
         if let Some(other) = t.in_flight.insert(key.to_owned(), shard.to_owned()) {
             let overlap = format!("{key}: {shard} entered while {other} reconciled it");
             t.overlaps.push(overlap);
@@ -95,8 +102,18 @@ impl Tracker {
         }
     }
 
+    /// Overlaps, and reconciles of objects not labelled for the reconciling shard.
     fn overlaps(&self) -> Vec<String> {
         self.0.lock().unwrap().overlaps.clone()
+    }
+
+    fn violation(&self, what: String) {
+        self.0.lock().unwrap().overlaps.push(what);
+    }
+
+    /// How many reconciles `shard` entered.
+    fn count(&self, shard: &str) -> usize {
+        self.0.lock().unwrap().count.get(shard).copied().unwrap_or(0)
     }
 
     fn last(&self, key: &str) -> Option<String> {
@@ -160,14 +177,26 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
         .build(reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
             let (tracker, shard) = (tracker.clone(), shard.clone());
             async move {
-                // Deletions are not part of the scenario: a key absent from the cache is not work.
-                let Some(cm) = ctx.get(&req)? else {
-                    return Ok(Action::Done);
-                };
-                let value = cm.data.as_ref().and_then(|d| d.get("v")).cloned().unwrap_or_default();
-                let in_flight = tracker.enter(&req.name, &shard, &value);
-                // The reconcile's "work": long enough for overlaps to show.
-                tokio::time::sleep(Duration::from_millis(3)).await;
+                // Every reconcile is recorded, of absent objects too (a handed-over key's
+                // delete notification must not reach here).
+                let cached = ctx.get(&req)?;
+                let value = cached.as_ref().and_then(|cm| cm.data.as_ref()?.get("v").cloned());
+                let in_flight = tracker.enter(&req.name, &shard, value.as_deref());
+                // The invariant, read from the server: while this shard reconciles an object,
+                // the object carries this shard's label (only this shard's own drain
+                // acknowledgement, which cannot run now, or its death moves it). The drain
+                // label may appear meanwhile: it asks this shard to finish and hand over.
+                let api: Api<ConfigMap> = Api::namespaced(ctx.client().clone(), NAMESPACE);
+                if let Some(live) = api.get_opt(&req.name).await? {
+                    let label = live.labels().get(&format!("shard.kinformer.io/{RING}")).cloned();
+                    if label.as_deref() != Some(shard.as_str()) {
+                        tracker.violation(format!("{}: reconciled by {shard} while labelled {label:?}", req.name));
+                    }
+                }
+                // The reconcile's "work": long enough for overlaps to show; one key in ten
+                // takes 50 ms.
+                let slow = req.name.bytes().map(u32::from).sum::<u32>() % 10 == 0;
+                tokio::time::sleep(Duration::from_millis(if slow { 50 } else { 3 })).await;
                 drop(in_flight);
                 Ok::<_, controller::BoxError>(Action::Done)
             }
@@ -608,4 +637,99 @@ async fn chaos_long() {
     for seed in 1..=5 {
         chaos(seed, 80, 300).await;
     }
+}
+
+/// A shard whose Lease another holder takes cannot renew it: its workers stop within
+/// `renew_deadline` of its last renewal, its Manager fails with the lost lease (it does not
+/// rejoin in place), it is no longer ready, and its objects stay on it (the Lease, named for
+/// the shard, is live while the thief holds it) until the Lease expires; then the survivor
+/// takes them. Objects churn throughout: no reconcile overlaps, none is of an object labelled
+/// for another shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_that_loses_its_lease_stops_and_fails_its_manager() {
+    init_tracing();
+    let env = envtest::Server::start(envtest::Config::default())
+        .await
+        .expect("envtest");
+    let client = env.client();
+    let tracker = Tracker::default();
+    let n = 60;
+    create_objects(&client, n).await;
+    let mut shards: Vec<Shard> = ["shard-0", "shard-1"]
+        .iter()
+        .map(|id| start_shard(&env, id, &tracker, false))
+        .collect();
+    until_converged(&client, &tracker, &["shard-0", "shard-1"], n, WAIT).await;
+    let on_1: Vec<String> = assignment(&client)
+        .await
+        .into_iter()
+        .filter(|(_, s)| s.as_deref() == Some("shard-1"))
+        .map(|(name, _)| name)
+        .collect();
+    assert!(!on_1.is_empty());
+
+    // Another holder takes shard-1's Lease (conditional on the resourceVersion read).
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let lease_name = shards[1].config.lease_name();
+    loop {
+        let mut lease = leases.get(&lease_name).await.unwrap();
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some("thief".into());
+        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+        spec.lease_duration_seconds = Some(LEASE.as_secs() as i32);
+        match leases.replace(&lease_name, &PostParams::default(), &lease).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(s)) if s.code == 409 => continue,
+            Err(e) => panic!("stealing the lease: {e}"),
+        }
+    }
+    let stolen = Instant::now();
+
+    // Churn: every object changes while shard-1 may still reconcile under its old term.
+    let churn = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let api: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
+            for round in 2..8 {
+                for i in 0..n {
+                    let patch = serde_json::json!({"data": {"v": round.to_string()}});
+                    api.patch(
+                        &format!("obj-{i}"),
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&patch),
+                    )
+                    .await
+                    .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+
+    // shard-1's Manager fails, naming the lost shard lease, within the renew deadline (plus
+    // a retry and slack) of the theft.
+    let Shard { task, config, .. } = shards.remove(1);
+    let ended = tokio::time::timeout(RENEW + RETRY + SLACK, task)
+        .await
+        .expect("shard-1's Manager ends")
+        .unwrap();
+    let failed_after = stolen.elapsed();
+    let err = ended.expect_err("shard-1's Manager fails");
+    assert!(err.to_string().contains("lost shard lease cms-shard-1"), "{err}");
+    assert!(config.readiness.check().is_err());
+    let reconciled_by_1 = tracker.count("shard-1");
+    churn.await.unwrap();
+
+    // Once the thief's Lease expires, the survivor takes shard-1's objects and sees their
+    // final state; shard-1 reconciles nothing after its Manager returned.
+    until_converged(&client, &tracker, &["shard-0"], n, WAIT).await;
+    for name in &on_1 {
+        assert_eq!(tracker.seen(name).as_deref(), Some("7"), "{name}");
+    }
+    assert_eq!(tracker.count("shard-1"), reconciled_by_1);
+    assert_eq!(tracker.overlaps(), Vec::<String>::new());
+    eprintln!("shard-1's Manager failed {failed_after:?} after its lease was taken");
+    let survivor = shards.remove(0);
+    survivor.shutdown.cancel();
+    survivor.task.await.unwrap().unwrap();
 }

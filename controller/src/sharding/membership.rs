@@ -48,21 +48,27 @@ impl ShardReadiness {
     }
 }
 
-/// The shards among `leases` that are live at `now` (wall clock): their Lease names a holder
-/// and was renewed less than `leaseDurationSeconds` ago by its `renewTime`. Sorted, without
+/// The shards among `leases` of `ring` that are live at `now` (wall clock), each named by its
+/// Lease (`<ring>-<shard>`): their Lease names a holder and was renewed less than `leaseDurationSeconds` ago by its `renewTime`. Sorted, without
 /// duplicates. Like kubernetes-controller-sharding, this trusts the shards' clocks to agree
 /// with the sharder's within the lease duration's margin over the renew deadline (client-go's
 /// leader election instead times a lease from when it saw it change, which a sharder that just
 /// started could not do for the shards' leases).
-pub fn live_shards(leases: &[Arc<Lease>], now: jiff::Timestamp) -> Vec<String> {
+pub fn live_shards(leases: &[Arc<Lease>], ring: &str, now: jiff::Timestamp) -> Vec<String> {
+    let prefix = format!("{ring}-");
     let mut live: Vec<String> = leases
         .iter()
         .filter_map(|lease| {
+            // The shard is named by its Lease (`<ring>-<shard>`), not by the holder: a Lease
+            // another holder took keeps its shard live until it expires, by which time the
+            // shard that lost it has stopped (its term ended `renew_deadline` after its last
+            // renewal).
+            let shard = lease.metadata.name.as_deref()?.strip_prefix(&prefix)?;
             let spec = lease.spec.as_ref()?;
-            let holder = spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
+            spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
             let renewed = spec.renew_time.as_ref()?.0;
             let duration = jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds?));
-            (renewed.checked_add(duration).ok()? > now).then(|| holder.to_owned())
+            (renewed.checked_add(duration).ok()? > now).then(|| shard.to_owned())
         })
         .collect();
     live.sort_unstable();
@@ -172,20 +178,29 @@ impl ShardMembership {
         Some((term, renewing))
     }
 
-    /// Stops renewing and releases the Lease: the sharder moves this shard's objects at once.
-    pub(crate) async fn leave(&self, mut renewing: Renewing) {
+    /// Stops renewing and releases the Lease (if still held): the sharder moves this shard's
+    /// objects at once. Returns why the Lease was lost, if the renewal had failed before.
+    pub(crate) async fn leave(&self, mut renewing: Renewing) -> Option<String> {
         self.config.readiness.set(None);
         renewing.stop.cancel();
+        let mut lost = None;
         if let Some(task) = renewing.task.take() {
             match task.await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => warn!(ring = %self.config.ring, shard = %self.config.shard_id, error = %e,
-                    "the shard lease was lost before leaving"),
-                Err(e) if e.is_panic() => warn!(ring = %self.config.ring, shard = %self.config.shard_id,
-                    "the shard lease renewal panicked"),
+                Ok(Err(e)) => {
+                    warn!(ring = %self.config.ring, shard = %self.config.shard_id, error = %e,
+                        "the shard lease was lost before leaving");
+                    lost = Some(e.to_string());
+                }
+                Err(e) if e.is_panic() => {
+                    warn!(ring = %self.config.ring, shard = %self.config.shard_id,
+                        "the shard lease renewal panicked");
+                    lost = Some("the shard lease renewal panicked".into());
+                }
                 Err(_) => {}
             }
         }
         info!(ring = %self.config.ring, shard = %self.config.shard_id, "left the ring");
+        lost
     }
 }

@@ -25,7 +25,12 @@
 //! clock). A shard whose Lease names no holder (released) or was not renewed for
 //! `leaseDurationSeconds` (by its `renewTime`) is gone. The shard's reconciles run under that
 //! lease's term ([`Leadership`](crate::Leadership)): a shard that cannot renew stops
-//! reconciling before the sharder may consider it gone. `kubectl get leases -l
+//! reconciling before the sharder may consider it gone. A shard is named by its Lease, not its holder: a Lease taken by another
+//! holder keeps the shard live until it expires. A shard that lost its Lease while running does
+//! not rejoin in place: its workers stop at once and its run returns
+//! [`ControllerError::ShardLeaseLost`](crate::ControllerError::ShardLeaseLost), so its
+//! [`Manager`](crate::Manager) shuts down and fails (as on losing the leader lease) and the
+//! restarted process joins as a fresh member. `kubectl get leases -l
 //! sharding.kinformer.io/ring=<ring>` lists the shards and their holders.
 //!
 //! # Assignment (`ring.rs`, `sharder.rs`)

@@ -251,7 +251,7 @@ fn membership_changes<K: Resource + Send + Sync + 'static>(
             loop {
                 let now = jiff::Timestamp::now();
                 let current = leases.list();
-                let live = live_shards(&current, now);
+                let live = live_shards(&current, &config.ring, now);
                 count_objects(&objects, &config, &live, &metrics);
                 if last.as_ref() != Some(&live) {
                     if last.is_some() {
@@ -338,7 +338,7 @@ impl<K: FactoryResource> SharderReconciler<K> {
         let labels = meta.labels.clone().unwrap_or_default();
         let current = labels.get(&shard_label).cloned();
         let draining = labels.get(&drain_label).is_some_and(|v| v == "true");
-        let live = live_shards(&self.leases.list(), jiff::Timestamp::now());
+        let live = live_shards(&self.leases.list(), &self.config.ring, jiff::Timestamp::now());
         let Some(desired) = ring::assign(&live, &key.cache_key()).map(str::to_owned) else {
             return (None, current); // no live shard: nothing to assign to
         };

@@ -37,6 +37,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const BEGIN: &str = "<!-- cargo xtask bench: begin (generated; edit bench/src/bin/bench-driver.rs instead) -->";
 const END: &str = "<!-- cargo xtask bench: end -->";
 
+/// Every workload, in the report's order: P1 to P6, W4's readers, W5/W6's kinds.
+const WORKLOADS: [&str; 8] = ["p1", "p2", "readers", "kinds", "p3", "p4", "p5", "p6"];
+
 /// The side-by-side suite's driver (see the module doc).
 #[derive(Parser, Debug)]
 struct Args {
@@ -53,7 +56,7 @@ struct Args {
     #[arg(long)]
     rounds: Option<usize>,
     /// Workloads to run (default: all).
-    #[arg(long, value_delimiter = ',', default_values_t = ["p1".to_string(), "p2".into(), "p3".into(), "p4".into(), "p5".into(), "p6".into()])]
+    #[arg(long, value_delimiter = ',', default_values_t = WORKLOADS.map(String::from))]
     only: Vec<String>,
     /// The command line to print in the report.
     #[arg(long, default_value = "cargo xtask bench")]
@@ -151,6 +154,12 @@ impl Alloc {
 
 /// Runs the example `example` as [`run_client`] runs `bench-client`.
 fn run_example(example: &str, args: &[String], limit: Duration) -> Result<Outcome, BoxError> {
+    Ok(serde_json::from_str(&run_example_line(example, args, limit)?)?)
+}
+
+/// Runs the example `example` to its end (or kills it after `limit`) and returns the last line
+/// it printed.
+fn run_example_line(example: &str, args: &[String], limit: Duration) -> Result<String, BoxError> {
     let client = bin_dir()?.join("examples").join(example);
     let mut child = Command::new(&client)
         .args(args)
@@ -178,7 +187,7 @@ fn run_example(example: &str, args: &[String], limit: Duration) -> Result<Outcom
         return Err(format!("{example} {} failed ({status})", args.join(" ")).into());
     }
     let line = out.lines().last().ok_or_else(|| format!("{example} printed nothing"))?;
-    Ok(serde_json::from_str(line)?)
+    Ok(line.to_string())
 }
 
 fn strings(args: &[&str]) -> Vec<String> {
@@ -591,6 +600,193 @@ fn fill_plot(path: &Path, title: &str, series: &[(&str, &BTreeMap<usize, Cell>)]
     Ok(())
 }
 
+/// W4: `bench/examples/bench-readers.rs`, reads from 4 reader threads while a relist of `count`
+/// ConfigMaps is applied, kinformer and kube-runtime alternating. Returns the section and the
+/// goal's row.
+fn readers_workload(count: usize, rounds: usize) -> Result<(String, String, Option<bool>), BoxError> {
+    let mut cell = Cell::default();
+    let limit = Duration::from_secs(120 + count as u64 / 1_000);
+    for round in 0..rounds {
+        for client in if round % 2 == 0 { [A, B] } else { [B, A] } {
+            let args = strings(&["--client", client, "--count", &count.to_string(), "--readers", "4"]);
+            let line = run_example_line("bench-readers", &args, limit)?;
+            let value: serde_json::Value = serde_json::from_str(&line)?;
+            let mut outcome = Outcome {
+                client: client.to_string(),
+                workload: "readers".into(),
+                count,
+                ..Outcome::default()
+            };
+            if let Some(fields) = value.as_object() {
+                for (key, v) in fields {
+                    if let Some(v) = v.as_f64() {
+                        outcome.extra.insert(key.clone(), v);
+                    }
+                }
+            }
+            let e = &outcome.extra;
+            eprintln!(
+                "  readers {client:>12}: relist {:.0} ms, {} reads, p50 {:.1} µs, p99 {:.1} µs, max {:.0} µs",
+                e.get("relist_ms").copied().unwrap_or(f64::NAN),
+                e.get("reads").copied().unwrap_or(0.0),
+                e.get("p50_us").copied().unwrap_or(f64::NAN),
+                e.get("p99_us").copied().unwrap_or(f64::NAN),
+                e.get("max_us").copied().unwrap_or(f64::NAN),
+            );
+            cell.by_client.entry(client.to_string()).or_default().push(outcome);
+        }
+    }
+    let extra = |key: &'static str| move |o: &Outcome| o.extra.get(key).copied();
+    let us = |v: f64| {
+        if v >= 1000.0 {
+            format!("{:.2} ms", v / 1e3)
+        } else {
+            format!("{v:.1} µs")
+        }
+    };
+    let ms = |v: f64| format!("{v:.0} ms");
+    let mut out = format!(
+        "\n#### W4 readers during a relist: {} ConfigMaps relisted, 4 reader threads (in process, no server)\n\n",
+        crate::count(count)
+    );
+    out.push_str("| | kinformer | kube-runtime | kinformer / kube-runtime |\n|---|---|---|---|\n");
+    type Row<'a> = (&'a str, &'static str, &'a dyn Fn(f64) -> String);
+    let rows: [Row; 7] = [
+        ("relist, start → visible to readers", "relist_ms", &ms),
+        ("CPU over the relist (user + system)", "cpu_ms", &ms),
+        ("read p50", "p50_us", &us),
+        ("read p99", "p99_us", &us),
+        ("read p99.9", "p999_us", &us),
+        ("read max", "max_us", &us),
+        ("reads timed", "reads", &|v: f64| format!("{v:.0}")),
+    ];
+    for (label, key, unit) in rows {
+        let (a, b) = (cell.figure(A, extra(key)), cell.figure(B, extra(key)));
+        let _ = writeln!(
+            out,
+            "| {label} | {} | {} | {} |",
+            fmt_range(a, unit),
+            fmt_range(b, unit),
+            ratio(a, b)
+        );
+    }
+    out.push_str(
+        "\nkinformer: `Lister::get` on an informer whose watch ends in a 410, so the reflector relists; \
+         kube-runtime: `Store::get` while its `Writer` is fed the same relist (`Init`, `InitApply` × N, \
+         `InitDone`). Readers are paced (a short sleep between reads); a read held past a reader's pace \
+         also counts the reads it held up (coordinated omission corrected), so p99 shows a stall.\n",
+    );
+    let p99 = cell.figure(A, extra("p99_us"));
+    let (a, b) = (p99, cell.figure(B, extra("p99_us")));
+    let measured = format!("read p99 {} (kube-runtime {})", fmt_range(a, us), fmt_range(b, us));
+    Ok((out, measured, p99.map(|p| p.median < 1000.0)))
+}
+
+/// W5 and W6: `bench/examples/bench-kinds.rs`, live heap per object and list → synced for every
+/// kind W5 names and W6's projection, one fresh process per (kind, client, round), kinformer and
+/// kube-runtime alternating. Returns the section and the two goals' rows.
+fn kinds_workload(count: usize, rounds: usize) -> Result<(String, [GoalRow; 2]), BoxError> {
+    const KINDS: [(&str, &str); 8] = [
+        ("pods", "Pod"),
+        (
+            "pod-projection",
+            "Pod as `PodPlacement` (a projection: labels, `spec.nodeName`, `status.phase`)",
+        ),
+        ("config-maps", "ConfigMap"),
+        ("deployments", "Deployment"),
+        ("services", "Service"),
+        ("nodes", "Node"),
+        ("secrets", "Secret"),
+        ("certificates", "Certificate (a CRD, generated by kinformer's codegen)"),
+    ];
+    let limit = Duration::from_secs(120 + count as u64 / 500);
+    let mut cells: Vec<(&str, &str, Cell)> = Vec::new();
+    for (kind, name) in KINDS {
+        let mut cell = Cell::default();
+        let clients: &[&str] = if kind == "pod-projection" { &[A] } else { &[A, B] };
+        for round in 0..rounds {
+            let mut order = clients.to_vec();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for client in order {
+                let args = strings(&["--kind", kind, "--client", client, "--count", &count.to_string()]);
+                let line = run_example_line("bench-kinds", &args, limit)?;
+                let value: serde_json::Value = serde_json::from_str(&line)?;
+                let outcome = Outcome {
+                    client: client.to_string(),
+                    workload: "kinds".into(),
+                    count,
+                    heap_per_object: value.get("heap_per_object").and_then(serde_json::Value::as_f64),
+                    list_secs: value.get("list_secs").and_then(serde_json::Value::as_f64),
+                    ..Outcome::default()
+                };
+                eprintln!(
+                    "  kinds {kind} {client:>12}: heap/object {}, list {}",
+                    outcome.heap_per_object.map_or("—".into(), kb),
+                    outcome.list_secs.map_or("—".into(), secs),
+                );
+                cell.by_client.entry(client.to_string()).or_default().push(outcome);
+            }
+        }
+        cells.push((kind, name, cell));
+    }
+    let heap = |o: &Outcome| o.heap_per_object;
+    let wall = |o: &Outcome| o.list_secs;
+    let mut out = format!(
+        "\n#### W5, W6 memory per object for every kind, and a projection: {} objects each\n\n",
+        crate::count(count)
+    );
+    out.push_str("| kind | heap per object, kinformer | kube-runtime | kinformer / kube-runtime | list → synced, kinformer | kube-runtime |\n|---|---|---|---|---|---|\n");
+    let mut w5 = Vec::new();
+    let mut w5_met = true;
+    for (kind, name, cell) in &cells {
+        let (a, b) = (cell.figure(A, heap), cell.figure(B, heap));
+        table_row(
+            &mut out,
+            &[
+                name.to_string(),
+                fmt_range(a, kb),
+                fmt_range(b, kb),
+                ratio(a, b),
+                fmt_range(cell.figure(A, wall), secs),
+                fmt_range(cell.figure(B, wall), secs),
+            ],
+        );
+        if *kind != "pod-projection" {
+            let r = median_ratio(cell, A, B, heap);
+            w5_met &= r.is_some_and(|r| r <= 1.0);
+            w5.push(format!("{} {}", name.split(' ').next().unwrap_or(name), times(r)));
+        }
+    }
+    out.push_str(
+        "\nEach run is a process of its own (`bench-kinds --kind K --client C`) listing from an in-process \
+         server of pre-encoded pages, as `bench-server` serves; heap per object is the live heap's growth \
+         from before the informer (or watcher) started to the synced cache, over the object count.\n",
+    );
+    let pods = cells.iter().find(|(k, _, _)| *k == "pods").map(|(_, _, c)| c);
+    let projection = cells.iter().find(|(k, _, _)| *k == "pod-projection").map(|(_, _, c)| c);
+    let w6 = match (pods, projection) {
+        (Some(pods), Some(projection)) => {
+            let per_pod = projection.figure(A, heap);
+            let list = match (projection.figure(A, wall), pods.figure(A, wall)) {
+                (Some(p), Some(f)) if f.median > 0.0 => Some(p.median / f.median),
+                _ => None,
+            };
+            (
+                format!(
+                    "{} per Pod; list → synced {} the full Pod informer's",
+                    fmt_range(per_pod, kb),
+                    times(list)
+                ),
+                per_pod.zip(list).map(|(h, l)| h.median <= 3.0 * 1024.0 && l <= 0.5),
+            )
+        }
+        _ => ("— (not measured)".into(), None),
+    };
+    Ok((out, [(w5.join(", "), Some(w5_met)), w6]))
+}
+
 /// P3: fan-out to 9 counted handlers, without and with one more, stalled, handler (kinformer
 /// only). Returns the section and the stalled / unstalled ratio of the slowest counted handler.
 fn fanout_workload(events: usize, rounds: usize) -> Result<(String, Option<f64>), BoxError> {
@@ -967,6 +1163,9 @@ impl Goals {
     }
 }
 
+/// A goal's measured figure and whether it is met (`None`: not decided by this run).
+type GoalRow = (String, Option<bool>);
+
 /// `a`'s median over `b`'s, of one figure of one cell.
 fn median_ratio(cell: &Cell, a: &str, b: &str, pick: impl Fn(&Outcome) -> Option<f64> + Copy) -> Option<f64> {
     let (a, b) = (cell.figure(a, pick)?, cell.figure(b, pick)?);
@@ -1080,7 +1279,7 @@ fn main() -> Result<(), BoxError> {
     let rounds = args.rounds.unwrap_or(if args.quick { 2 } else { 5 });
     let run = |w: &str| args.only.iter().any(|o| o == w);
     // A run of some workloads only must not replace the whole report with them.
-    let partial = !["p1", "p2", "p3", "p4", "p5", "p6"].iter().all(|w| run(w));
+    let partial = !WORKLOADS.iter().all(|w| run(w));
     let full = !args.quick && !partial;
     let out_dir = if full {
         workspace_root().join("bench/plots")
@@ -1181,21 +1380,35 @@ fn main() -> Result<(), BoxError> {
         pods = Some(full);
     }
     fill_goals(&mut goals, p1.as_ref(), pods.as_ref());
-    goals.add(
-        "W4 readers: `Lister::get` / `ctx.get` p99 < 1 ms from 4 readers while a 100k-object relist is applied",
-        "— (no reader bench in this run)".into(),
-        None,
-    );
-    goals.add(
-        "W5 memory per object ≤ kube-runtime's for Pod, ConfigMap, Deployment, Service, Node, Secret and a CRD",
-        "— (no per-kind bench in this run; P1/P2 above: ConfigMaps and Pods)".into(),
-        None,
-    );
-    goals.add(
-        "W6 projections: ≤ 3 KB per Pod, list → synced ≤ 0.5× the full Pod informer's",
-        "— (no projection bench in this run)".into(),
-        None,
-    );
+    const W4: &str =
+        "W4 readers: `Lister::get` / `ctx.get` p99 < 1 ms from 4 readers while a 100k-object relist is applied";
+    if run("readers") {
+        eprintln!("W4 readers during a relist");
+        let objects = if args.quick { 20_000 } else { 100_000 };
+        let (section, measured, met) = readers_workload(objects, rounds)?;
+        sections.push_str(&section);
+        let at = if objects == 100_000 {
+            String::new()
+        } else {
+            format!(" ({} objects in this run)", count(objects))
+        };
+        goals.add(W4, format!("{measured}{at}"), met);
+    } else {
+        goals.add(W4, "— (not run)".into(), None);
+    }
+    const W5: &str = "W5 memory per object ≤ kube-runtime's for Pod, ConfigMap, Deployment, Service, Node, Secret and a generated CRD";
+    const W6: &str = "W6 projections: ≤ 3 KB per Pod, list → synced ≤ 0.5× the full Pod informer's";
+    if run("kinds") {
+        eprintln!("W5/W6 memory per kind, projections");
+        let objects = if args.quick { 2_000 } else { 10_000 };
+        let (section, [(w5, w5_met), (w6, w6_met)]) = kinds_workload(objects, rounds)?;
+        sections.push_str(&section);
+        goals.add(W5, w5, w5_met);
+        goals.add(W6, w6, w6_met);
+    } else {
+        goals.add(W5, "— (not run)".into(), None);
+        goals.add(W6, "— (not run)".into(), None);
+    }
     if run("p3") {
         eprintln!("P3 fan-out");
         let events = if args.quick { 100_000 } else { 1_000_000 };

@@ -89,7 +89,9 @@ pub use metrics::{InformerCollector, InformerStatsSource, Metrics};
 pub use object_key::{ObjectKey, Request};
 pub use outcome::{ReconcilePanic, ReconcileTimeout, RequeueAfterError, TerminalError, terminal};
 pub use rbac::{Permissions, Verb};
-pub use reconciler::{Action, BoxError, Context, FnReconciler, Reconciler, UndecodableObject, reconciler_fn};
+pub use reconciler::{
+    Action, BoxError, Context, FnReconciler, NotCached, Reconciler, UndecodableObject, reconciler_fn,
+};
 pub use runnable::{Runnable, RunnableFn, hostname, runnable_fn};
 pub use webhook::{WebhookError, WebhookServer, WebhookServerConfig};
 pub use work_queue::{LOW_PRIORITY, NORMAL_PRIORITY, WorkQueue};

@@ -145,6 +145,33 @@ impl UndecodableObject {
     }
 }
 
+/// [`Context::lister_for`] asked for a type the controller has no informer of: it neither is
+/// the primary type nor owned or watched. The message names the type, the controller and the
+/// builder calls that add it; the fix is in the controller's builder, not in the reconcile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "controller {controller} has no cache of {kind}: add one on its builder with \
+     .owns::<{kind}>() or .watches::<{kind}>(mapper) (for PartialObjectMeta<C>: \
+     .owns_metadata::<C>() or .watches_metadata::<C>(mapper))"
+)]
+#[non_exhaustive]
+pub struct NotCached {
+    /// The controller's name.
+    pub controller: String,
+    /// The Rust type asked for, without module paths (`ConfigMap`, `PartialObjectMeta<Secret>`).
+    pub kind: String,
+}
+
+impl NotCached {
+    /// `controller` has no cache of `kind`.
+    pub fn new(controller: impl Into<String>, kind: impl Into<String>) -> Self {
+        NotCached {
+            controller: controller.into(),
+            kind: kind.into(),
+        }
+    }
+}
+
 /// Which informer a dynamic lister comes from: group, version, kind.
 pub(crate) type Gvk = (String, String, String);
 
@@ -342,7 +369,13 @@ impl<K: Resource + 'static> Context<K> {
         Lister::new(self.inner.primary.clone())
     }
 
-    /// A lister of `C`, if the controller owns or watches `C` (or `C` is its primary type).
+    /// A lister of `C`, if the controller owns or watches `C` (or `C` is its primary type); a
+    /// [`NotCached`] error naming `C`, the controller and the builder calls that add a cache of
+    /// `C` if not (`ctx.lister_for::<C>()?` in a reconcile logs it with the controller and key).
+    ///
+    /// This is checked at run time: a compile-time check would need the builder to carry the
+    /// list of its types in its type (`Controller<K, (ConfigMap, (Secret, ()))>`), and every
+    /// reconciler's `Context` with it, for one mistake a first reconcile reports.
     ///
     /// A controller reads one informer per type, so this is never ambiguous: every source of
     /// `C` reads the same informer, or the controller did not build
@@ -350,8 +383,10 @@ impl<K: Resource + 'static> Context<K> {
     /// controller-runtime's one cache per type refuses conflicting `ByObject` options. An
     /// informer of several namespaces ([`CacheOptions::namespaces`](factory::CacheOptions::namespaces))
     /// is one lister over all of them.
-    pub fn lister_for<C: FactoryResource>(&self) -> Option<Lister<C>> {
-        self.indexer_for::<C>().map(Lister::new)
+    pub fn lister_for<C: FactoryResource>(&self) -> Result<Lister<C>, NotCached> {
+        self.indexer_for::<C>()
+            .map(Lister::new)
+            .ok_or_else(|| NotCached::new(&self.inner.name, informer_core::undecodable::type_name::<C>()))
     }
 
     /// The cache of `C` (to query its indexes), if the controller owns or watches `C`; the

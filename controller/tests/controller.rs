@@ -939,10 +939,14 @@ async fn watches_map_any_object_to_keys_and_dynamic_children_enqueue_their_owner
             async move {
                 // Every type the controller uses has a lister; others do not. Recorded, and
                 // asserted by the test body (a panic here would only be retried).
-                let listers_ok = ctx.lister_for::<ConfigMap>().is_some()
-                    && ctx.lister_for::<Widget>().is_some()
+                let listers_ok = ctx.lister_for::<ConfigMap>().is_ok()
+                    && ctx.lister_for::<Widget>().is_ok()
                     && ctx.dynamic_lister(&ApiResource::erase::<Secret>(&())).is_some()
-                    && ctx.lister_for::<Secret>().is_none();
+                    && ctx.lister_for::<Secret>().is_err_and(|e| {
+                        e.to_string().starts_with(
+                            "controller mapped has no cache of Secret: add one on its builder with .owns::<Secret>()",
+                        )
+                    });
                 seen.lock()
                     .unwrap()
                     .push((req.to_string(), ctx.get(&req).expect("decodes").is_some() && listers_ok));
@@ -1085,7 +1089,7 @@ async fn a_custom_handler_gets_the_queue_and_the_event_filters_do_not_apply_to_i
             let entry = (
                 req.to_string(),
                 observed.lock().unwrap().len(),
-                ctx.lister_for::<ConfigMap>().is_some(),
+                ctx.lister_for::<ConfigMap>().is_ok(),
             );
             seen.lock().unwrap().push(entry);
             async { Ok::<_, std::convert::Infallible>(Action::Done) }

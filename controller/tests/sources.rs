@@ -215,7 +215,7 @@ async fn metadata_children_wake_their_owner_without_a_typed_cache_of_them() {
             children_seen
                 .lock()
                 .unwrap()
-                .push((children.unwrap_or(usize::MAX), ctx.lister_for::<ConfigMap>().is_some()));
+                .push((children.unwrap_or(usize::MAX), ctx.lister_for::<ConfigMap>().is_ok()));
             async { Ok::<_, std::convert::Infallible>(Action::Done) }
         })
     };

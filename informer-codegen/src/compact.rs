@@ -125,7 +125,7 @@ fn shape(item: &Item) -> Option<(String, TokenStream)> {
             Some((
                 e.ident.to_string(),
                 quote! {
-                    #[allow(unreachable_patterns)]
+                    #[allow(unreachable_patterns, clippy::single_match)]
                     match self { #(#arms)* _ => {} }
                 },
             ))

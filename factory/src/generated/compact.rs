@@ -5894,7 +5894,7 @@ impl crate::Compact for ::k8s_openapi::apiextensions_apiserver::pkg::apis::apiex
 impl crate::Compact for ::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray {
     #[inline]
     fn compact(&mut self) {
-        #[allow(unreachable_patterns)]
+        #[allow(unreachable_patterns, clippy::single_match)]
         match self {
             Self::Schema(value) => crate::Compact::compact(value),
             Self::Schemas(value) => crate::Compact::compact(value),
@@ -5905,7 +5905,7 @@ impl crate::Compact for ::k8s_openapi::apiextensions_apiserver::pkg::apis::apiex
 impl crate::Compact for ::k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrBool {
     #[inline]
     fn compact(&mut self) {
-        #[allow(unreachable_patterns)]
+        #[allow(unreachable_patterns, clippy::single_match)]
         match self {
             Self::Schema(value) => crate::Compact::compact(value),
             _ => {}
@@ -5917,7 +5917,7 @@ impl crate::Compact
 {
     #[inline]
     fn compact(&mut self) {
-        #[allow(unreachable_patterns)]
+        #[allow(unreachable_patterns, clippy::single_match)]
         match self {
             Self::Schema(value) => crate::Compact::compact(value),
             Self::Strings(value) => crate::Compact::compact(value),
@@ -6092,7 +6092,7 @@ impl crate::Compact for ::k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerR
 impl crate::Compact for ::k8s_openapi::apimachinery::pkg::apis::meta::v1::Patch {
     #[inline]
     fn compact(&mut self) {
-        #[allow(unreachable_patterns)]
+        #[allow(unreachable_patterns, clippy::single_match)]
         match self {
             Self::Json(value) => crate::Compact::compact(value),
             Self::Merge(value) => crate::Compact::compact(value),

@@ -228,11 +228,12 @@ pub fn cluster_kubeconfig(explicit: Option<&std::path::Path>, embedded: bool) ->
     explicit.map(std::path::Path::to_path_buf)
 }
 
-/// A client for the current context of the kubeconfig at `path`.
+/// A client for the current context of the kubeconfig at `path`, whose connection errors name
+/// the server ([`kinformer::cache::client`]).
 pub async fn client_from_kubeconfig(path: &std::path::Path) -> Result<kube::Client, DemoError> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
-    Ok(kube::Client::try_from(config)?)
+    Ok(kinformer::cache::client::from_config(config)?)
 }
 
 /// Polls `cond` every 25 ms until it is true; an error once `deadline` passed, naming `what`.

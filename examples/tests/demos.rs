@@ -455,6 +455,53 @@ async fn greeter_reconciles_against_the_cluster_of_its_kubeconfig() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The greeter's client (kinformer's `client::infer`, as the README's walkthrough builds it)
+/// names the server it could not reach: kube's own `Client::try_default()` would report only
+/// hyper's "tcp connect error: Connection refused".
+#[test]
+fn greeter_names_the_server_it_cannot_reach() {
+    let dir = temp_dir("greeter-unreachable");
+    let kubeconfig = dir.join("kubeconfig");
+    // Port 9 (discard) on loopback: nothing listens there, the connection is refused.
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n\
+         clusters: [{name: nowhere, cluster: {server: \"https://127.0.0.1:9\"}}]\n\
+         contexts: [{name: nowhere, context: {cluster: nowhere, user: nobody}}]\n\
+         users: [{name: nobody, user: {token: none}}]\n",
+    )
+    .unwrap();
+    let mut child = Guard(
+        Command::new(env!("CARGO_BIN_EXE_greeter"))
+            .env("KUBECONFIG", &kubeconfig)
+            .env("HOME", &dir)
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "the greeter did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "the greeter succeeded without a server: {stderr}");
+    assert!(
+        stderr.contains("https://127.0.0.1:9"),
+        "the error does not name the server: {stderr}"
+    );
+    assert!(
+        stderr.to_lowercase().contains("connection refused"),
+        "the error does not name the cause: {stderr}"
+    );
+}
+
 #[tokio::test]
 async fn sample_controller_runs_against_the_cluster_of_its_kubeconfig_with_leader_election() {
     use examples::sample_controller::{FINALIZER, Foo, FooSpec, INDEX};

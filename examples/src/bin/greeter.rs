@@ -31,7 +31,9 @@ async fn reconcile(req: Request, ctx: Context<Greeting>) -> Result<Action, kinfo
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Logs to stderr; RUST_LOG overrides the default (a line per reconcile, warnings, errors).
     kinformer::init_logging()?;
-    let client = Client::try_default().await?;
+    // The kubeconfig's cluster (or, in a pod, its ServiceAccount's), as kube's
+    // Client::try_default(); a connection error names the server's address.
+    let client = kinformer::cache::client::infer().await?;
     let crd = Greeting::crd();
     Api::<Crd>::all(client.clone())
         .patch(

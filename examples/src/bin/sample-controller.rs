@@ -95,7 +95,7 @@ async fn run_in_cluster(args: &Args) -> Result<(), DemoError> {
     let config = kube::Config::incluster().map_err(|e| {
         format!("--in-cluster: no in-cluster configuration (run it in a pod with a ServiceAccount): {e}")
     })?;
-    run_controller(args, kube::Client::try_from(config)?).await
+    run_controller(args, kinformer::cache::client::from_config(config)?).await
 }
 
 /// The controller with leader election, until a signal.

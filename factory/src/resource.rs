@@ -20,8 +20,10 @@
 //! the default compacts nothing, and informer-core's list/watch still shrinks its metadata.
 //!
 //! Measured (`bench/examples/bench-kinds.rs`, heap per cached object against kube-runtime's
-//! store): the walk is what brings every kind to or below kube-runtime's figure; strings need
-//! nothing (serde_json allocates each at its length) and maps are trees of fixed-size nodes.
+//! store, 10k objects, medians of 3): Pod 1.00×, ConfigMap 0.96×, Deployment, Service, Node,
+//! Secret and a generated CRD 0.99×. Strings need nothing (serde_json allocates each at its
+//! length); maps are trees of fixed-size nodes, but one emptied after decoding keeps its root
+//! node, which the walk gives back.
 
 use std::collections::BTreeMap;
 

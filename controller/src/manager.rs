@@ -69,7 +69,8 @@
 //! 5. Stops the runnables (each within the graceful shutdown timeout: a controller reconciles
 //!    the keys already queued first; a zero timeout, or a second signal, aborts them without
 //!    waiting), then releases the Lease, then stops the informers and the HTTP servers, and
-//!    joins every task it spawned. Returns `Err` if anything failed (several failures:
+//!    joins every task it spawned (dropping the `run` future instead aborts them all: a
+//!    dropped leader stops renewing its lease). Returns `Err` if anything failed (several failures:
 //!    [`ManagerError::Multiple`]), so a binary exits non-zero. It never exits the process.
 
 use std::collections::HashMap;
@@ -89,6 +90,7 @@ use prometheus::{IntGaugeVec, Opts};
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{debug, error, info, warn};
 
 use crate::builder::{Controller, ControllerBuilder};
@@ -705,15 +707,24 @@ impl Manager {
             webhook_server,
         } = self;
         let stop = shutdown.child_token();
+        // Every task this run spawns is owned by it: if the run future is dropped (aborted, or
+        // its caller gave up), the runnables' JoinSet aborts them, the election, server and
+        // signal tasks are aborted by their handles, and these guards stop the runnables and
+        // the informers (a dropped leader stops renewing its lease, so another takes over).
+        let _stop_on_drop = stop.clone().drop_guard();
         // Fired by a second signal: no more waiting for the runnables.
         let force = CancellationToken::new();
         let mut failures: Vec<ManagerError> = Vec::new();
         // Stopped last: informers and the HTTP servers keep serving while runnables finish.
         let infrastructure = CancellationToken::new();
-        let signals = handle_signals.then(|| spawn_signal_handler(stop.clone(), force.clone()));
+        let _infrastructure_on_drop = infrastructure.clone().drop_guard();
+        let signals = handle_signals.then(|| {
+            let (guard, task) = spawn_signal_handler(stop.clone(), force.clone());
+            (guard, AbortOnDropHandle::new(task))
+        });
 
         // 1. HTTP servers (controller-runtime's `HTTPServers` group, started first).
-        let mut servers: Vec<(&'static str, JoinHandle<()>)> = Vec::new();
+        let mut servers: Vec<(&'static str, AbortOnDropHandle<()>)> = Vec::new();
         let metrics_app = Router::new()
             .route("/metrics", get(metrics_handler))
             .with_state(metrics.clone());
@@ -735,7 +746,7 @@ impl Manager {
                     let (serving, stop) = (http_serving.clone(), infrastructure.clone());
                     servers.push((
                         what,
-                        tokio::spawn(http_serving::serve(listener, app, None, serving, stop)),
+                        AbortOnDropHandle::new(tokio::spawn(http_serving::serve(listener, app, None, serving, stop))),
                     ));
                 }
                 Err(source) => {
@@ -757,7 +768,7 @@ impl Manager {
         // conversion webhook may be needed to list them.
         if let Some(webhook_server) = webhook_server {
             match webhook_server.prepare(infrastructure.clone()) {
-                Ok(serving) => servers.push(("webhook server", tokio::spawn(serving))),
+                Ok(serving) => servers.push(("webhook server", AbortOnDropHandle::new(tokio::spawn(serving)))),
                 Err(e) => {
                     error!(error = %e, "cannot start the webhook server");
                     failures.push(ManagerError::Webhook(e));
@@ -794,7 +805,7 @@ impl Manager {
         let election_stop = CancellationToken::new();
         let (lost_tx, mut lost_rx) = mpsc::channel::<LeaderElectionError>(1);
         let (leading_tx, mut leading_rx) = mpsc::channel::<Leadership>(1);
-        let mut election: Option<JoinHandle<()>> = None;
+        let mut election: Option<AbortOnDropHandle<()>> = None;
         let mut leadership: Option<Leadership> = None;
         let leading = runnables_stop.child_token();
         let mut leadership_lost = false;
@@ -828,13 +839,13 @@ impl Manager {
                             let _ = leading_tx.try_send(Leadership::unconditional());
                             None
                         }
-                        Some(elector) => Some(spawn_election(
+                        Some(elector) => Some(AbortOnDropHandle::new(spawn_election(
                             elector.clone(),
                             election_stop.clone(),
                             leader_status.with_label_values(&[elector.lease_name()]),
                             leading_tx.clone(),
                             lost_tx.clone(),
-                        )),
+                        ))),
                     };
                 }
                 Some(term) = leading_rx.recv() => {

@@ -147,8 +147,7 @@ struct Shard {
 /// A Manager (leader election on one lease shared by all) with the sharded controller and the
 /// sharder, running. With `children`, the ConfigMaps own Secrets, which follow their owner.
 fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: bool) -> Shard {
-    // Each incarnation a leader election identity of its own: a killed Manager's election task
-    // is not joined by anyone and may still be trying to acquire.
+    // Each incarnation a leader election identity of its own, as a restarted pod's.
     static INCARNATION: AtomicUsize = AtomicUsize::new(0);
     let identity = format!("{id}-{}", INCARNATION.fetch_add(1, Ordering::SeqCst));
     let election = LeaderElectionConfig::new(NAMESPACE, "sharding-test", identity)
@@ -545,7 +544,9 @@ async fn owned_objects_follow_their_owner() {
 
 /// Shards killed, restarted and shut down on a seeded schedule while objects churn; then: every
 /// object on its live shard, its last reconcile saw its final state, and no two shards ever
-/// reconciled one object at once. The shard that leads (runs the sharder) is never stopped.
+/// reconciled one object at once. The Manager that leads (runs the sharder) is killed or shut
+/// down like the others (the sharder fails over mid-drain: a killed Manager's election task
+/// dies with it, so its lease expires and another Manager leads).
 async fn chaos(seed: u64, steps: usize, n: usize) {
     init_tracing();
     let env = envtest::Server::start(envtest::Config::default())
@@ -561,6 +562,7 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         .iter()
         .map(|id| Some(start_shard(&env, id, &tracker, false)))
         .collect();
+    let mut leader_kills = 0;
     let mut finals: HashMap<String, String> = (0..n).map(|i| (format!("obj-{i}"), "1".to_owned())).collect();
     for step in 0..steps {
         // Churn: a few objects change every step.
@@ -580,9 +582,13 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         let slot = rng.random_range(0..ids.len());
         let leads = slots[slot].as_ref().is_some_and(|s| s.status.is_leader());
         match (slots[slot].take(), rng.random_range(0..3)) {
-            (Some(shard), _) if leads => slots[slot] = Some(shard),
             (Some(shard), 0) => {
-                eprintln!("step {step}: kill {}", shard.id);
+                eprintln!(
+                    "step {step}: kill {}{}",
+                    shard.id,
+                    if leads { " (leading)" } else { "" }
+                );
+                leader_kills += usize::from(leads);
                 shard.task.abort();
             }
             (Some(shard), 1) => {
@@ -598,6 +604,10 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(50..400))).await;
     }
+    if slots.iter().all(Option::is_none) {
+        slots[0] = Some(start_shard(&env, ids[0], &tracker, false));
+    }
+    eprintln!("seed {seed}: {leader_kills} leading Managers killed");
     let live: Vec<&str> = slots.iter().flatten().map(|s| s.id.as_str()).collect();
     let live: Vec<&str> = ids.iter().copied().filter(|id| live.contains(id)).collect();
     until_converged(&client, &tracker, &live, n, WAIT).await;

@@ -67,7 +67,12 @@ pub struct RecordedRequest {
 impl RecordedRequest {
     /// What this entry costs the request log's byte budget: its strings and its fixed size.
     fn log_bytes(&self) -> usize {
-        std::mem::size_of::<Self>() + self.method.len() + self.path.len() + self.query.len() + self.accept.len() + self.user.len()
+        std::mem::size_of::<Self>()
+            + self.method.len()
+            + self.path.len()
+            + self.query.len()
+            + self.accept.len()
+            + self.user.len()
     }
 
     /// The decoded value of a query parameter.

@@ -23,7 +23,14 @@ mod paths {
 
 /// The fields of a Pod a node-placement controller reads, and nothing else.
 #[derive(Deserialize, Clone, Debug, Informer)]
-#[informer(crate = "crate::paths", version = "v1", kind = "Pod", plural = "pods", namespaced, projection)]
+#[informer(
+    crate = "crate::paths",
+    version = "v1",
+    kind = "Pod",
+    plural = "pods",
+    namespaced,
+    projection
+)]
 struct PodPlacement {
     metadata: ObjectMeta,
     #[serde(default)]
@@ -76,7 +83,9 @@ fn pod(name: &str, node: &str) -> Pod {
 async fn a_projection_informer_lists_and_watches_pods_into_its_own_cache() {
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let pods: Api<Pod> = Api::namespaced(env.client(), "default");
-    pods.create(&PostParams::default(), &pod("web-1", "node-a")).await.unwrap();
+    pods.create(&PostParams::default(), &pod("web-1", "node-a"))
+        .await
+        .unwrap();
 
     let factory = SharedInformerFactory::new(env.client(), Duration::ZERO);
     let placements = PodPlacement::informer(&factory).unwrap();
@@ -98,30 +107,60 @@ async fn a_projection_informer_lists_and_watches_pods_into_its_own_cache() {
     let lister = placements.lister();
     let listed: Arc<PodPlacement> = lister.pods("default").get("web-1").expect("listed into the projection");
     assert_eq!(listed.spec.node_name.as_deref(), Some("node-a"));
-    assert_eq!(listed.metadata.labels.as_ref().and_then(|l| l.get("app")).map(String::as_str), Some("web"));
+    assert_eq!(
+        listed
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("app"))
+            .map(String::as_str),
+        Some("web")
+    );
     assert_eq!(placements.informer().indexer().len(), 1);
     assert_eq!(full.indexer().len(), 1);
 
     // Watched: a label change and a status change reach the projection.
     let patch = serde_json::json!({"metadata": {"labels": {"app": "api"}}});
-    pods.patch("web-1", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    pods.patch("web-1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
     let status = serde_json::json!({"status": {"phase": "Running"}});
-    pods.patch_status("web-1", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
+    pods.patch_status("web-1", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
     eventually("the label and phase change in the projection's cache", || {
         lister.pods("default").get("web-1").is_some_and(|p| {
-            p.metadata.labels.as_ref().and_then(|l| l.get("app")).map(String::as_str) == Some("api")
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("app"))
+                .map(String::as_str)
+                == Some("api")
                 && p.status.phase.as_deref() == Some("Running")
         })
     })
     .await;
 
     // Added and deleted: the projection follows the resource.
-    pods.create(&PostParams::default(), &pod("web-2", "node-b")).await.unwrap();
-    eventually("web-2 in the projection", || lister.pods("default").get("web-2").is_some()).await;
+    pods.create(&PostParams::default(), &pod("web-2", "node-b"))
+        .await
+        .unwrap();
+    eventually("web-2 in the projection", || {
+        lister.pods("default").get("web-2").is_some()
+    })
+    .await;
     pods.delete("web-1", &Default::default()).await.unwrap();
-    eventually("web-1 gone from the projection", || lister.pods("default").get("web-1").is_none()).await;
+    eventually("web-1 gone from the projection", || {
+        lister.pods("default").get("web-1").is_none()
+    })
+    .await;
     let web2 = lister.pods("default").get("web-2").unwrap();
-    assert_eq!(web2.spec, PlacementSpec { node_name: Some("node-b".into()) });
+    assert_eq!(
+        web2.spec,
+        PlacementSpec {
+            node_name: Some("node-b".into())
+        }
+    );
 
     shutdown.cancel();
     factory.shutdown().await;

@@ -17,6 +17,7 @@
 //! The data ([`configmap`], [`pod`]) is generated deterministically, so the floor measurement
 //! decodes exactly the bytes the clients receive.
 
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use std::collections::BTreeMap;

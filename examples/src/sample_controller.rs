@@ -381,6 +381,10 @@ pub fn controller<R: Reconciler<Foo>>(
     build(manager, None, wrap)
 }
 
+/// The ring's sharder for the sample-controller: it labels every Foo, and each Foo's Deployment
+/// like its owner.
+pub type FooSharder = BuiltController<PartialObjectMeta<Foo>, SharderReconciler<Foo>>;
+
 /// The sample-controller as shard `shard` of its ring (see `kinformer::controller::sharding`):
 /// the controller, which caches and reconciles only the Foos (and their Deployments) labelled
 /// for this shard, and the ring's sharder, which the Manager runs while it leads and which
@@ -389,13 +393,7 @@ pub fn sharded_controller<R: Reconciler<Foo>>(
     manager: &Manager,
     shard: ShardingConfig,
     wrap: impl FnOnce(SampleController) -> R,
-) -> Result<
-    (
-        BuiltController<Foo, R>,
-        BuiltController<PartialObjectMeta<Foo>, SharderReconciler<Foo>>,
-    ),
-    ControllerError,
-> {
+) -> Result<(BuiltController<Foo, R>, FooSharder), ControllerError> {
     let sharder = Sharder::<Foo>::new(manager.factory(), &shard)
         .metrics(manager.metrics().clone())
         .owns::<Deployment>()

@@ -761,6 +761,9 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         if let Some(error) = error {
             return Err(error);
         }
+        if let Some(sharding) = &common.sharding {
+            sharding.validate().map_err(ControllerError::InvalidConfig)?;
+        }
         if common.workers == 0 {
             return Err(ControllerError::InvalidConfig("workers must be at least 1".into()));
         }

@@ -192,6 +192,20 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
                         tracker.violation(format!("{}: reconciled by {shard} while labelled {label:?}", req.name));
                     }
                 }
+                // With children: the object's child (a Secret of its name) was labelled for this
+                // shard before the object was, so the reconcile can find it.
+                if children && ctx.get(&req)?.is_some() {
+                    let secrets: Api<Secret> = Api::namespaced(ctx.client().clone(), NAMESPACE);
+                    if let Some(child) = secrets.get_opt(&req.name).await? {
+                        let label = child.labels().get(&format!("shard.kinformer.io/{RING}")).cloned();
+                        if label.as_deref() != Some(shard.as_str()) {
+                            tracker.violation(format!(
+                                "{}: reconciled by {shard} while its child is labelled {label:?}",
+                                req.name
+                            ));
+                        }
+                    }
+                }
                 // The reconcile's "work": long enough for overlaps to show; one key in ten
                 // takes 50 ms.
                 let slow = req.name.bytes().map(u32::from).sum::<u32>() % 10 == 0;

@@ -7,7 +7,10 @@
 //! written no reconcile of that object runs in this shard, and none runs after it: the key is
 //! remembered as handed over, and while its object is absent from this shard's cache (it left
 //! the label selector) a retry or a delete notification of it is dropped rather than
-//! reconciled as a deletion.
+//! reconciled as a deletion (the first such drop forgets it, so deleted keys do not pile up).
+//! Any other key absent from the cache is reconciled as a deletion only if the server has no
+//! such object, or has it labelled for this shard (a GET): a moved object's children are
+//! labelled for the new shard before the object, and their notifications queue its key early.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -15,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::ShardingConfig;
 use crate::object_key::ObjectKey;
@@ -71,15 +74,55 @@ impl ShardGate {
         self.handed_over.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn api(&self, key: &ObjectKey) -> Api<DynamicObject> {
+        match (&key.namespace, self.namespaced) {
+            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &self.resource),
+            _ => Api::all_with(self.client.clone(), &self.resource),
+        }
+    }
+
+    /// A key whose object is not in this shard's cache: reconciled (as a deletion) only if the
+    /// object is gone from the server or labelled for this shard. An object being assigned to
+    /// this shard has its children labelled first, so their notifications may queue its key
+    /// before the object itself arrives: that is not a deletion, and its own notification
+    /// queues the key again.
+    async fn absent(&self, controller: &str, key: &ObjectKey) -> Admit {
+        match self.api(key).get_metadata_opt(&key.name).await {
+            Ok(None) => Admit::Reconcile,
+            Ok(Some(meta)) => {
+                let label = meta
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(&self.config.shard_label()));
+                if label == Some(&self.config.shard_id) {
+                    Admit::Reconcile // the cache is behind
+                } else {
+                    debug!(controller, key = %key, ring = %self.config.ring, shard = ?label,
+                        "not (yet) this shard's object: not reconciled");
+                    Admit::Skip
+                }
+            }
+            Err(e) => {
+                warn!(controller, key = %key, ring = %self.config.ring, error = %e,
+                    "reading an object absent from the shard's cache failed: retrying");
+                Admit::Retry
+            }
+        }
+    }
+
     /// Decides what the worker does with `key` (see [`Admit`]); writes the acknowledgement of a
     /// draining object.
     pub(crate) async fn admit(&self, controller: &str, key: &ObjectKey) -> Admit {
         let Some(meta) = (self.lookup)(key) else {
-            if self.handed_over().contains(key) {
+            if self.handed_over().remove(key) {
+                // Forgotten here: the notification of its departure is the last one this shard
+                // gets of it while it is away (so the set does not grow with deleted keys); if
+                // it comes back, it is in the cache again.
                 debug!(controller, key = %key, ring = %self.config.ring, "handed over to another shard: not reconciled");
                 return Admit::Skip;
             }
-            return Admit::Reconcile; // deleted
+            return self.absent(controller, key).await;
         };
         let draining = meta
             .labels
@@ -93,10 +136,7 @@ impl ShardGate {
         let Some(rv) = meta.resource_version.filter(|rv| !rv.is_empty()) else {
             return Admit::Retry;
         };
-        let api: Api<DynamicObject> = match (&key.namespace, self.namespaced) {
-            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &self.resource),
-            _ => Api::all_with(self.client.clone(), &self.resource),
-        };
+        let api = self.api(key);
         let patch = serde_json::json!({"metadata": {
             "resourceVersion": rv,
             "labels": {self.config.shard_label(): null, self.config.drain_label(): null},
@@ -117,8 +157,13 @@ impl ShardGate {
                 // Perhaps not written (a conflict: the cache is behind). The key stays marked:
                 // while the object is in this cache with its drain label the next attempt
                 // acknowledges again, and if the write did land, the object leaves the cache.
-                debug!(controller, key = %key, ring = %self.config.ring, error = %e,
-                    "drain acknowledgement failed: retrying");
+                if matches!(&e, kube::Error::Api(status) if status.code == 409) {
+                    debug!(controller, key = %key, ring = %self.config.ring, error = %e,
+                        "drain acknowledgement conflicted (the cache is behind): retrying");
+                } else {
+                    warn!(controller, key = %key, ring = %self.config.ring, error = %e,
+                        "drain acknowledgement failed: retrying");
+                }
                 Admit::Retry
             }
         }

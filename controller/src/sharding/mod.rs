@@ -40,7 +40,8 @@
 //! arrives; a membership change (seen in the Lease cache, checked every
 //! `membership_check_interval` and at each live Lease's expiry) re-examines every object from
 //! the sharder's cache. Objects of
-//! the [`owned`](Sharder::owns) types carry their controller owner's label.
+//! the [`owned`](Sharder::owns) types carry their controller owner's label, written before the
+//! owner's: a new shard's first reconcile of an object finds its children cached.
 //!
 //! # Handover without overlap (`drain.rs`)
 //! Invariant: **at no instant do two shards reconcile the same object.**
@@ -89,15 +90,33 @@ pub const DRAIN_LABEL_PREFIX: &str = "drain.shard.kinformer.io/";
 /// The label of every shard Lease, whose value is the ring's name.
 pub const RING_LABEL: &str = "sharding.kinformer.io/ring";
 
+/// Why `value` is not an RFC 1123 label, if it is not.
+fn dns_label(value: &str) -> Result<(), &'static str> {
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    if value.is_empty() {
+        Err("is empty")
+    } else if value.len() > 63 {
+        Err("is longer than 63 characters")
+    } else if !value.chars().all(ok_char) {
+        Err("may hold only lowercase letters, digits and '-'")
+    } else if value.starts_with('-') || value.ends_with('-') {
+        Err("must start and end with a letter or digit")
+    } else {
+        Ok(())
+    }
+}
+
 /// One ring and this replica's shard in it: given to
 /// [`ControllerBuilder::sharded`](crate::ControllerBuilder::sharded) on every replica, and to
 /// [`Sharder::new`] (which ignores the shard id).
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ShardingConfig {
-    /// The ring's name (part of the label keys: a DNS label, at most 63 characters).
+    /// The ring's name (part of the label keys and the Lease names: an RFC 1123 label, checked
+    /// by [`validate`](Self::validate)).
     pub ring: String,
-    /// This replica's shard id (the value of the shard label: at most 63 characters).
+    /// This replica's shard id (the shard label's value and part of its Lease's name: an RFC
+    /// 1123 label, checked by [`validate`](Self::validate)).
     pub shard_id: String,
     /// The namespace of the shard Leases (default `default`).
     pub namespace: String,
@@ -155,6 +174,20 @@ impl ShardingConfig {
         self
     }
 
+    /// Checks that the ring's name and the shard id can name what they name: the label keys
+    /// (`shard.kinformer.io/<ring>`), the shard label's value and the shard Lease
+    /// (`<ring>-<shard-id>`): each must be an RFC 1123 label (lowercase letters, digits and
+    /// `-`, starting and ending with a letter or digit, at most 63 characters). The error
+    /// names the value. Called when a sharded controller or a sharder is built.
+    pub fn validate(&self) -> Result<(), String> {
+        for (what, value) in [("ring name", &self.ring), ("shard id", &self.shard_id)] {
+            if let Err(why) = dns_label(value) {
+                return Err(format!("sharding: {what} {value:?} {why}"));
+            }
+        }
+        Ok(())
+    }
+
     /// The label key of the ring's shard assignment, `shard.kinformer.io/<ring>`.
     pub fn shard_label(&self) -> String {
         format!("{SHARD_LABEL_PREFIX}{}", self.ring)
@@ -173,5 +206,27 @@ impl ShardingConfig {
     /// The name of this shard's Lease, `<ring>-<shard-id>`.
     pub fn lease_name(&self) -> String {
         format!("{}-{}", self.ring, self.shard_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShardingConfig;
+
+    #[test]
+    fn ring_and_shard_id_must_be_label_safe() {
+        assert_eq!(ShardingConfig::new("cms", "shard-0").validate(), Ok(()));
+        let long = "a".repeat(64);
+        for (ring, shard, named) in [
+            ("CMs", "shard-0", "ring name \"CMs\""),
+            ("cms/x", "shard-0", "ring name \"cms/x\""),
+            ("", "shard-0", "ring name \"\""),
+            ("cms", "shard_0", "shard id \"shard_0\""),
+            ("cms", "-0", "shard id \"-0\""),
+            ("cms", long.as_str(), "is longer than 63"),
+        ] {
+            let err = ShardingConfig::new(ring, shard).validate().unwrap_err();
+            assert!(err.contains(named), "{err}");
+        }
     }
 }

@@ -41,6 +41,16 @@ pub struct ShardingMetrics {
     drain_duration: HistogramVec,
 }
 
+impl std::fmt::Debug for ShardingMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardingMetrics")
+            .field("objects", &"kinformer_sharding_objects")
+            .field("moves", &"kinformer_sharding_moves_total")
+            .field("drain_duration", &"kinformer_sharding_drain_duration_seconds")
+            .finish()
+    }
+}
+
 impl ShardingMetrics {
     /// Registers `kinformer_sharding_objects{ring,shard}`, `kinformer_sharding_moves_total{ring,reason}`
     /// and `kinformer_sharding_drain_duration_seconds{ring}` in `registry` (once per registry:
@@ -183,6 +193,7 @@ impl<K: FactoryResource> Sharder<K> {
             children,
             ..
         } = self;
+        config.validate().map_err(ControllerError::InvalidConfig)?;
         let lease_informer = factory.informer_for_with::<Lease>(
             CacheOptions::default()
                 .namespace(&config.namespace)
@@ -393,20 +404,24 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
             return Ok(Action::Done);
         };
         let (patch, shard) = self.decide(&req, &obj.metadata);
+        // The children first: when the object is assigned to a new shard, that shard finds its
+        // children cached by the time it reconciles the object (it skips the object's key
+        // until the object itself is labelled for it). While the object drains, or stays, its
+        // children keep its current shard, so this order moves nothing early.
+        let uid = obj.metadata.uid.clone().unwrap_or_default();
+        for label in &self.children {
+            match label(ctx, uid.clone(), obj.metadata.namespace.clone(), shard.clone()).await {
+                Ok(()) => {}
+                Err(e) if is_conflict(&e) => return Ok(Action::Requeue),
+                Err(e) => return Err(e.into()),
+            }
+        }
         if let Some(labels) = patch {
             match patch_labels(ctx.client(), &self.resource, self.namespaced, &obj.metadata, labels).await {
                 Ok(()) => {}
                 // The cache is behind: the update that made it so queues the key again.
                 Err(e) if is_conflict(&e) => return Ok(Action::Requeue),
                 Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Action::Done),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let uid = obj.metadata.uid.clone().unwrap_or_default();
-        for label in &self.children {
-            match label(ctx, uid.clone(), obj.metadata.namespace.clone(), shard.clone()).await {
-                Ok(()) => {}
-                Err(e) if is_conflict(&e) => return Ok(Action::Requeue),
                 Err(e) => return Err(e.into()),
             }
         }

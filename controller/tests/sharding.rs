@@ -663,14 +663,25 @@ async fn chaos_long() {
     }
 }
 
-/// A shard whose Lease another holder takes cannot renew it: its workers stop within
-/// `renew_deadline` of its last renewal, its Manager fails with the lost lease (it does not
-/// rejoin in place), it is no longer ready, and its objects stay on it (the Lease, named for
-/// the shard, is live while the thief holds it) until the Lease expires; then the survivor
-/// takes them. Objects churn throughout: no reconcile overlaps, none is of an object labelled
-/// for another shard.
+/// A shard whose Lease another holder takes (`delete`: someone deletes it, and the shard's
+/// elector would recreate it unlabelled) stops: its workers stop at once, its Manager fails with
+/// the lost lease (it does not rejoin in place), it is no longer ready, and its objects stay on
+/// it (the Lease, named for the shard, is live while the thief holds it; a deleted Lease is
+/// remembered until its last renewal expires) until the Lease expires; then the survivor takes
+/// them. Objects churn throughout: no reconcile overlaps, none is of an object labelled for
+/// another shard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shard_that_loses_its_lease_stops_and_fails_its_manager() {
+async fn a_shard_whose_lease_is_taken_stops_and_fails_its_manager() {
+    lease_loss(false).await;
+}
+
+/// As above, the Lease deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_whose_lease_is_deleted_stops_and_fails_its_manager() {
+    lease_loss(true).await;
+}
+
+async fn lease_loss(delete: bool) {
     init_tracing();
     let env = envtest::Server::start(envtest::Config::default())
         .await
@@ -692,19 +703,24 @@ async fn a_shard_that_loses_its_lease_stops_and_fails_its_manager() {
         .collect();
     assert!(!on_1.is_empty());
 
-    // Another holder takes shard-1's Lease (conditional on the resourceVersion read).
+    // Someone deletes shard-1's Lease, or another holder takes it (conditional on the
+    // resourceVersion read).
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let lease_name = shards[1].config.lease_name();
-    loop {
-        let mut lease = leases.get(&lease_name).await.unwrap();
-        let spec = lease.spec.get_or_insert_with(Default::default);
-        spec.holder_identity = Some("thief".into());
-        spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
-        spec.lease_duration_seconds = Some(LEASE.as_secs() as i32);
-        match leases.replace(&lease_name, &PostParams::default(), &lease).await {
-            Ok(_) => break,
-            Err(kube::Error::Api(s)) if s.code == 409 => continue,
-            Err(e) => panic!("stealing the lease: {e}"),
+    if delete {
+        leases.delete(&lease_name, &Default::default()).await.unwrap();
+    } else {
+        loop {
+            let mut lease = leases.get(&lease_name).await.unwrap();
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            spec.holder_identity = Some("thief".into());
+            spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+            spec.lease_duration_seconds = Some(LEASE.as_secs() as i32);
+            match leases.replace(&lease_name, &PostParams::default(), &lease).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => panic!("stealing the lease: {e}"),
+            }
         }
     }
     let stolen = Instant::now();
@@ -740,6 +756,12 @@ async fn a_shard_that_loses_its_lease_stops_and_fails_its_manager() {
     let failed_after = stolen.elapsed();
     let err = ended.expect_err("shard-1's Manager fails");
     assert!(err.to_string().contains("lost shard lease cms-shard-1"), "{err}");
+    if delete {
+        assert!(
+            err.to_string().contains("was deleted") || err.to_string().contains("label"),
+            "{err}"
+        );
+    }
     assert!(config.readiness.check().is_err());
     let reconciled_by_1 = tracker.count("shard-1");
     churn.await.unwrap();
@@ -752,7 +774,7 @@ async fn a_shard_that_loses_its_lease_stops_and_fails_its_manager() {
     }
     assert_eq!(tracker.count("shard-1"), reconciled_by_1);
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
-    eprintln!("shard-1's Manager failed {failed_after:?} after its lease was taken");
+    eprintln!("shard-1's Manager failed {failed_after:?} after its lease was taken (deleted: {delete})");
     let survivor = shards.remove(0);
     survivor.shutdown.cancel();
     survivor.task.await.unwrap().unwrap();

@@ -76,6 +76,52 @@ pub fn live_shards(leases: &[Arc<Lease>], ring: &str, now: jiff::Timestamp) -> V
     live
 }
 
+/// What the sharder remembers of each shard's Lease: when it expires, by its last renewal seen.
+/// A Lease deleted by someone (its shard's elector may even recreate it, unlabelled) keeps its
+/// shard live until then, as if it had not been renewed since, so the shard has time to notice
+/// and stop ([`ShardMembership::join`] checks its Lease) before its objects move.
+#[derive(Default)]
+pub(crate) struct LeaseMemory(Mutex<std::collections::HashMap<String, jiff::Timestamp>>);
+
+impl LeaseMemory {
+    /// [`live_shards`] of `leases`, plus the shards whose Lease vanished from `leases` before
+    /// its last known expiry.
+    pub(crate) fn live(&self, leases: &[Arc<Lease>], ring: &str, now: jiff::Timestamp) -> Vec<String> {
+        let prefix = format!("{ring}-");
+        let mut memory = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut present = std::collections::HashSet::new();
+        for lease in leases {
+            let Some(shard) = lease.metadata.name.as_deref().and_then(|n| n.strip_prefix(&prefix)) else {
+                continue;
+            };
+            present.insert(shard.to_owned());
+            let spec = lease.spec.as_ref();
+            let held = spec
+                .and_then(|s| s.holder_identity.as_deref())
+                .is_some_and(|h| !h.is_empty());
+            let expiry = spec.and_then(|s| {
+                let duration = jiff::SignedDuration::from_secs(i64::from(s.lease_duration_seconds?));
+                s.renew_time.as_ref()?.0.checked_add(duration).ok()
+            });
+            match (held, expiry) {
+                (true, Some(expiry)) => {
+                    memory.insert(shard.to_owned(), expiry);
+                }
+                // Released (after its workers stopped) or malformed: gone at once.
+                _ => {
+                    memory.remove(shard);
+                }
+            }
+        }
+        memory.retain(|_, expiry| *expiry > now);
+        let mut live = live_shards(leases, ring, now);
+        live.extend(memory.keys().filter(|shard| !present.contains(*shard)).cloned());
+        live.sort_unstable();
+        live.dedup();
+        live
+    }
+}
+
 /// The earliest instant one of the live `leases` expires, if none is renewed before.
 pub(crate) fn next_expiry(leases: &[Arc<Lease>], now: jiff::Timestamp) -> Option<Duration> {
     leases
@@ -107,7 +153,7 @@ pub(crate) struct ShardMembership {
 /// [`ShardMembership::leave`], aborted (the Lease then expires) if dropped.
 pub(crate) struct Renewing {
     stop: CancellationToken,
-    task: Option<JoinHandle<Result<(), LeaderElectionError>>>,
+    task: Option<JoinHandle<Result<(), String>>>,
 }
 
 impl Drop for Renewing {
@@ -140,10 +186,22 @@ impl ShardMembership {
         if !self.elector.acquire(shutdown).await {
             return None;
         }
+        // The run's term: the Lease's, ended early if the Lease is found deleted or taken.
+        let term = self.elector.leadership().narrowed();
         let stop = CancellationToken::new();
+        let labelled = CancellationToken::new();
         let task = tokio::spawn({
-            let (elector, stop) = (self.elector.clone(), stop.clone());
-            async move { elector.renew(&stop).await }
+            let (elector, stop, labelled, term) = (self.elector.clone(), stop.clone(), labelled.clone(), term.clone());
+            let (leases, config) = (self.leases.clone(), self.config.clone());
+            async move {
+                tokio::select! {
+                    renewed = elector.renew(&stop) => renewed.map_err(|e| e.to_string()),
+                    reason = watch_lease(leases, config, stop.clone(), labelled) => {
+                        term.token().cancel();
+                        Err(reason)
+                    }
+                }
+            }
         });
         let renewing = Renewing { stop, task: Some(task) };
         let label = serde_json::json!({"metadata": {"labels": {RING_LABEL: self.config.ring}}});
@@ -171,9 +229,9 @@ impl ShardMembership {
                 }
             }
         }
+        labelled.cancel();
         info!(ring = %self.config.ring, shard = %self.config.shard_id, lease = %self.config.lease_name(),
             "joined the ring");
-        let term = self.elector.leadership();
         self.config.readiness.set(Some(term.clone()));
         Some((term, renewing))
     }
@@ -190,7 +248,7 @@ impl ShardMembership {
                 Ok(Err(e)) => {
                     warn!(ring = %self.config.ring, shard = %self.config.shard_id, error = %e,
                         "the shard lease was lost before leaving");
-                    lost = Some(e.to_string());
+                    lost = Some(e);
                 }
                 Err(e) if e.is_panic() => {
                     warn!(ring = %self.config.ring, shard = %self.config.shard_id,
@@ -202,5 +260,41 @@ impl ShardMembership {
         }
         info!(ring = %self.config.ring, shard = %self.config.shard_id, "left the ring");
         lost
+    }
+}
+
+/// Reads the shard's Lease every `retry_period` once `labelled` fired, until `stop`; returns why
+/// the shard lost it: the Lease was deleted (its elector would recreate it, without the ring's
+/// label, unseen by the sharder) or lost the ring's label, or another holder took it. A failed
+/// read proves nothing (the renewal's deadline covers an unreachable server). Never returns
+/// once `stop` fired.
+async fn watch_lease(
+    leases: Api<Lease>,
+    config: ShardingConfig,
+    stop: CancellationToken,
+    labelled: CancellationToken,
+) -> String {
+    tokio::select! {
+        () = labelled.cancelled() => {}
+        () = stop.cancelled() => std::future::pending::<()>().await,
+    }
+    let name = config.lease_name();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => std::future::pending::<()>().await,
+            () = tokio::time::sleep(config.retry_period) => {}
+        }
+        let lease = match leases.get_opt(&name).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return format!("shard lease {name} was deleted"),
+            Err(_) => continue,
+        };
+        if lease.metadata.labels.as_ref().and_then(|l| l.get(RING_LABEL)) != Some(&config.ring) {
+            return format!("shard lease {name} lost its {RING_LABEL} label (deleted and recreated?)");
+        }
+        let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+        if holder != config.shard_id {
+            return format!("shard lease {name} is held by {holder:?}");
+        }
     }
 }

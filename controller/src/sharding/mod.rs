@@ -30,7 +30,10 @@
 //! not rejoin in place: its workers stop at once and its run returns
 //! [`ControllerError::ShardLeaseLost`](crate::ControllerError::ShardLeaseLost), so its
 //! [`Manager`](crate::Manager) shuts down and fails (as on losing the leader lease) and the
-//! restarted process joins as a fresh member. `kubectl get leases -l
+//! restarted process joins as a fresh member. The shard also reads its Lease every
+//! `retry_period`: deleted (its elector would recreate it without the ring's label), unlabelled
+//! or held by another, it is lost so. The sharder remembers each shard Lease's last known
+//! expiry: a Lease that vanished keeps its shard live until then, so the shard notices first. `kubectl get leases -l
 //! sharding.kinformer.io/ring=<ring>` lists the shards and their holders.
 //!
 //! # Assignment (`ring.rs`, `sharder.rs`)

@@ -24,7 +24,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, 
 use serde_json::{Map, Value};
 use tracing::{debug, info};
 
-use super::membership::{live_shards, next_expiry};
+use super::membership::{LeaseMemory, next_expiry};
 use super::{RING_LABEL, ShardingConfig, ring};
 use crate::builder::Controller;
 use crate::controller::{BuiltController, ControllerError};
@@ -205,7 +205,9 @@ impl<K: FactoryResource> Sharder<K> {
             None => Registry::new(),
         };
         let sharding_metrics = ShardingMetrics::new(&registry)?;
+        let memory = Arc::new(LeaseMemory::default());
         let changes = membership_changes(
+            memory.clone(),
             lease_informer.indexer().clone(),
             primary.indexer().clone(),
             config.clone(),
@@ -237,6 +239,7 @@ impl<K: FactoryResource> Sharder<K> {
         }
         controller.build(SharderReconciler {
             leases: lease_informer.indexer().clone(),
+            memory,
             resource: ApiResource::erase::<K>(&()),
             namespaced: TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
             config,
@@ -251,18 +254,25 @@ impl<K: FactoryResource> Sharder<K> {
 /// `membership_check_interval` and at the instant the first live Lease would expire; it also
 /// refreshes `kinformer_sharding_objects`.
 fn membership_changes<K: Resource + Send + Sync + 'static>(
+    memory: Arc<LeaseMemory>,
     leases: Indexer<Lease>,
     objects: Indexer<PartialObjectMeta<K>>,
     config: ShardingConfig,
     metrics: ShardingMetrics,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(None::<Vec<String>>, move |mut last| {
-        let (leases, objects, config, metrics) = (leases.clone(), objects.clone(), config.clone(), metrics.clone());
+        let (memory, leases, objects, config, metrics) = (
+            memory.clone(),
+            leases.clone(),
+            objects.clone(),
+            config.clone(),
+            metrics.clone(),
+        );
         async move {
             loop {
                 let now = jiff::Timestamp::now();
                 let current = leases.list();
-                let live = live_shards(&current, &config.ring, now);
+                let live = memory.live(&current, &config.ring, now);
                 count_objects(&objects, &config, &live, &metrics);
                 if last.as_ref() != Some(&live) {
                     if last.is_some() {
@@ -333,6 +343,8 @@ fn is_conflict(e: &kube::Error) -> bool {
 /// [module docs](super)).
 pub struct SharderReconciler<K> {
     leases: Indexer<Lease>,
+    /// The last known expiry of each shard's Lease (shared with the membership check).
+    memory: Arc<LeaseMemory>,
     resource: ApiResource,
     namespaced: bool,
     config: ShardingConfig,
@@ -349,7 +361,9 @@ impl<K: FactoryResource> SharderReconciler<K> {
         let labels = meta.labels.clone().unwrap_or_default();
         let current = labels.get(&shard_label).cloned();
         let draining = labels.get(&drain_label).is_some_and(|v| v == "true");
-        let live = live_shards(&self.leases.list(), &self.config.ring, jiff::Timestamp::now());
+        let live = self
+            .memory
+            .live(&self.leases.list(), &self.config.ring, jiff::Timestamp::now());
         let Some(desired) = ring::assign(&live, &key.cache_key()).map(str::to_owned) else {
             return (None, current); // no live shard: nothing to assign to
         };

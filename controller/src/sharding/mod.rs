@@ -93,16 +93,20 @@ pub const DRAIN_LABEL_PREFIX: &str = "drain.shard.kinformer.io/";
 /// The label of every shard Lease, whose value is the ring's name.
 pub const RING_LABEL: &str = "sharding.kinformer.io/ring";
 
-/// Why `value` is not an RFC 1123 label, if it is not.
+/// Why `value` cannot be both a label value (or a label key's name part) and part of a Lease's
+/// name (an RFC 1123 subdomain), if it cannot.
 fn dns_label(value: &str) -> Result<(), &'static str> {
-    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    let ok_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
     if value.is_empty() {
         Err("is empty")
     } else if value.len() > 63 {
         Err("is longer than 63 characters")
     } else if !value.chars().all(ok_char) {
-        Err("may hold only lowercase letters, digits and '-'")
-    } else if value.starts_with('-') || value.ends_with('-') {
+        Err("may hold only lowercase letters, digits, '-' and '.'")
+    } else if [value.as_bytes()[0], value.as_bytes()[value.len() - 1]]
+        .iter()
+        .any(|b| !b.is_ascii_alphanumeric())
+    {
         Err("must start and end with a letter or digit")
     } else {
         Ok(())
@@ -115,11 +119,11 @@ fn dns_label(value: &str) -> Result<(), &'static str> {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ShardingConfig {
-    /// The ring's name (part of the label keys and the Lease names: an RFC 1123 label, checked
-    /// by [`validate`](Self::validate)).
+    /// The ring's name (part of the label keys and the Lease names: checked by
+    /// [`validate`](Self::validate)).
     pub ring: String,
-    /// This replica's shard id (the shard label's value and part of its Lease's name: an RFC
-    /// 1123 label, checked by [`validate`](Self::validate)).
+    /// This replica's shard id (the shard label's value and part of its Lease's name: checked
+    /// by [`validate`](Self::validate); a pod's name or a host name fits).
     pub shard_id: String,
     /// The namespace of the shard Leases (default `default`).
     pub namespace: String,
@@ -179,9 +183,10 @@ impl ShardingConfig {
 
     /// Checks that the ring's name and the shard id can name what they name: the label keys
     /// (`shard.kinformer.io/<ring>`), the shard label's value and the shard Lease
-    /// (`<ring>-<shard-id>`): each must be an RFC 1123 label (lowercase letters, digits and
-    /// `-`, starting and ending with a letter or digit, at most 63 characters). The error
-    /// names the value. Called when a sharded controller or a sharder is built.
+    /// (`<ring>-<shard-id>`): each must be lowercase letters, digits, `-` and `.`, start and end
+    /// with a letter or digit, and hold at most 63 characters (a label value that is also part
+    /// of an RFC 1123 subdomain). The error names the value. Called when a sharded controller
+    /// or a sharder is built.
     pub fn validate(&self) -> Result<(), String> {
         for (what, value) in [("ring name", &self.ring), ("shard id", &self.shard_id)] {
             if let Err(why) = dns_label(value) {
@@ -219,6 +224,7 @@ mod tests {
     #[test]
     fn ring_and_shard_id_must_be_label_safe() {
         assert_eq!(ShardingConfig::new("cms", "shard-0").validate(), Ok(()));
+        assert_eq!(ShardingConfig::new("cms", "node-1.example").validate(), Ok(()));
         let long = "a".repeat(64);
         for (ring, shard, named) in [
             ("CMs", "shard-0", "ring name \"CMs\""),
@@ -226,6 +232,7 @@ mod tests {
             ("", "shard-0", "ring name \"\""),
             ("cms", "shard_0", "shard id \"shard_0\""),
             ("cms", "-0", "shard id \"-0\""),
+            ("cms", "0.", "shard id \"0.\""),
             ("cms", long.as_str(), "is longer than 63"),
         ] {
             let err = ShardingConfig::new(ring, shard).validate().unwrap_err();

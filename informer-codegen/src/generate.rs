@@ -9,7 +9,7 @@
 //! `#[inline]` leaves that work to the crate that calls the function, for the types it uses.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote};
+use quote::{ToTokens, format_ident, quote};
 use syn::Ident;
 
 use crate::ResourceDesc;
@@ -261,33 +261,20 @@ pub fn generate_informer_resource(desc: &ResourceDesc) -> TokenStream {
     };
     let projection = name.to_string();
     let read_only = format_ident!("{}IsAReadOnlyProjectionAndMustNotImplementSerialize", name);
-    let object_meta = quote!(#krate::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta);
+    let resource = kube_resource_impl(
+        krate,
+        ty,
+        &scope,
+        ResourceNames {
+            kind,
+            group,
+            version,
+            api_version: &api_version,
+            plural,
+        },
+    );
     quote! {
-        impl #krate::kube::Resource for #ty {
-            type DynamicType = ();
-            type Scope = #scope;
-            fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
-                ::std::borrow::Cow::Borrowed(#kind)
-            }
-            fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
-                ::std::borrow::Cow::Borrowed(#group)
-            }
-            fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
-                ::std::borrow::Cow::Borrowed(#version)
-            }
-            fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
-                ::std::borrow::Cow::Borrowed(#api_version)
-            }
-            fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
-                ::std::borrow::Cow::Borrowed(#plural)
-            }
-            fn meta(&self) -> &#object_meta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut #object_meta {
-                &mut self.metadata
-            }
-        }
+        #resource
 
         impl #factory::InformerResource for #ty {
             #[inline]
@@ -315,6 +302,60 @@ pub fn generate_informer_resource(desc: &ResourceDesc) -> TokenStream {
             impl<T: ?::core::marker::Sized + #krate::serde::Serialize> #read_only<Serializable> for T {}
             let _ = <#ty as #read_only<_>>::check;
         };
+    }
+}
+
+/// The names a generated `kube::Resource` impl answers with.
+pub(crate) struct ResourceNames<'a> {
+    pub(crate) kind: &'a str,
+    pub(crate) group: &'a str,
+    pub(crate) version: &'a str,
+    pub(crate) api_version: &'a str,
+    pub(crate) plural: &'a str,
+}
+
+/// `impl kube::Resource for #ty` with static names and `metadata` as the object's `ObjectMeta`:
+/// what a projection (here) and a CRD's root type (`crd::root`) get, instead of kube-derive's.
+pub(crate) fn kube_resource_impl(
+    krate: &impl ToTokens,
+    ty: &impl ToTokens,
+    scope: &TokenStream,
+    names: ResourceNames<'_>,
+) -> TokenStream {
+    let ResourceNames {
+        kind,
+        group,
+        version,
+        api_version,
+        plural,
+    } = names;
+    let object_meta = quote!(#krate::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta);
+    quote! {
+        impl #krate::kube::Resource for #ty {
+            type DynamicType = ();
+            type Scope = #scope;
+            fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(#kind)
+            }
+            fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(#group)
+            }
+            fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(#version)
+            }
+            fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(#api_version)
+            }
+            fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed(#plural)
+            }
+            fn meta(&self) -> &#object_meta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut #object_meta {
+                &mut self.metadata
+            }
+        }
     }
 }
 

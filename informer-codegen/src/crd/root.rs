@@ -17,6 +17,7 @@ use syn::{Ident, Path};
 
 use super::Field;
 use super::schema::{Crd, CrdVersion};
+use crate::generate::{ResourceNames, kube_resource_impl};
 
 /// The name of the private constant holding the CRD document as JSON, one per generated file.
 pub(super) const CRD_JSON: &str = "CUSTOM_RESOURCE_DEFINITION_JSON";
@@ -133,6 +134,18 @@ pub(super) fn root_type(root: &Root) -> TokenStream {
     } else {
         quote!(#krate::k8s_openapi::ClusterResourceScope)
     };
+    let resource = kube_resource_impl(
+        krate,
+        ident,
+        &scope,
+        ResourceNames {
+            kind,
+            group,
+            version: version_name,
+            api_version: &api_version,
+            plural,
+        },
+    );
     let has_spec = root.spec.as_ref().map(|Part { ty, .. }| {
         quote! {
             impl #krate::kube::core::object::HasSpec for #ident {
@@ -241,31 +254,7 @@ pub(super) fn root_type(root: &Root) -> TokenStream {
             }
         };
 
-        impl #krate::kube::Resource for #ident {
-            type DynamicType = ();
-            type Scope = #scope;
-            fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
-                ::std::borrow::Cow::Borrowed(#kind)
-            }
-            fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
-                ::std::borrow::Cow::Borrowed(#group)
-            }
-            fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
-                ::std::borrow::Cow::Borrowed(#version_name)
-            }
-            fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
-                ::std::borrow::Cow::Borrowed(#api_version)
-            }
-            fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
-                ::std::borrow::Cow::Borrowed(#plural)
-            }
-            fn meta(&self) -> &#object_meta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut #object_meta {
-                &mut self.metadata
-            }
-        }
+        #resource
 
         #has_spec
         #has_status

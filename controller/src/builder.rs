@@ -285,7 +285,7 @@ impl ControllerBuilder {
     ///     .controller("configmaps")
     ///     .sharded(config.clone())
     ///     .for_resource::<ConfigMap>()
-    ///     .build(controller::reconciler_fn(|_req, _ctx: &controller::Context<ConfigMap>| async {
+    ///     .build(controller::reconciler_fn(|_req, _ctx: controller::Context<ConfigMap>| async {
     ///         Ok::<_, std::convert::Infallible>(controller::Action::Done)
     ///     }))?;
     /// let sharder = Sharder::<ConfigMap>::new(manager.factory(), &config)

@@ -98,37 +98,21 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
         }
     };
 
-    let inherent = if desc.inherent_impl && desc.projection {
-        let doc = format!(
-            " The shared informer of `factory` of this projection of `{kind}` (the same one `informer_for` returns)."
-        );
-        quote! {
-            impl #ty {
-                #[doc = #doc]
-                #[inline]
-                pub fn informer(
-                    factory: &#krate::factory::SharedInformerFactory,
-                ) -> ::core::result::Result<#informer, #krate::factory::FactoryError> {
-                    #informer::new(factory)
-                }
-            }
-        }
-    } else if desc.inherent_impl {
-        let doc = format!(" The shared `{kind}` informer of `factory` (the same one `informer_for` returns).");
-        let metadata_doc = format!(
-            " The shared metadata-only `{kind}` informer of `factory`: its cache holds each object's \
-             `ObjectMeta` alone (the same one `metadata_informer_for` returns)."
-        );
-        quote! {
-            impl #ty {
-                #[doc = #doc]
-                #[inline]
-                pub fn informer(
-                    factory: &#krate::factory::SharedInformerFactory,
-                ) -> ::core::result::Result<#informer, #krate::factory::FactoryError> {
-                    #informer::new(factory)
-                }
-
+    let inherent = if desc.inherent_impl {
+        let doc = if desc.projection {
+            format!(
+                " The shared informer of `factory` of this projection of `{kind}` (the same one `informer_for` returns)."
+            )
+        } else {
+            format!(" The shared `{kind}` informer of `factory` (the same one `informer_for` returns).")
+        };
+        // A projection has no metadata-only informer of its own: that is the full kind's.
+        let metadata_informer = (!desc.projection).then(|| {
+            let metadata_doc = format!(
+                " The shared metadata-only `{kind}` informer of `factory`: its cache holds each object's \
+                 `ObjectMeta` alone (the same one `metadata_informer_for` returns)."
+            );
+            quote! {
                 #[doc = #metadata_doc]
                 #[inline]
                 pub fn metadata_informer(
@@ -139,6 +123,19 @@ pub fn generate(desc: &ResourceDesc) -> TokenStream {
                 > {
                     factory.metadata_informer_for::<#ty>()
                 }
+            }
+        });
+        quote! {
+            impl #ty {
+                #[doc = #doc]
+                #[inline]
+                pub fn informer(
+                    factory: &#krate::factory::SharedInformerFactory,
+                ) -> ::core::result::Result<#informer, #krate::factory::FactoryError> {
+                    #informer::new(factory)
+                }
+
+                #metadata_informer
             }
         }
     } else {

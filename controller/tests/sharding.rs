@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use controller::sharding::{Sharder, ShardingConfig, ring};
+use controller::sharding::{FENCE_ANNOTATION, Sharder, ShardingConfig, ring};
 use controller::{Action, Context, LeaderElectionConfig, Manager, ManagerStatus, Request, reconciler_fn};
 use informer_core::Indexer;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -661,6 +661,115 @@ async fn chaos_long() {
     for seed in 1..=5 {
         chaos(seed, 80, 300).await;
     }
+}
+
+/// A shard killed without releasing its Lease and restarted with the same id once the sharder
+/// fenced that Lease (it judged the shard gone and moves its objects without a drain): the new
+/// incarnation acquires the fenced Lease, reconciles nothing and is not ready until the sharder
+/// lifts the fence (after its last move), and then reconciles only objects the server has
+/// labelled for it (its cache listed before the moves). Objects churn throughout; no reconcile
+/// overlaps and every last reconcile sees the final state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shard_restarted_while_fenced_waits_for_the_sharder() {
+    init_tracing();
+    let env = envtest::Server::start(envtest::Config::default())
+        .await
+        .expect("envtest");
+    let client = env.client();
+    let tracker = Tracker::default();
+    let n = 120;
+    create_objects(&client, n).await;
+    let mut shards: Vec<Shard> = ["shard-0", "shard-1"]
+        .iter()
+        .map(|id| start_shard(&env, id, &tracker, false))
+        .collect();
+    until_converged(&client, &tracker, &["shard-0", "shard-1"], n, WAIT).await;
+
+    // Churn: every object changes, over the whole kill, fence and restart.
+    let stop_churn = CancellationToken::new();
+    let churn = {
+        let (client, stop) = (client.clone(), stop_churn.clone());
+        tokio::spawn(async move {
+            let api: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
+            let mut round = 1;
+            while !stop.is_cancelled() {
+                round += 1;
+                for i in 0..n {
+                    let patch = serde_json::json!({"data": {"v": round.to_string()}});
+                    api.patch(
+                        &format!("obj-{i}"),
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&patch),
+                    )
+                    .await
+                    .unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            round
+        })
+    };
+
+    // Kill the shard that does not lead (the sharder keeps running).
+    let victim = shards.iter().position(|s| !s.status.is_leader()).expect("a standby");
+    let victim = shards.remove(victim);
+    let id = victim.id.clone();
+    victim.task.abort();
+    let reconciled_before = tracker.count(&id);
+
+    // The sharder fences its Lease once it expired.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let lease_name = victim.config.lease_name();
+    let fenced = |lease: &Lease| lease.annotations().contains_key(FENCE_ANNOTATION);
+    let deadline = Instant::now() + LEASE + RETRY + SLACK;
+    while !fenced(&leases.get(&lease_name).await.unwrap()) {
+        assert!(Instant::now() < deadline, "{lease_name} not fenced");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // Restarted at once, with the same id: it takes the fenced Lease and waits.
+    let restarted = start_shard(&env, &id, &tracker, false);
+    let deadline = Instant::now() + WAIT;
+    let mut waited = 0;
+    loop {
+        // Counted before the read: if the Lease is fenced after, it was at the count.
+        let count = tracker.count(&id);
+        let ready = restarted.config.readiness.check().is_ok();
+        let lease = leases.get(&lease_name).await.unwrap();
+        if !fenced(&lease) {
+            break;
+        }
+        assert_eq!(count, reconciled_before, "{id} reconciled while its Lease was fenced");
+        assert!(!ready, "{id} ready while its Lease was fenced");
+        waited += 1;
+        assert!(Instant::now() < deadline, "the fence was not lifted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        waited > 0,
+        "the fence was lifted before the restarted shard was seen waiting"
+    );
+    shards.push(restarted);
+
+    // The fence lifted, the sharder assigns the restarted shard its share again.
+    until_converged(&client, &tracker, &["shard-0", "shard-1"], n, WAIT).await;
+    stop_churn.cancel();
+    let last = churn.await.unwrap().to_string();
+    let deadline = Instant::now() + WAIT;
+    for i in 0..n {
+        let name = format!("obj-{i}");
+        while tracker.seen(&name).as_deref() != Some(last.as_str()) {
+            assert!(Instant::now() < deadline, "{name}: last reconcile did not see {last}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert!(tracker.count(&id) > reconciled_before);
+    assert_eq!(tracker.overlaps(), Vec::<String>::new());
+    for shard in shards {
+        shard.shutdown.cancel();
+        shard.task.await.unwrap().unwrap();
+    }
+    env.shutdown().await;
 }
 
 /// A shard whose Lease another holder takes (`delete`: someone deletes it, and the shard's

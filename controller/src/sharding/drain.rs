@@ -11,6 +11,14 @@
 //! Any other key absent from the cache is reconciled as a deletion only if the server has no
 //! such object, or has it labelled for this shard (a GET): a moved object's children are
 //! labelled for the new shard before the object, and their notifications queue its key early.
+//!
+//! The cache itself may be behind the moves made before this run joined: its informers listed
+//! when the process started, and the sharder may have moved this shard's objects (of a previous
+//! incarnation, under its fence) since; their departures may still be on the way. So the first
+//! time a run reconciles a key, a GET confirms the server has the object labelled for this
+//! shard. From then on the object leaves this shard only by this shard's own acknowledgement
+//! (the sharder fences a live shard's Lease never, and this run began after any fence was
+//! lifted), so the check holds until the key is handed over.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -46,6 +54,9 @@ pub(crate) struct ShardGate {
     namespaced: bool,
     /// Keys acknowledged by this shard whose objects have not come back to it.
     handed_over: Mutex<HashSet<ObjectKey>>,
+    /// Keys whose object the server had labelled for this shard since this run joined (and not
+    /// handed over since).
+    confirmed: Mutex<HashSet<ObjectKey>>,
 }
 
 impl ShardGate {
@@ -63,6 +74,7 @@ impl ShardGate {
             resource,
             namespaced,
             handed_over: Mutex::new(HashSet::new()),
+            confirmed: Mutex::new(HashSet::new()),
         }
     }
 
@@ -72,6 +84,10 @@ impl ShardGate {
 
     fn handed_over(&self) -> std::sync::MutexGuard<'_, HashSet<ObjectKey>> {
         self.handed_over.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn confirmed(&self) -> std::sync::MutexGuard<'_, HashSet<ObjectKey>> {
+        self.confirmed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn api(&self, key: &ObjectKey) -> Api<DynamicObject> {
@@ -88,7 +104,10 @@ impl ShardGate {
     /// queues the key again.
     async fn absent(&self, controller: &str, key: &ObjectKey) -> Admit {
         match self.api(key).get_metadata_opt(&key.name).await {
-            Ok(None) => Admit::Reconcile,
+            Ok(None) => {
+                self.confirmed().remove(key);
+                Admit::Reconcile
+            }
             Ok(Some(meta)) => {
                 let label = meta
                     .metadata
@@ -111,10 +130,40 @@ impl ShardGate {
         }
     }
 
+    /// The server's metadata of a cached object not confirmed yet in this run (see the
+    /// [module docs](self)), if it is labelled for this shard (then it is confirmed); otherwise
+    /// what the worker does: skip it (the cache is behind a move or a deletion, whose
+    /// notification follows) or retry (the GET failed).
+    async fn confirm(&self, controller: &str, key: &ObjectKey) -> Result<ObjectMeta, Admit> {
+        match self.api(key).get_metadata_opt(&key.name).await {
+            Ok(Some(meta)) => {
+                let label = meta
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(&self.config.shard_label()));
+                if label == Some(&self.config.shard_id) {
+                    self.confirmed().insert(key.clone());
+                    Ok(meta.metadata)
+                } else {
+                    debug!(controller, key = %key, ring = %self.config.ring, shard = ?label,
+                        "cached for this shard but labelled otherwise on the server (the cache is behind): not reconciled");
+                    Err(Admit::Skip)
+                }
+            }
+            Ok(None) => Err(Admit::Skip),
+            Err(e) => {
+                warn!(controller, key = %key, ring = %self.config.ring, error = %e,
+                    "confirming a cached object's shard failed: retrying");
+                Err(Admit::Retry)
+            }
+        }
+    }
+
     /// Decides what the worker does with `key` (see [`Admit`]); writes the acknowledgement of a
     /// draining object.
     pub(crate) async fn admit(&self, controller: &str, key: &ObjectKey) -> Admit {
-        let Some(meta) = (self.lookup)(key) else {
+        let Some(cached) = (self.lookup)(key) else {
             if self.handed_over().remove(key) {
                 // Forgotten here: the notification of its departure is the last one this shard
                 // gets of it while it is away (so the set does not grow with deleted keys); if
@@ -123,6 +172,15 @@ impl ShardGate {
                 return Admit::Skip;
             }
             return self.absent(controller, key).await;
+        };
+        let confirmed = self.confirmed().contains(key);
+        let meta = if confirmed {
+            cached
+        } else {
+            match self.confirm(controller, key).await {
+                Ok(meta) => meta,
+                Err(admit) => return admit,
+            }
         };
         let draining = meta
             .labels
@@ -143,6 +201,7 @@ impl ShardGate {
         }});
         // Remembered before the write: once it is sent, this shard must not reconcile the key.
         self.handed_over().insert(key.clone());
+        self.confirmed().remove(key);
         match api
             .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

@@ -1,21 +1,38 @@
-//! Membership of a ring: each shard's own Lease (held and renewed here, on the shard), and
-//! which shards are live (read by the sharder from its Lease cache).
+//! Membership of a ring: each shard's own Lease (held and renewed here, on the shard), which
+//! shards are live (read by the sharder from its Lease cache), and the sharder's fences.
 //!
 //! Where it sits: a sharded [`BuiltController`](crate::BuiltController) joins before its
 //! workers start and leaves after they stopped; the [`Sharder`](super::Sharder) reads
-//! [`live_shards`] whenever it assigns an object.
+//! [`live_shards`] whenever it assigns an object, and fences a gone shard's Lease
+//! ([`RingMembership::fenced`]) before it moves that shard's objects.
+//!
+//! # Fences
+//! A shard's id outlives its processes: a restarted replica takes the same Lease again. So the
+//! sharder never moves a gone shard's objects on its cached view alone (the Lease may have been
+//! taken again since, by a new incarnation with the same id): it first writes the annotation
+//! [`FENCE_ANNOTATION`](super::FENCE_ANNOTATION) on the Lease, conditional on the
+//! resourceVersion of a state in which the Lease was released, expired, absent (then it creates
+//! it) or already fenced. Once that write succeeded no incarnation reconciles under the Lease:
+//! a later acquirer finds the fence (the elector keeps a Lease's metadata) and waits. The
+//! sharder moves the shard's objects while holding its fence (shared), then lifts it (alone: no
+//! move in flight) once a LIST from the server finds no object labelled for the shard. A joining
+//! shard waits, after acquiring its Lease, until the Lease carries no fence; a running shard
+//! whose Lease gets fenced has lost it.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use tokio::sync::{RwLock, RwLockReadGuard};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use super::{RING_LABEL, ShardingConfig};
+use super::{FENCE_ANNOTATION, RING_LABEL, ShardingConfig};
 use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
 use crate::leadership::Leadership;
 use crate::reconciler::BoxError;
@@ -48,8 +65,30 @@ impl ShardReadiness {
     }
 }
 
+/// Whether `lease` carries the sharder's fence: its shard's objects are being moved away, and
+/// no incarnation of the shard may reconcile until the sharder lifts it.
+pub(crate) fn is_fenced(lease: &Lease) -> bool {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(FENCE_ANNOTATION))
+}
+
+/// How long `lease` stays held by its holder at `now` (wall clock, by its `renewTime`), if it is
+/// held and not expired.
+fn held_for(lease: &Lease, now: jiff::Timestamp) -> Option<Duration> {
+    let spec = lease.spec.as_ref()?;
+    spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
+    let duration = jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds?));
+    let expires = spec.renew_time.as_ref()?.0.checked_add(duration).ok()?;
+    let left = now.duration_until(expires);
+    left.is_positive().then(|| Duration::try_from(left).ok()).flatten()
+}
+
 /// The shards among `leases` of `ring` that are live at `now` (wall clock), each named by its
-/// Lease (`<ring>-<shard>`): their Lease names a holder and was renewed less than `leaseDurationSeconds` ago by its `renewTime`. Sorted, without
+/// Lease (`<ring>-<shard>`): their Lease names a holder, was renewed less than
+/// `leaseDurationSeconds` ago by its `renewTime`, and carries no fence. Sorted, without
 /// duplicates. Like kubernetes-controller-sharding, this trusts the shards' clocks to agree
 /// with the sharder's within the lease duration's margin over the renew deadline (client-go's
 /// leader election instead times a lease from when it saw it change, which a sharder that just
@@ -64,11 +103,8 @@ pub fn live_shards(leases: &[Arc<Lease>], ring: &str, now: jiff::Timestamp) -> V
             // shard that lost it has stopped (its term ended `renew_deadline` after its last
             // renewal).
             let shard = lease.metadata.name.as_deref()?.strip_prefix(&prefix)?;
-            let spec = lease.spec.as_ref()?;
-            spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
-            let renewed = spec.renew_time.as_ref()?.0;
-            let duration = jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds?));
-            (renewed.checked_add(duration).ok()? > now).then(|| shard.to_owned())
+            held_for(lease, now)?;
+            (!is_fenced(lease)).then(|| shard.to_owned())
         })
         .collect();
     live.sort_unstable();
@@ -76,20 +112,63 @@ pub fn live_shards(leases: &[Arc<Lease>], ring: &str, now: jiff::Timestamp) -> V
     live
 }
 
-/// What the sharder remembers of each shard's Lease: when it expires, by its last renewal seen.
+/// The sharder's view of a ring's membership: what it remembers of each shard's Lease (when it
+/// expires, by its last renewal seen) and the fences it holds (see the [module docs](self)).
+///
 /// A Lease deleted by someone (its shard's elector may even recreate it, unlabelled) keeps its
-/// shard live until then, as if it had not been renewed since, so the shard has time to notice
-/// and stop ([`ShardMembership::join`] checks its Lease) before its objects move.
-#[derive(Default)]
-pub(crate) struct LeaseMemory(Mutex<std::collections::HashMap<String, jiff::Timestamp>>);
+/// shard live until its remembered expiry, as if it had not been renewed since, so the shard
+/// has time to notice and stop ([`ShardMembership::join`] checks its Lease) before its objects
+/// move.
+pub(crate) struct RingMembership {
+    expiries: Mutex<HashMap<String, jiff::Timestamp>>,
+    fences: RwLock<Fences>,
+    leases: Api<Lease>,
+    /// The ring's primary type, for the LIST that precedes lifting a fence.
+    objects: Api<DynamicObject>,
+    config: ShardingConfig,
+}
 
-impl LeaseMemory {
+/// The fences a sharder holds.
+#[derive(Default)]
+pub(crate) struct Fences {
+    /// The shards this sharder fenced, with the value of its fence annotation.
+    held: HashMap<String, String>,
+    /// Shards whose Lease was found live on the server: not fenced again before then.
+    refused_until: HashMap<String, tokio::time::Instant>,
+}
+
+/// What [`RingMembership::fenced`] found.
+pub(crate) enum Fence<'a> {
+    /// This sharder's fence on the shard's Lease is in place: moves of its objects may be written
+    /// while this is held (the fence is not lifted meanwhile).
+    Held {
+        /// Shared: lifting a fence takes them alone.
+        _guard: RwLockReadGuard<'a, Fences>,
+    },
+    /// Not fenced: the Lease is held on the server (an incarnation the sharder's cache has not
+    /// seen yet, or one of an unlabelled Lease), or it changed under the write. Decide again
+    /// after this long (a membership change re-examines the objects sooner).
+    NotYet(Duration),
+}
+
+impl RingMembership {
+    /// The membership of `config`'s ring, whose primary type is `resource`.
+    pub(crate) fn new(client: Client, config: &ShardingConfig, resource: &ApiResource) -> Self {
+        RingMembership {
+            expiries: Mutex::default(),
+            fences: RwLock::default(),
+            leases: Api::namespaced(client.clone(), &config.namespace),
+            objects: Api::all_with(client, resource),
+            config: config.clone(),
+        }
+    }
+
     /// [`live_shards`] of `leases`, plus the shards whose Lease vanished from `leases` before
     /// its last known expiry.
     pub(crate) fn live(&self, leases: &[Arc<Lease>], ring: &str, now: jiff::Timestamp) -> Vec<String> {
         let prefix = format!("{ring}-");
-        let mut memory = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let mut present = std::collections::HashSet::new();
+        let mut memory = self.expiries.lock().unwrap_or_else(|p| p.into_inner());
+        let mut present = HashSet::new();
         for lease in leases {
             let Some(shard) = lease.metadata.name.as_deref().and_then(|n| n.strip_prefix(&prefix)) else {
                 continue;
@@ -104,10 +183,10 @@ impl LeaseMemory {
                 s.renew_time.as_ref()?.0.checked_add(duration).ok()
             });
             match (held, expiry) {
-                (true, Some(expiry)) => {
+                (true, Some(expiry)) if !is_fenced(lease) => {
                     memory.insert(shard.to_owned(), expiry);
                 }
-                // Released (after its workers stopped) or malformed: gone at once.
+                // Released (after its workers stopped), fenced or malformed: gone at once.
                 _ => {
                     memory.remove(shard);
                 }
@@ -120,24 +199,196 @@ impl LeaseMemory {
         live.dedup();
         live
     }
+
+    /// This sharder's fence on `shard`'s Lease, written first if it holds none (see the
+    /// [module docs](self)): while [`Fence::Held`] is held, `shard` cannot be reconciling, so
+    /// its objects may be relabelled without a drain.
+    pub(crate) async fn fenced(&self, shard: &str) -> Result<Fence<'_>, kube::Error> {
+        // Twice at most: the fence written by the first round may be lifted before the second
+        // reads it (the object then is no longer labelled for the shard on the server).
+        for _ in 0..2 {
+            {
+                let fences = self.fences.read().await;
+                if fences.held.contains_key(shard) {
+                    return Ok(Fence::Held { _guard: fences });
+                }
+            }
+            if let Some(wait) = self.fence(shard, false).await? {
+                return Ok(Fence::NotYet(wait));
+            }
+        }
+        Ok(Fence::NotYet(self.config.membership_check_interval))
+    }
+
+    /// Writes this sharder's fence on `shard`'s Lease if the server's Lease is not held (absent,
+    /// released, expired) or already fenced (only the latter with `only_fenced`): conditional on
+    /// the resourceVersion read (a create if absent). `None`: fenced; `Some(wait)`: not, decide
+    /// again after `wait`.
+    async fn fence(&self, shard: &str, only_fenced: bool) -> Result<Option<Duration>, kube::Error> {
+        let mut fences = self.fences.write().await;
+        if fences.held.contains_key(shard) {
+            return Ok(None);
+        }
+        let now = tokio::time::Instant::now();
+        if let Some(until) = fences.refused_until.get(shard).filter(|until| **until > now) {
+            return Ok(Some(*until - now));
+        }
+        let (ring, name) = (&self.config.ring, format!("{}-{shard}", self.config.ring));
+        let token = jiff::Timestamp::now().to_string();
+        let written = match self.leases.get_opt(&name).await? {
+            None if only_fenced => return Ok(Some(self.config.membership_check_interval)),
+            Some(lease) if only_fenced && !is_fenced(&lease) => {
+                return Ok(Some(self.config.membership_check_interval));
+            }
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        namespace: Some(self.config.namespace.clone()),
+                        labels: Some(BTreeMap::from([(RING_LABEL.to_owned(), ring.clone())])),
+                        annotations: Some(BTreeMap::from([(FENCE_ANNOTATION.to_owned(), token.clone())])),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(LeaseSpec::default()),
+                };
+                self.leases.create(&PostParams::default(), &lease).await.map(|_| ())
+            }
+            Some(lease) => {
+                if !is_fenced(&lease)
+                    && let Some(left) = held_for(&lease, jiff::Timestamp::now())
+                {
+                    // Held on the server: renewed by an incarnation the Lease cache has not
+                    // shown yet (it becomes live), or by one whose Lease lost the ring label
+                    // (it stops within a retry period, and the Lease expires).
+                    let wait = left.clamp(self.config.membership_check_interval, self.config.lease_duration);
+                    debug!(ring = %ring, shard, lease = %name, ?wait, "shard lease held on the server: not fenced");
+                    fences.refused_until.insert(shard.to_owned(), now + wait);
+                    return Ok(Some(wait));
+                }
+                let patch = serde_json::json!({"metadata": {
+                    "resourceVersion": lease.metadata.resource_version,
+                    "labels": {RING_LABEL: ring},
+                    "annotations": {FENCE_ANNOTATION: token},
+                }});
+                self.leases
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| ())
+            }
+        };
+        match written {
+            Ok(()) => {
+                info!(ring = %ring, shard, lease = %name, fence = %token,
+                    "fenced the shard lease: moving the shard's objects");
+                fences.refused_until.remove(shard);
+                fences.held.insert(shard.to_owned(), token);
+                Ok(None)
+            }
+            // The Lease changed (renewed, taken) or was created meanwhile: decide again.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                debug!(ring = %ring, shard, lease = %name, "shard lease changed while fencing it: not fenced");
+                Ok(Some(self.config.membership_check_interval))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes over the fences among `leases` that this sharder does not hold (written by a
+    /// sharder that lost its leadership before lifting them), so that it lifts them once their
+    /// shards' objects moved: a shard waiting on one would wait forever otherwise.
+    pub(crate) async fn adopt_fences(&self, leases: &[Arc<Lease>]) {
+        let prefix = format!("{}-", self.config.ring);
+        for lease in leases.iter().filter(|lease| is_fenced(lease)) {
+            let Some(shard) = lease.metadata.name.as_deref().and_then(|n| n.strip_prefix(&prefix)) else {
+                continue;
+            };
+            if self.fences.read().await.held.contains_key(shard) {
+                continue;
+            }
+            if let Err(e) = self.fence(shard, true).await {
+                warn!(ring = %self.config.ring, shard, error = %e, "taking over a shard lease's fence failed");
+            }
+        }
+    }
+
+    /// The shards this sharder holds a fence on.
+    pub(crate) async fn fenced_shards(&self) -> Vec<String> {
+        self.fences.read().await.held.keys().cloned().collect()
+    }
+
+    /// Lifts this sharder's fence on `shard` if no object of the ring's primary type is labelled
+    /// for it on the server (a LIST), holding the fences alone so no move under it is in flight:
+    /// the shard's next incarnation may then start. Errors are logged; the next membership check
+    /// tries again.
+    pub(crate) async fn lift(&self, shard: &str) {
+        let mut fences = self.fences.write().await;
+        let Some(token) = fences.held.get(shard).cloned() else {
+            return;
+        };
+        let (ring, name) = (&self.config.ring, format!("{}-{shard}", self.config.ring));
+        let selector = format!("{}={shard}", self.config.shard_label());
+        match self
+            .objects
+            .list_metadata(&ListParams::default().labels(&selector).limit(1))
+            .await
+        {
+            Ok(list) if list.items.is_empty() => {}
+            Ok(_) => return, // a move still to make (a conflict requeued it)
+            Err(e) => {
+                warn!(ring = %ring, shard, error = %e, "listing a fenced shard's objects failed: the fence stays");
+                return;
+            }
+        }
+        // Conditional on the resourceVersion read, and only if the fence is still this one; a
+        // conflict (a renewal) reads again, a few times per membership check.
+        for attempt in 1..=5 {
+            let lease = match self.leases.get_opt(&name).await {
+                Ok(Some(lease)) => lease,
+                Ok(None) => break, // deleted: nothing to lift
+                Err(e) => {
+                    warn!(ring = %ring, shard, lease = %name, error = %e, "reading a fenced shard lease failed: the fence stays");
+                    return;
+                }
+            };
+            let ours = lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(FENCE_ANNOTATION))
+                == Some(&token);
+            if !ours {
+                break; // lifted or fenced again by another sharder: not this one's to lift
+            }
+            let patch = serde_json::json!({"metadata": {
+                "resourceVersion": lease.metadata.resource_version,
+                "annotations": {FENCE_ANNOTATION: null},
+            }});
+            match self
+                .leases
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    info!(ring = %ring, shard, lease = %name, "moved every object of the fenced shard: fence lifted");
+                    break;
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 && attempt < 5 => continue,
+                Err(e) => {
+                    warn!(ring = %ring, shard, lease = %name, error = %e, "lifting the fence failed: the fence stays");
+                    return;
+                }
+            }
+        }
+        fences.held.remove(shard);
+    }
 }
 
 /// The earliest instant one of the live `leases` expires, if none is renewed before.
 pub(crate) fn next_expiry(leases: &[Arc<Lease>], now: jiff::Timestamp) -> Option<Duration> {
     leases
         .iter()
-        .filter_map(|lease| {
-            let spec = lease.spec.as_ref()?;
-            spec.holder_identity.as_deref().filter(|h| !h.is_empty())?;
-            let expires = spec
-                .renew_time
-                .as_ref()?
-                .0
-                .checked_add(jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds?)))
-                .ok()?;
-            let left = now.duration_until(expires);
-            (left.is_positive()).then(|| Duration::try_from(left).ok()).flatten()
-        })
+        .filter(|lease| !is_fenced(lease))
+        .filter_map(|lease| held_for(lease, now))
         .min()
 }
 
@@ -180,23 +431,33 @@ impl ShardMembership {
     }
 
     /// Acquires the shard's Lease and labels it with the ring (retried every `retry_period`),
-    /// then renews it in a task. `None` if `shutdown` fired first (a Lease acquired meanwhile
-    /// is released).
+    /// renews it in a task, and waits until the Lease carries no fence (the sharder lifts it
+    /// once it moved every object of this shard's previous incarnation). `None` if `shutdown`
+    /// fired first (a Lease acquired meanwhile is released). A Lease lost meanwhile ends the
+    /// returned term at once ([`leave`](Self::leave) says why).
     pub(crate) async fn join(&self, shutdown: &CancellationToken) -> Option<(Leadership, Renewing)> {
         if !self.elector.acquire(shutdown).await {
             return None;
         }
-        // The run's term: the Lease's, ended early if the Lease is found deleted or taken.
+        // The run's term: the Lease's, ended early if the Lease is found deleted, taken or
+        // fenced.
         let term = self.elector.leadership().narrowed();
         let stop = CancellationToken::new();
         let labelled = CancellationToken::new();
+        let unfenced = CancellationToken::new();
         let task = tokio::spawn({
-            let (elector, stop, labelled, term) = (self.elector.clone(), stop.clone(), labelled.clone(), term.clone());
-            let (leases, config) = (self.leases.clone(), self.config.clone());
+            let (elector, stop, term) = (self.elector.clone(), stop.clone(), term.clone());
+            let watch = watch_lease(
+                self.leases.clone(),
+                self.config.clone(),
+                stop.clone(),
+                labelled.clone(),
+                unfenced.clone(),
+            );
             async move {
                 tokio::select! {
                     renewed = elector.renew(&stop) => renewed.map_err(|e| e.to_string()),
-                    reason = watch_lease(leases, config, stop.clone(), labelled) => {
+                    reason = watch => {
                         term.token().cancel();
                         Err(reason)
                     }
@@ -230,8 +491,18 @@ impl ShardMembership {
             }
         }
         labelled.cancel();
-        info!(ring = %self.config.ring, shard = %self.config.shard_id, lease = %self.config.lease_name(),
-            "joined the ring");
+        tokio::select! {
+            () = unfenced.cancelled() => {
+                info!(ring = %self.config.ring, shard = %self.config.shard_id, lease = %self.config.lease_name(),
+                    "joined the ring");
+            }
+            // Lost before the fence was lifted: the run ends at once, and leave() says why.
+            () = term.token().cancelled() => {}
+            () = shutdown.cancelled() => {
+                self.leave(renewing).await;
+                return None;
+            }
+        }
         self.config.readiness.set(Some(term.clone()));
         Some((term, renewing))
     }
@@ -263,38 +534,73 @@ impl ShardMembership {
     }
 }
 
-/// Reads the shard's Lease every `retry_period` once `labelled` fired, until `stop`; returns why
-/// the shard lost it: the Lease was deleted (its elector would recreate it, without the ring's
-/// label, unseen by the sharder) or lost the ring's label, or another holder took it. A failed
-/// read proves nothing (the renewal's deadline covers an unreachable server). Never returns
-/// once `stop` fired.
+/// Why the shard's Lease, as read (`None`: absent), is no longer the shard's: deleted (its
+/// elector would recreate it, without the ring's label, unseen by the sharder), unlabelled, held
+/// by another. `Ok(fenced)` otherwise.
+fn check_lease(lease: Option<Lease>, config: &ShardingConfig) -> Result<bool, String> {
+    let name = config.lease_name();
+    let Some(lease) = lease else {
+        return Err(format!("shard lease {name} was deleted"));
+    };
+    if lease.metadata.labels.as_ref().and_then(|l| l.get(RING_LABEL)) != Some(&config.ring) {
+        return Err(format!(
+            "shard lease {name} lost its {RING_LABEL} label (deleted and recreated?)"
+        ));
+    }
+    let fenced = is_fenced(&lease);
+    let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    if holder != config.shard_id {
+        return Err(format!("shard lease {name} is held by {holder:?}"));
+    }
+    Ok(fenced)
+}
+
+/// Reads the shard's Lease once `labelled` fired, until `stop`: first until it carries no fence
+/// (then fires `unfenced`), then every `retry_period`. Returns why the shard lost it (see
+/// [`check_lease`]; a fence once joined: the sharder judged the shard gone and is moving its
+/// objects). A failed read proves nothing (the renewal's deadline covers an unreachable server).
+/// Never returns once `stop` fired.
 async fn watch_lease(
     leases: Api<Lease>,
     config: ShardingConfig,
     stop: CancellationToken,
     labelled: CancellationToken,
+    unfenced: CancellationToken,
 ) -> String {
     tokio::select! {
         () = labelled.cancelled() => {}
         () = stop.cancelled() => std::future::pending::<()>().await,
     }
     let name = config.lease_name();
+    let (mut first, mut waiting_logged) = (true, false);
     loop {
-        tokio::select! {
-            () = stop.cancelled() => std::future::pending::<()>().await,
-            () = tokio::time::sleep(config.retry_period) => {}
+        if !first {
+            tokio::select! {
+                () = stop.cancelled() => std::future::pending::<()>().await,
+                () = tokio::time::sleep(config.retry_period) => {}
+            }
         }
+        first = false;
         let lease = match leases.get_opt(&name).await {
-            Ok(Some(lease)) => lease,
-            Ok(None) => return format!("shard lease {name} was deleted"),
-            Err(_) => continue,
+            Ok(lease) => lease,
+            Err(e) => {
+                debug!(ring = %config.ring, lease = %name, error = %e, "reading the shard lease failed");
+                continue;
+            }
         };
-        if lease.metadata.labels.as_ref().and_then(|l| l.get(RING_LABEL)) != Some(&config.ring) {
-            return format!("shard lease {name} lost its {RING_LABEL} label (deleted and recreated?)");
-        }
-        let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
-        if holder != config.shard_id {
-            return format!("shard lease {name} is held by {holder:?}");
+        match check_lease(lease, &config) {
+            Err(reason) => return reason,
+            Ok(true) if unfenced.is_cancelled() => {
+                return format!("shard lease {name} was fenced by the sharder (it judged this shard gone)");
+            }
+            Ok(true) => {
+                if !waiting_logged {
+                    info!(ring = %config.ring, shard = %config.shard_id, lease = %name,
+                        "the sharder is moving the objects of this shard's previous incarnation: waiting for it to lift the fence");
+                }
+                waiting_logged = true;
+            }
+            Ok(false) => unfenced.cancel(),
         }
     }
 }

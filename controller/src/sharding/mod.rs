@@ -25,15 +25,17 @@
 //! clock). A shard whose Lease names no holder (released) or was not renewed for
 //! `leaseDurationSeconds` (by its `renewTime`) is gone. The shard's reconciles run under that
 //! lease's term ([`Leadership`](crate::Leadership)): a shard that cannot renew stops
-//! reconciling before the sharder may consider it gone. A shard is named by its Lease, not its holder: a Lease taken by another
-//! holder keeps the shard live until it expires. A shard that lost its Lease while running does
+//! reconciling before the sharder may consider it gone. A shard is named by its Lease, not its
+//! holder: a Lease taken by another holder keeps the shard live until it expires. A shard that lost its Lease while running does
 //! not rejoin in place: its workers stop at once and its run returns
 //! [`ControllerError::ShardLeaseLost`](crate::ControllerError::ShardLeaseLost), so its
 //! [`Manager`](crate::Manager) shuts down and fails (as on losing the leader lease) and the
 //! restarted process joins as a fresh member. The shard also reads its Lease every
-//! `retry_period`: deleted (its elector would recreate it without the ring's label), unlabelled
-//! or held by another, it is lost so. The sharder remembers each shard Lease's last known
-//! expiry: a Lease that vanished keeps its shard live until then, so the shard notices first. `kubectl get leases -l
+//! `retry_period`: deleted (its elector would recreate it without the ring's label), unlabelled,
+//! held by another or fenced, it is lost so. The sharder remembers each shard Lease's last known
+//! expiry: a Lease that vanished keeps its shard live until then, so the shard notices first.
+//! A Lease carrying the sharder's fence ([`FENCE_ANNOTATION`], see the handover below) is not
+//! live, even held: its holder waits for the sharder to lift it. `kubectl get leases -l
 //! sharding.kinformer.io/ring=<ring>` lists the shards and their holders.
 //!
 //! # Assignment (`ring.rs`, `sharder.rs`)
@@ -59,10 +61,27 @@
 //!
 //! A shard whose Lease expired or was released cannot be reconciling (its own term ended
 //! first, `renew_deadline < lease_duration`; a released lease comes after its workers
-//! stopped), so its objects are relabelled at once. Every label write carries the
-//! resourceVersion it was computed from: a concurrent change makes it fail with a conflict and
-//! it is computed again. No home-made consensus: Leases, labels, optimistic concurrency and
-//! watches only.
+//! stopped), so its objects are relabelled without a drain, but only under a *fence*: the id
+//! outlives the process, and a restarted replica takes the same Lease again, perhaps after the
+//! sharder's cache last showed it. So:
+//! 4. Before moving a gone shard's objects, the sharder writes the annotation
+//!    [`FENCE_ANNOTATION`] on its Lease, conditional on the resourceVersion of a state in which
+//!    it was released, expired, absent (a create) or fenced already. A conflict (the Lease was
+//!    renewed meanwhile) means no fence and no move: the object is decided again.
+//! 5. A shard that acquires its Lease waits until the Lease carries no fence before its workers
+//!    start (the elector keeps the Lease's metadata, so an acquirer finds the fence); a running
+//!    shard whose Lease gets fenced has lost it.
+//! 6. The sharder moves the objects while holding its fence (shared), and lifts it (alone, so no
+//!    such move is in flight) once its cache and then a LIST from the server show no object
+//!    labelled for the shard.
+//! 7. A shard's cache may still show objects moved away before it joined: the first reconcile
+//!    of each key in a run GETs the object and goes ahead only if the server has it labelled
+//!    for this shard. From then on it leaves the shard only by the shard's own
+//!    acknowledgement (2) or the shard's death.
+//!
+//! Every label write carries the resourceVersion it was computed from: a concurrent change
+//! makes it fail with a conflict and it is computed again. No home-made consensus: Leases,
+//! labels, annotations, optimistic concurrency and watches only.
 //!
 //! # Metrics
 //! `kinformer_sharding_objects{ring,shard}` (objects labelled per shard, as the sharder sees
@@ -92,6 +111,10 @@ pub const SHARD_LABEL_PREFIX: &str = "shard.kinformer.io/";
 pub const DRAIN_LABEL_PREFIX: &str = "drain.shard.kinformer.io/";
 /// The label of every shard Lease, whose value is the ring's name.
 pub const RING_LABEL: &str = "sharding.kinformer.io/ring";
+/// The annotation by which the sharder fences a gone shard's Lease while it moves that shard's
+/// objects (its value: when the fence was written); no incarnation of the shard reconciles
+/// while it is there.
+pub const FENCE_ANNOTATION: &str = "sharding.kinformer.io/fenced";
 
 /// Why `value` cannot be both a label value (or a label key's name part) and part of a Lease's
 /// name (an RFC 1123 subdomain), if it cannot.

@@ -24,7 +24,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, 
 use serde_json::{Map, Value};
 use tracing::{debug, info};
 
-use super::membership::{LeaseMemory, next_expiry};
+use super::membership::{Fence, RingMembership, next_expiry};
 use super::{RING_LABEL, ShardingConfig, ring};
 use crate::builder::Controller;
 use crate::controller::{BuiltController, ControllerError};
@@ -205,7 +205,11 @@ impl<K: FactoryResource> Sharder<K> {
             None => Registry::new(),
         };
         let sharding_metrics = ShardingMetrics::new(&registry)?;
-        let memory = Arc::new(LeaseMemory::default());
+        let memory = Arc::new(RingMembership::new(
+            factory.client().clone(),
+            &config,
+            &ApiResource::erase::<K>(&()),
+        ));
         let changes = membership_changes(
             memory.clone(),
             lease_informer.indexer().clone(),
@@ -252,9 +256,11 @@ impl<K: FactoryResource> Sharder<K> {
 
 /// A signal each time the set of live shards changes, checked from the Lease cache every
 /// `membership_check_interval` and at the instant the first live Lease would expire; it also
-/// refreshes `kinformer_sharding_objects`.
+/// refreshes `kinformer_sharding_objects`, takes over the fences another sharder left, and lifts
+/// the fences whose shards its cache shows no object labelled for ([`RingMembership::lift`]
+/// confirms with a LIST).
 fn membership_changes<K: Resource + Send + Sync + 'static>(
-    memory: Arc<LeaseMemory>,
+    memory: Arc<RingMembership>,
     leases: Indexer<Lease>,
     objects: Indexer<PartialObjectMeta<K>>,
     config: ShardingConfig,
@@ -274,6 +280,12 @@ fn membership_changes<K: Resource + Send + Sync + 'static>(
                 let current = leases.list();
                 let live = memory.live(&current, &config.ring, now);
                 count_objects(&objects, &config, &live, &metrics);
+                memory.adopt_fences(&current).await;
+                for shard in memory.fenced_shards().await {
+                    if !labelled_for(&objects, &config, &shard) {
+                        memory.lift(&shard).await;
+                    }
+                }
                 if last.as_ref() != Some(&live) {
                     if last.is_some() {
                         info!(ring = %config.ring, shards = ?live, "ring membership changed: re-examining every object");
@@ -290,6 +302,23 @@ fn membership_changes<K: Resource + Send + Sync + 'static>(
                 tokio::time::sleep(wait).await;
             }
         }
+    })
+}
+
+/// Whether the sharder's cache shows an object labelled for `shard`.
+fn labelled_for<K: Resource + 'static>(
+    objects: &Indexer<PartialObjectMeta<K>>,
+    config: &ShardingConfig,
+    shard: &str,
+) -> bool {
+    let label = config.shard_label();
+    objects.list().iter().any(|obj| {
+        obj.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(&label))
+            .map(String::as_str)
+            == Some(shard)
     })
 }
 
@@ -343,8 +372,9 @@ fn is_conflict(e: &kube::Error) -> bool {
 /// [module docs](super)).
 pub struct SharderReconciler<K> {
     leases: Indexer<Lease>,
-    /// The last known expiry of each shard's Lease (shared with the membership check).
-    memory: Arc<LeaseMemory>,
+    /// The last known expiry of each shard's Lease and the fences (shared with the membership
+    /// check).
+    memory: Arc<RingMembership>,
     resource: ApiResource,
     namespaced: bool,
     config: ShardingConfig,
@@ -355,8 +385,10 @@ pub struct SharderReconciler<K> {
 }
 
 impl<K: FactoryResource> SharderReconciler<K> {
-    /// The label writes `meta` needs, and the shard its children should carry.
-    fn decide(&self, key: &ObjectKey, meta: &ObjectMeta) -> (Option<Map<String, Value>>, Option<String>) {
+    /// The label writes `meta` needs, the shard its children should carry, and the gone shard
+    /// the writes move the object from without a drain (only under this sharder's fence on
+    /// that shard's Lease).
+    fn decide(&self, key: &ObjectKey, meta: &ObjectMeta) -> Decision {
         let (shard_label, drain_label) = (self.config.shard_label(), self.config.drain_label());
         let labels = meta.labels.clone().unwrap_or_default();
         let current = labels.get(&shard_label).cloned();
@@ -364,18 +396,24 @@ impl<K: FactoryResource> SharderReconciler<K> {
         let live = self
             .memory
             .live(&self.leases.list(), &self.config.ring, jiff::Timestamp::now());
-        let Some(desired) = ring::assign(&live, &key.cache_key()).map(str::to_owned) else {
-            return (None, current); // no live shard: nothing to assign to
-        };
-        let assign = |desired: &str| {
+        let desired = ring::assign(&live, &key.cache_key()).map(str::to_owned);
+        // The shard label set to `to` (removed if `None`), the drain label removed.
+        let assign = |to: &Option<String>| {
             let mut patch = Map::new();
-            patch.insert(shard_label.clone(), Value::String(desired.to_owned()));
+            patch.insert(shard_label.clone(), to.clone().map_or(Value::Null, Value::String));
             patch.insert(drain_label.clone(), Value::Null);
             patch
         };
         let drains = || self.drains.lock().unwrap_or_else(|p| p.into_inner());
-        match current {
-            None => {
+        let keep = |current: Option<String>| Decision {
+            patch: None,
+            shard: current,
+            from_gone: None,
+        };
+        match (current, desired) {
+            // No live shard: nothing to assign to.
+            (None, None) => keep(None),
+            (None, Some(desired)) => {
                 if let Some(started) = drains().remove(key) {
                     self.metrics
                         .drain_duration
@@ -386,27 +424,50 @@ impl<K: FactoryResource> SharderReconciler<K> {
                         .with_label_values(&[&self.config.ring, "drained"])
                         .inc();
                 }
-                (Some(assign(&desired)), Some(desired))
+                let desired = Some(desired);
+                Decision {
+                    patch: Some(assign(&desired)),
+                    shard: desired,
+                    from_gone: None,
+                }
             }
-            Some(current) if !live.contains(&current) => {
+            // From a gone shard: to the live one, or unassigned if none is live (so the fence
+            // on the gone shard can be lifted, and its next incarnation can take them).
+            (Some(current), desired) if !live.contains(&current) => {
                 drains().remove(key);
-                self.metrics
-                    .moves
-                    .with_label_values(&[&self.config.ring, "expired"])
-                    .inc();
-                debug!(ring = %self.config.ring, key = %key, from = %current, to = %desired, "moving from a shard that is gone");
-                (Some(assign(&desired)), Some(desired))
+                debug!(ring = %self.config.ring, key = %key, from = %current, to = ?desired, "moving from a shard that is gone");
+                Decision {
+                    patch: Some(assign(&desired)),
+                    shard: desired,
+                    from_gone: Some(current),
+                }
             }
-            Some(current) if current == desired || draining => (None, Some(current)),
-            Some(current) => {
+            (Some(current), Some(desired)) if current == desired || draining => keep(Some(current)),
+            (Some(current), Some(desired)) => {
                 drains().entry(key.clone()).or_insert_with(Instant::now);
                 debug!(ring = %self.config.ring, key = %key, from = %current, to = %desired, "draining");
                 let mut patch = Map::new();
                 patch.insert(drain_label, Value::String("true".into()));
-                (Some(patch), Some(current))
+                Decision {
+                    patch: Some(patch),
+                    shard: Some(current),
+                    from_gone: None,
+                }
             }
+            // Unreachable (no live shard, so `current` is not live), kept as it is.
+            (Some(current), None) => keep(Some(current)),
         }
     }
+}
+
+/// What [`SharderReconciler::decide`] decided for one object.
+struct Decision {
+    /// The label writes.
+    patch: Option<Map<String, Value>>,
+    /// The shard the object's children should carry.
+    shard: Option<String>,
+    /// The gone shard the writes move the object from, without a drain.
+    from_gone: Option<String>,
 }
 
 impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<K> {
@@ -417,7 +478,20 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
             self.drains.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
             return Ok(Action::Done);
         };
-        let (patch, shard) = self.decide(&req, &obj.metadata);
+        let Decision {
+            patch,
+            shard,
+            from_gone,
+        } = self.decide(&req, &obj.metadata);
+        // A gone shard's objects move without a drain only under this sharder's fence on its
+        // Lease, held until the writes are done: no incarnation of that shard reconciles then.
+        let _fence = match &from_gone {
+            Some(gone) => match self.memory.fenced(gone).await? {
+                held @ Fence::Held { .. } => Some(held),
+                Fence::NotYet(wait) => return Ok(Action::RequeueAfter(wait)),
+            },
+            None => None,
+        };
         // The children first: when the object is assigned to a new shard, that shard finds its
         // children cached by the time it reconciles the object (it skips the object's key
         // until the object itself is labelled for it). While the object drains, or stays, its
@@ -432,6 +506,12 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
         }
         if let Some(labels) = patch {
             match patch_labels(ctx.client(), &self.resource, self.namespaced, &obj.metadata, labels).await {
+                Ok(()) if from_gone.is_some() => {
+                    self.metrics
+                        .moves
+                        .with_label_values(&[&self.config.ring, "expired"])
+                        .inc();
+                }
                 Ok(()) => {}
                 // The cache is behind: the update that made it so queues the key again.
                 Err(e) if is_conflict(&e) => return Ok(Action::Requeue),

@@ -203,6 +203,7 @@ mod gc;
 mod kubeconfig;
 pub mod kubectl;
 mod limits;
+pub mod logs;
 mod object;
 mod openapi;
 mod patch;

@@ -1,7 +1,8 @@
 //! The factory's ownership of its tasks, with stand-in informers (no API server).
 
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+use envtest::logs::Logs;
 
 use super::*;
 
@@ -124,32 +125,10 @@ async fn wait_for_cache_sync_spawns_nothing_that_outlives_it() {
     factory.shutdown().await;
 }
 
-/// Log lines written while it is the default subscriber.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn a_panicking_informer_is_logged_with_its_name_and_joined() {
     let logs = Logs::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let logs = logs.clone();
-            move || logs.clone()
-        })
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let _default = logs.set_default(tracing::Level::INFO);
     let factory = factory_with(&[("Bomb", true), ("A", false)]);
     let before = alive_tasks();
     factory.start(&CancellationToken::new());
@@ -158,7 +137,7 @@ async fn a_panicking_informer_is_logged_with_its_name_and_joined() {
         before + 2,
         "the panicked informer's task ended"
     );
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     let line = text
         .lines()
         .find(|l| l.contains("informer task panicked"))

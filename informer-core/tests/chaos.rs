@@ -208,10 +208,7 @@ async fn writer(client: kube::Client, seed: u64, stop: CancellationToken) -> u64
 }
 
 async fn run_seed(seed: u64, queue: QueueKind, chaos: Duration) {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
     let namespaces: Api<Namespace> = Api::all(client.clone());

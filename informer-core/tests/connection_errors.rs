@@ -6,38 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use envtest::logs::Logs;
 use informer_core::{ApiListerWatcher, ErrorChain, InformerConfig, ReflectorConfig, SharedIndexInformer};
 use k8s_openapi::api::core::v1::ConfigMap;
 use tokio_util::sync::CancellationToken;
-
-/// Log lines written through a `tracing` subscriber, kept for the test to read.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Logs {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl tracing_subscriber::fmt::MakeWriter<'_> for Logs {
-    type Writer = Logs;
-
-    fn make_writer(&self) -> Logs {
-        self.clone()
-    }
-}
 
 /// A port nothing listens on: bound, then released.
 fn closed_port() -> u16 {
@@ -75,12 +47,7 @@ async fn first_list_error(client: kube::Client) -> String {
 #[tokio::test]
 async fn a_list_refused_names_the_server_and_the_cause() {
     let logs = Logs::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    logs.set_global_default(tracing::Level::WARN).unwrap();
 
     // A client built by informer_core::client names the server in every transport error.
     let server = format!("https://127.0.0.1:{}", closed_port());

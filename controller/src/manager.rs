@@ -53,7 +53,10 @@
 //!    `Others`), so they see synced caches, and then leader election.
 //! 3. Starts the controllers (and other runnables that need leader election): at once
 //!    without leader election, or once the Lease is acquired. A standby keeps its informers
-//!    running, so its caches are warm and its queues hold every key when it takes over.
+//!    running, so its caches are warm and its queues hold every key when it takes over. The
+//!    informers of the [leader factory](Manager::leader_factory) are the exception: they
+//!    start only when this replica starts leading, right before these runnables (which wait
+//!    for their caches), so a standby holds none of their objects.
 //!    Runnables added while `run` runs ([`ManagerHandle::add`]) start at once under the same
 //!    rules (a leader-election runnable waits for the lease).
 //! 4. Runs until the token is cancelled, a signal arrives (only with
@@ -193,6 +196,7 @@ impl ManagerError {
 pub struct ManagerBuilder {
     client: Client,
     factory: Option<SharedInformerFactory>,
+    leader_factory: Option<SharedInformerFactory>,
     registry: Option<prometheus::Registry>,
     metrics_addr: Option<SocketAddr>,
     health_probe_addr: Option<SocketAddr>,
@@ -211,6 +215,14 @@ impl ManagerBuilder {
     /// resync, stripping managedFields).
     pub fn factory(mut self, factory: SharedInformerFactory) -> Self {
         self.factory = Some(factory);
+        self
+    }
+
+    /// The factory of the informers only the leader needs, [`Manager::leader_factory`]
+    /// (default: one with no resync, stripping managedFields, watching every namespace; give
+    /// it the namespaces of [`factory`](Self::factory) if that one is restricted).
+    pub fn leader_factory(mut self, factory: SharedInformerFactory) -> Self {
+        self.leader_factory = Some(factory);
         self
     }
 
@@ -321,6 +333,11 @@ impl ManagerBuilder {
                 .strip_managed_fields(true)
                 .build()
         });
+        let leader_factory = self.leader_factory.unwrap_or_else(|| {
+            SharedInformerFactory::builder(self.client.clone())
+                .strip_managed_fields(true)
+                .build()
+        });
         let registry = self.registry.unwrap_or_default();
         let metrics = Metrics::new(&registry)?;
         let leader_status = IntGaugeVec::new(
@@ -331,9 +348,12 @@ impl ManagerBuilder {
             &["name"],
         )?;
         registry.register(Box::new(leader_status.clone()))?;
-        let stats_factory = factory.clone();
+        let stats_factories = [factory.clone(), leader_factory.clone()];
         registry.register(Box::new(InformerCollector::new(Arc::new(move || {
-            stats_factory.informer_stats()
+            stats_factories
+                .iter()
+                .flat_map(SharedInformerFactory::informer_stats)
+                .collect()
         }))?))?;
         let elector = self
             .leader_election
@@ -356,6 +376,7 @@ impl ManagerBuilder {
         Ok(Manager {
             client: self.client,
             factory,
+            leader_factory,
             metrics,
             status,
             elector,
@@ -555,6 +576,7 @@ impl ManagerHandle {
 pub struct Manager {
     client: Client,
     factory: SharedInformerFactory,
+    leader_factory: SharedInformerFactory,
     metrics: Metrics,
     status: ManagerStatus,
     elector: Option<LeaderElector>,
@@ -580,6 +602,7 @@ impl Manager {
         ManagerBuilder {
             client,
             factory: None,
+            leader_factory: None,
             registry: None,
             metrics_addr: Some(SocketAddr::from(([0, 0, 0, 0], 8080))),
             health_probe_addr: Some(SocketAddr::from(([0, 0, 0, 0], 8081))),
@@ -602,6 +625,18 @@ impl Manager {
     /// The shared informer factory.
     pub fn factory(&self) -> &SharedInformerFactory {
         &self.factory
+    }
+
+    /// The factory of informers only the leader needs, such as a sharding ring's
+    /// [`Sharder`](crate::sharding::Sharder)'s: [`run`](Self::run) starts its informers when
+    /// this replica starts leading (without leader election, once the caches synced), before
+    /// the runnables that need leader election, and stops them at shutdown (a lost lease ends
+    /// the run). A standby's caches of it stay empty, so each replica holds only what it
+    /// reconciles. The runnables reading it wait for their own caches, as every controller
+    /// does; `/readyz`'s `informer-sync` does not (a standby is ready without them). Its
+    /// informers are on `/metrics` with the factory's.
+    pub fn leader_factory(&self) -> &SharedInformerFactory {
+        &self.leader_factory
     }
 
     /// The metrics registered in the manager's registry.
@@ -689,6 +724,7 @@ impl Manager {
         let Manager {
             client: _,
             factory,
+            leader_factory,
             metrics,
             status,
             elector,
@@ -849,6 +885,8 @@ impl Manager {
                     };
                 }
                 Some(term) = leading_rx.recv() => {
+                    // The leader's own informers, before the runnables that read them.
+                    leader_factory.start(&infrastructure);
                     for runnable in waiting_leaders.drain(..) {
                         tasks.spawn_leading(runnable, leading.clone(), term.clone());
                     }
@@ -856,7 +894,11 @@ impl Manager {
                 }
                 Some(runnable) = add_rx.recv() => {
                     match (&leadership, runnable.needs_leader_election(), synced) {
-                        (Some(term), true, _) => tasks.spawn_leading(runnable, leading.clone(), term.clone()),
+                        (Some(term), true, _) => {
+                            // Informers it asked the leader factory for since the last start.
+                            leader_factory.start(&infrastructure);
+                            tasks.spawn_leading(runnable, leading.clone(), term.clone());
+                        }
                         (None, true, _) => {
                             debug!(runnable = runnable.name(), "added: starts when leading");
                             waiting_leaders.push(runnable);
@@ -982,6 +1024,7 @@ impl Manager {
         }
         infrastructure.cancel();
         factory.shutdown().await;
+        leader_factory.shutdown().await;
         for (name, server) in servers {
             if let Err(e) = server.await
                 && e.is_panic()

@@ -3,9 +3,13 @@
 //! they own like their owner.
 //!
 //! Where it sits: beside the shards' controllers, on the leader only. It reads the ring's
-//! primary type through the factory's shared *metadata* informer (all objects, labels and
+//! primary type (and its owned types) through *metadata* informers of every object (labels and
 //! owner references only) and the shard Leases through an informer of its own (the ring's
 //! label, the Leases' namespace), and writes labels; the shards' informers select on them.
+//! Its informers come from the factory it is given: the
+//! [`Manager::leader_factory`](crate::Manager::leader_factory), whose informers start only
+//! when the replica starts leading, so a replica that does not lead caches no object of
+//! another shard.
 
 use std::any::TypeId;
 use std::collections::{BTreeMap, HashMap};
@@ -113,8 +117,8 @@ type LabelChildren<K> = Arc<
 type AddChild<K> = Box<dyn FnOnce(Controller<PartialObjectMeta<K>>) -> Controller<PartialObjectMeta<K>> + Send>;
 
 /// Builds the sharder of a ring whose primary type is `K`:
-/// `Sharder::<K>::new(&factory, &config).owns::<C>().build()`, then add it to the
-/// [`Manager`](crate::Manager), which runs it while it leads.
+/// `Sharder::<K>::new(manager.leader_factory(), &config).owns::<C>().build()`, then add it to
+/// the [`Manager`](crate::Manager), which runs it while it leads.
 #[must_use]
 pub struct Sharder<K> {
     factory: SharedInformerFactory,
@@ -125,7 +129,10 @@ pub struct Sharder<K> {
 }
 
 impl<K: FactoryResource> Sharder<K> {
-    /// The sharder of `config.ring` (the shard id is not used), on `factory`.
+    /// The sharder of `config.ring` (the shard id is not used), with its informers on
+    /// `factory`: pass the Manager's [`leader_factory`](crate::Manager::leader_factory), which
+    /// starts them only on the leader (the Manager's [`factory`](crate::Manager::factory)
+    /// would start them on every replica, each caching every object's metadata).
     pub fn new(factory: &SharedInformerFactory, config: &ShardingConfig) -> Self {
         Sharder {
             factory: factory.clone(),

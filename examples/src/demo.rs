@@ -292,6 +292,17 @@ pub fn cluster_manager(
     args: &CommonArgs,
     lease_name: &str,
 ) -> Result<kinformer::controller::Manager, DemoError> {
+    cluster_manager_builder(client, args, lease_name)
+        .build()
+        .map_err(manager_error)
+}
+
+/// The builder of [`cluster_manager`], for a binary that sets more (its informer factory).
+pub fn cluster_manager_builder(
+    client: kube::Client,
+    args: &CommonArgs,
+    lease_name: &str,
+) -> kinformer::controller::ManagerBuilder {
     use kinformer::controller::{LeaderElectionConfig, Manager};
     let metrics = args
         .metrics_addr
@@ -304,8 +315,6 @@ pub fn cluster_manager(
         .health_probe_addr(probes)
         .handle_signals(true)
         .leader_election(LeaderElectionConfig::with_default_identity(&args.namespace, lease_name))
-        .build()
-        .map_err(manager_error)
 }
 
 /// A Manager's build error for the user: an address that could not be bound (a port already in

@@ -42,13 +42,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, PodTemplateSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kinformer::Informer;
 use kinformer::controller::predicate::ObjectFuncs;
-use kinformer::controller::sharding::{Sharder, SharderReconciler, ShardingConfig};
+use kinformer::controller::sharding::{SHARD_LABEL_PREFIX, Sharder, SharderReconciler, ShardingConfig};
 use kinformer::controller::{
     Action, BuiltController, Context, ControllerError, EventType, FinalizerError, FinalizerEvent, Manager, NotLeader,
     Reconciler, Request, SourceOptions, Verb, finalizer,
 };
 use kinformer::factory::generated::apps::v1::DeploymentLister;
-use kinformer::factory::{FactoryError, PartialObjectMeta, SharedInformerFactory};
+use kinformer::factory::{CacheOptions, FactoryError, PartialObjectMeta, SharedInformerFactory};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
 use schemars::JsonSchema;
@@ -179,16 +179,26 @@ fn labels(foo: &Foo) -> BTreeMap<String, String> {
     ])
 }
 
-/// The Deployment a Foo wants, owned by it.
+/// The Deployment a Foo wants, owned by it. Sharded, it carries its Foo's shard label from the
+/// start: the shard's Deployment cache, which selects on that label, holds it at once (the
+/// sharder would label it so a moment later, and a reconcile in between would find no
+/// Deployment cached and fail to create it again).
 pub fn new_deployment(foo: &Foo) -> Deployment {
     let owner = foo.controller_owner_ref(&()).map(|mut r| {
         r.block_owner_deletion = Some(true);
         r
     });
+    let shard_labels: BTreeMap<String, String> = foo
+        .labels()
+        .iter()
+        .filter(|(key, _)| key.starts_with(SHARD_LABEL_PREFIX))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
     Deployment {
         metadata: ObjectMeta {
             name: Some(foo.spec.deployment_name.clone()),
             namespace: foo.namespace(),
+            labels: (!shard_labels.is_empty()).then_some(shard_labels),
             owner_references: owner.map(|r| vec![r]),
             ..ObjectMeta::default()
         },
@@ -385,16 +395,47 @@ pub fn controller<R: Reconciler<Foo>>(
 /// like its owner.
 pub type FooSharder = BuiltController<PartialObjectMeta<Foo>, SharderReconciler<Foo>>;
 
+/// The name of the sharded sample-controller's ring: its label is `shard.kinformer.io/foo`, its
+/// shard Leases `foo-<shard-id>`.
+pub const RING: &str = "foo";
+
+/// The informer factory of shard `shard`: the Foo and Deployment informers hold only the objects
+/// labelled for the shard (`by_object`, controller-runtime's `cache.Options.ByObject`), so the
+/// reconciler's typed listers ([`SampleController::new`]) read the same caches as the sharded
+/// controller's sources, one list and watch per type. Give it to the Manager
+/// ([`ManagerBuilder::factory`](kinformer::controller::ManagerBuilder::factory)) before
+/// [`sharded_controller`].
+pub fn shard_factory(client: kube::Client, shard: &ShardingConfig) -> SharedInformerFactory {
+    let only_shard = shard_cache(shard);
+    SharedInformerFactory::builder(client)
+        .strip_managed_fields(true)
+        .by_object::<Foo>(only_shard.clone())
+        .by_object::<Deployment>(only_shard)
+        .build()
+}
+
+/// The cache options a sharded controller's sources get: the shard's label selector.
+fn shard_cache(shard: &ShardingConfig) -> CacheOptions {
+    CacheOptions::default().labels(shard.selector())
+}
+
 /// The sample-controller as shard `shard` of its ring (see `kinformer::controller::sharding`):
 /// the controller, which caches and reconciles only the Foos (and their Deployments) labelled
 /// for this shard, and the ring's sharder, which the Manager runs while it leads and which
-/// labels every Foo, and each Foo's Deployment like its owner.
+/// labels every Foo, and each Foo's Deployment like its owner. The sharder's informers (every
+/// Foo's and Deployment's metadata, the shard Leases) are on the Manager's
+/// [`leader_factory`](Manager::leader_factory): a replica that does not lead caches only its
+/// shard's objects.
+///
+/// The Manager's factory must be [`shard_factory`]'s: the reconciler's typed listers read its
+/// shared Foo and Deployment informers, which must be the shard's. With another, the build
+/// fails ([`FactoryError::ConflictingOptions`]) rather than caching every Foo.
 pub fn sharded_controller<R: Reconciler<Foo>>(
     manager: &Manager,
     shard: ShardingConfig,
     wrap: impl FnOnce(SampleController) -> R,
 ) -> Result<(BuiltController<Foo, R>, FooSharder), ControllerError> {
-    let sharder = Sharder::<Foo>::new(manager.factory(), &shard)
+    let sharder = Sharder::<Foo>::new(manager.leader_factory(), &shard)
         .metrics(manager.metrics().clone())
         .owns::<Deployment>()
         .build()?;
@@ -406,6 +447,14 @@ fn build<R: Reconciler<Foo>>(
     shard: Option<ShardingConfig>,
     wrap: impl FnOnce(SampleController) -> R,
 ) -> Result<BuiltController<Foo, R>, ControllerError> {
+    if let Some(shard) = &shard {
+        // The shared informers the typed listers read are the shard's, or this fails (see
+        // `sharded_controller`).
+        manager.factory().shared_informer_with::<Foo>(shard_cache(shard))?;
+        manager
+            .factory()
+            .shared_informer_with::<Deployment>(shard_cache(shard))?;
+    }
     let reconciler = SampleController::new(manager.factory())?;
     let builder = manager.controller("foo");
     let builder = match shard {

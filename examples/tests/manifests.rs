@@ -6,10 +6,15 @@
 //! returns them (evaluated here: verb, API group, resource, subresource, namespace), and every
 //! rule grants only what the run used, but for the few grants listed below with their reason;
 //! no rule holds `*`. The Deployment's probe and metrics ports answer on the paths the manifests
-//! name.
+//! name. The sharded variant (`sample-controller-sharded.yaml`) likewise: two shards run as the
+//! ServiceAccount with the sharded Deployment's arguments (one joining after the other, so
+//! Foos drain from one shard to the other), and every request of the shards and the sharder is
+//! allowed, the Lease requests by the Roles of the Leases' namespace.
 
 // The resource is called Foo, as upstream: `foo` names one, not a placeholder.
 #![allow(clippy::disallowed_names)]
+
+mod support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -22,9 +27,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kinformer::controller::sharding::ring;
 use kube::api::{Api, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::http_get;
 use tokio_util::sync::CancellationToken;
 
 /// The flags the Deployment passes to the binary, parsed as the binary parses them.
@@ -34,6 +40,8 @@ struct DeployedArgs {
     common: CommonArgs,
     #[arg(long)]
     in_cluster: bool,
+    #[arg(long)]
+    shards: bool,
 }
 
 /// Polls `cond` every 20 ms until it holds; panics naming `what` after 30 s.
@@ -122,34 +130,25 @@ fn allowed(rules: &[PolicyRule], verb: &str, group: &str, resource: &str) -> boo
     })
 }
 
-/// `GET path` on `addr` over plain HTTP/1.0: the status code and the body.
-async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let code = response.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
-    (code, body)
+/// Checks that `objects` are what the checked-in file `deploy/<file>` holds.
+fn assert_checked_in(file: &str, objects: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    let path = format!("{}/deploy/{file}", env!("CARGO_MANIFEST_DIR"));
+    let checked_in: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert!(checked_in == objects, "{path} is stale: run `cargo xtask manifests`");
+    checked_in
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_generated_rbac_allows_every_request_the_deployed_controller_makes_and_no_more() {
-    // The checked-in manifests are the generated ones.
-    let manifests = deploy::manifests().unwrap();
-    let objects = manifests.objects().unwrap();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/sample-controller.yaml");
-    let checked_in: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap();
-    assert!(checked_in == objects, "{path} is stale: run `cargo xtask manifests`");
-
-    // Applied to envtest.
-    let server = envtest::Server::start(envtest::Config::default()).await.unwrap();
+/// Applies `objects` to `server` and waits for the Foo CRD; returns the rules of the ClusterRole
+/// and of the Roles `roles` of the controller's namespace, as the server stores them, checked
+/// to hold no `*` and no non-resource URL.
+async fn apply_all(
+    server: &envtest::Server,
+    objects: &[serde_json::Value],
+    roles: &[String],
+) -> (Vec<PolicyRule>, Vec<PolicyRule>) {
     let admin = server.client();
-    for object in &checked_in {
+    for object in objects {
         apply(&admin, object).await;
     }
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
@@ -168,12 +167,16 @@ async fn the_generated_rbac_allows_every_request_the_deployed_controller_makes_a
         .unwrap()
         .rules
         .unwrap_or_default();
-    let role_rules = Api::<Role>::namespaced(admin.clone(), deploy::NAMESPACE)
-        .get(&manifests.leader_election_role())
-        .await
-        .unwrap()
-        .rules
-        .unwrap_or_default();
+    let mut role_rules = Vec::new();
+    for role in roles {
+        let rules = Api::<Role>::namespaced(admin.clone(), deploy::NAMESPACE)
+            .get(role)
+            .await
+            .unwrap()
+            .rules
+            .unwrap_or_default();
+        role_rules.extend(rules);
+    }
     for rule in cluster_rules.iter().chain(&role_rules) {
         let lists = [
             rule.api_groups.clone().unwrap_or_default(),
@@ -186,11 +189,14 @@ async fn the_generated_rbac_allows_every_request_the_deployed_controller_makes_a
         );
         assert!(rule.non_resource_urls.is_none(), "{rule:?}");
     }
+    (cluster_rules, role_rules)
+}
 
-    // The controller as the binary runs it in the pod: the Deployment's arguments, the
-    // ServiceAccount's identity; its ports on loopback, free ones, in place of 8080 and 8081.
+/// The arguments of the Deployment among `objects`, parsed as the binary parses them, with the
+/// ports on loopback, free ones, in place of 8080 and 8081; and the container.
+fn deployed_args(objects: &[serde_json::Value]) -> (DeployedArgs, serde_json::Value) {
     let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
-    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let container = deployment["spec"]["template"]["spec"]["containers"][0].clone();
     let pod_args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap();
     let mut args = DeployedArgs::try_parse_from(std::iter::once("sample-controller".to_owned()).chain(pod_args))
         .unwrap_or_else(|e| panic!("the Deployment's args: {e}"));
@@ -199,10 +205,99 @@ async fn the_generated_rbac_allows_every_request_the_deployed_controller_makes_a
     assert_eq!(args.common.health_probe_addr.map(|a| a.port()), Some(8081));
     args.common.metrics_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
     args.common.health_probe_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
-    let user = manifests.service_account_user();
+    (args, container)
+}
+
+/// A client of `server` impersonating `user`.
+fn impersonating(server: &envtest::Server, user: &str) -> Client {
     let mut config = server.kube_config();
-    config.auth_info.impersonate = Some(user.clone());
-    let as_service_account = Client::try_from(config).unwrap();
+    config.auth_info.impersonate = Some(user.to_owned());
+    Client::try_from(config).unwrap()
+}
+
+/// Checks every request `user` made against the rules (a Role's only in the controller's
+/// namespace) and returns what was used: (verb, group, resource).
+fn assert_allowed(
+    server: &envtest::Server,
+    user: &str,
+    cluster_rules: &[PolicyRule],
+    role_rules: &[PolicyRule],
+) -> BTreeSet<(String, String, String)> {
+    let requests: Vec<_> = server
+        .faults()
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == user)
+        .collect();
+    let mut used = BTreeSet::new();
+    for request in &requests {
+        let Some((verb, group, resource, namespace)) = attributes(&request.method, &request.path, request.is_watch)
+        else {
+            panic!("a non-resource request, which the rules do not grant: {request:?}");
+        };
+        let by_role = namespace.as_deref() == Some(deploy::NAMESPACE) && allowed(role_rules, &verb, &group, &resource);
+        assert!(
+            by_role || allowed(cluster_rules, &verb, &group, &resource),
+            "{verb} {group}/{resource} in {namespace:?} is not allowed: {request:?}"
+        );
+        used.insert((verb, group, resource));
+    }
+    used
+}
+
+/// Checks that every verb the rules grant was `used`, but for `unused_by_design`.
+fn assert_all_used(
+    rules: &[PolicyRule],
+    used: &BTreeSet<(String, String, String)>,
+    unused_by_design: impl Fn(&str, &str, &str) -> bool,
+) {
+    for rule in rules {
+        for group in rule.api_groups.iter().flatten() {
+            for resource in rule.resources.iter().flatten() {
+                for verb in &rule.verbs {
+                    assert!(
+                        used.contains(&(verb.clone(), group.clone(), resource.clone()))
+                            || unused_by_design(verb, group, resource),
+                        "{verb} on {group}/{resource} is granted but the controller never needed it; used: {used:#?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Granted and not seen in a run, each for a reason.
+fn unused_by_design(verb: &str, group: &str, resource: &str) -> bool {
+    match (verb, group, resource) {
+        // `get` on a watched type: the kubebuilder convention for sources (a conflict's re-read
+        // by the finalizer helper, a reconciler's read-through).
+        ("get", "samplecontroller.k8s.io" | "apps", _) => true,
+        // A series' count: only when one Event repeats within its aggregation window.
+        ("patch", "events.k8s.io", "events") => true,
+        // The recorder's fallback on servers without events.k8s.io/v1.
+        ("create" | "patch", "", "events") => true,
+        _ => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generated_rbac_allows_every_request_the_deployed_controller_makes_and_no_more() {
+    // The checked-in manifests are the generated ones.
+    let manifests = deploy::manifests().unwrap();
+    let objects = manifests.objects().unwrap();
+    let checked_in = assert_checked_in("sample-controller.yaml", &objects);
+
+    // Applied to envtest.
+    let server = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let admin = server.client();
+    let (cluster_rules, role_rules) = apply_all(&server, &checked_in, &[manifests.leader_election_role()]).await;
+
+    // The controller as the binary runs it in the pod: the Deployment's arguments, the
+    // ServiceAccount's identity; its ports on loopback, free ones, in place of 8080 and 8081.
+    let (args, container) = deployed_args(&objects);
+    assert!(!args.shards);
+    let user = manifests.service_account_user();
+    let as_service_account = impersonating(&server, &user);
     server.faults().clear_requests();
     let manager = deploy::manager(as_service_account, &args.common).unwrap();
     let probes = manager.health_probe_addr().unwrap();
@@ -298,49 +393,9 @@ async fn the_generated_rbac_allows_every_request_the_deployed_controller_makes_a
     run.await.unwrap().unwrap();
 
     // Every request the ServiceAccount made is allowed; every grant was used, but for these.
-    let requests: Vec<_> = server
-        .faults()
-        .requests()
-        .into_iter()
-        .filter(|r| r.user == user)
-        .collect();
-    let mut used = BTreeSet::new();
-    for request in &requests {
-        let Some((verb, group, resource, namespace)) = attributes(&request.method, &request.path, request.is_watch)
-        else {
-            panic!("a non-resource request, which the rules do not grant: {request:?}");
-        };
-        let by_role = namespace.as_deref() == Some(deploy::NAMESPACE) && allowed(&role_rules, &verb, &group, &resource);
-        assert!(
-            by_role || allowed(&cluster_rules, &verb, &group, &resource),
-            "{verb} {group}/{resource} in {namespace:?} is not allowed: {request:?}"
-        );
-        used.insert((verb, group, resource));
-    }
-    // Granted and not seen in this run, each for a reason:
-    let unused_by_design = |verb: &str, group: &str, resource: &str| match (verb, group, resource) {
-        // `get` on a watched type: the kubebuilder convention for sources (a conflict's re-read
-        // by the finalizer helper, a reconciler's read-through).
-        ("get", "samplecontroller.k8s.io" | "apps", _) => true,
-        // A series' count: only when one Event repeats within its aggregation window.
-        ("patch", "events.k8s.io", "events") => true,
-        // The recorder's fallback on servers without events.k8s.io/v1.
-        ("create" | "patch", "", "events") => true,
-        _ => false,
-    };
-    for rule in cluster_rules.iter().chain(&role_rules) {
-        for group in rule.api_groups.iter().flatten() {
-            for resource in rule.resources.iter().flatten() {
-                for verb in &rule.verbs {
-                    assert!(
-                        used.contains(&(verb.clone(), group.clone(), resource.clone()))
-                            || unused_by_design(verb, group, resource),
-                        "{verb} on {group}/{resource} is granted but the controller never needed it; used: {used:#?}"
-                    );
-                }
-            }
-        }
-    }
+    let used = assert_allowed(&server, &user, &cluster_rules, &role_rules);
+    assert_all_used(&cluster_rules, &used, unused_by_design);
+    assert_all_used(&role_rules, &used, unused_by_design);
     // The run did exercise the sources, the declared writes and the Lease.
     for (verb, group, resource) in [
         ("list", "samplecontroller.k8s.io", "foos"),
@@ -349,6 +404,146 @@ async fn the_generated_rbac_allows_every_request_the_deployed_controller_makes_a
         ("patch", "samplecontroller.k8s.io", "foos/status"),
         ("create", "events.k8s.io", "events"),
         ("update", "coordination.k8s.io", "leases"),
+    ] {
+        assert!(
+            used.contains(&(verb.to_owned(), group.to_owned(), resource.to_owned())),
+            "no {verb} on {group}/{resource} in {used:#?}"
+        );
+    }
+    server.shutdown().await;
+}
+
+/// Each Foo labelled for the shard the ring assigns it among `shards`, its Deployment
+/// labelled the same; else why not.
+async fn split_over(admin: &Client, names: &[String], shards: &[&str]) -> Result<(), String> {
+    let label = format!("shard.kinformer.io/{}", sample_controller::RING);
+    let foos: Api<Foo> = Api::namespaced(admin.clone(), "default");
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "default");
+    for name in names {
+        let wanted = ring::assign(shards, &format!("default/{name}")).unwrap();
+        let foo = foos.get(name).await.map_err(|e| e.to_string())?;
+        let deployment = deployments.get_opt(name).await.map_err(|e| e.to_string())?;
+        let labels = (
+            foo.labels().get(&label).cloned(),
+            deployment.map(|d| d.labels().get(&label).cloned()),
+        );
+        if labels != (Some(wanted.to_owned()), Some(Some(wanted.to_owned()))) {
+            return Err(format!("{name}: (Foo, Deployment) labelled {labels:?}, not {wanted}"));
+        }
+    }
+    Ok(())
+}
+
+/// The sharded deployment (`sample-controller-sharded.yaml`): the shard Leases are granted in
+/// the controller's namespace only (a Role; the ClusterRole names no Lease), and every request
+/// two shards and the leader's sharder make (assigning, draining to a joining shard,
+/// labelling Deployments, the shard and leader Leases) is allowed, every grant used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharded_rbac_allows_every_request_of_the_shards_and_the_sharder_and_no_more() {
+    let sharded = deploy::sharded_manifests().unwrap();
+    let objects = sharded.objects().unwrap();
+    let checked_in = assert_checked_in("sample-controller-sharded.yaml", &objects);
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(deployment["spec"]["replicas"], deploy::SHARDS);
+
+    let server = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let admin = server.client();
+    let roles = [sharded.manifests.leader_election_role(), deploy::SHARDS_ROLE.to_owned()];
+    let (cluster_rules, role_rules) = apply_all(&server, &checked_in, &roles).await;
+    assert!(
+        !cluster_rules
+            .iter()
+            .any(|rule| rule.resources.iter().flatten().any(|r| r == "leases")),
+        "the ClusterRole grants Leases: {cluster_rules:#?}"
+    );
+    let (args, _) = deployed_args(&objects);
+    assert!(args.shards);
+    let user = sharded.manifests.service_account_user();
+    server.faults().clear_requests();
+
+    // A shard as the binary runs it in a pod (`--shards`, its id the pod's name), as the
+    // ServiceAccount.
+    let start = |id: &str| {
+        let manager = deploy::sharded_manager(impersonating(&server, &user), &args.common, id, |inner| inner).unwrap();
+        let probes = manager.health_probe_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        (probes, shutdown.clone(), tokio::spawn(manager.run(shutdown)))
+    };
+    // Shard one alone: it leads, and its sharder labels every Foo for it.
+    let one = start("one");
+    eventually("shard one to be ready", || async {
+        http_get(one.0, "/readyz").await.0 == 200
+    })
+    .await;
+    let foos: Api<Foo> = Api::namespaced(admin.clone(), "default");
+    let names: Vec<String> = (0..8).map(|i| format!("foo-{i}")).collect();
+    for name in &names {
+        let spec = FooSpec {
+            deployment_name: name.clone(),
+            replicas: Some(1),
+        };
+        foos.create(&PostParams::default(), &Foo::new(name, spec))
+            .await
+            .unwrap();
+    }
+    eventually("every Foo on shard one", || async {
+        split_over(&admin, &names, &["one"]).await.is_ok()
+    })
+    .await;
+    // Shard two joins: the Foos the ring gives it drain from shard one (which acknowledges by
+    // unlabelling them) and move.
+    let two = start("two");
+    assert!(
+        names
+            .iter()
+            .any(|n| ring::assign(&["one", "two"], &format!("default/{n}")) == Some("two")),
+        "no Foo moves to shard two"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(why) = split_over(&admin, &names, &["one", "two"]).await {
+        assert!(
+            Instant::now() < deadline,
+            "the Foos did not split over the two shards: {why}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A scale and a deletion behind the finalizer, on the shard that has each.
+    foos.patch(
+        "foo-0",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"replicas": 2}})),
+    )
+    .await
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "default");
+    eventually("Deployment foo-0 scaled to 2", || async {
+        deployments
+            .get("foo-0")
+            .await
+            .is_ok_and(|d| d.spec.and_then(|s| s.replicas) == Some(2))
+    })
+    .await;
+    foos.delete("foo-1", &DeleteParams::default()).await.unwrap();
+    eventually("Foo foo-1 gone after its finalizer's cleanup", || async {
+        foos.get_opt("foo-1").await.unwrap().is_none()
+    })
+    .await;
+    for (_, shutdown, run) in [two, one] {
+        shutdown.cancel();
+        run.await.unwrap().unwrap();
+    }
+
+    let used = assert_allowed(&server, &user, &cluster_rules, &role_rules);
+    assert_all_used(&cluster_rules, &used, unused_by_design);
+    assert_all_used(&role_rules, &used, unused_by_design);
+    // The run did exercise the sharder's and the shards' own requests.
+    for (verb, group, resource) in [
+        ("patch", "samplecontroller.k8s.io", "foos"),
+        ("patch", "apps", "deployments"),
+        ("list", "coordination.k8s.io", "leases"),
+        ("watch", "coordination.k8s.io", "leases"),
+        ("create", "coordination.k8s.io", "leases"),
+        ("patch", "coordination.k8s.io", "leases"),
     ] {
         assert!(
             used.contains(&(verb.to_owned(), group.to_owned(), resource.to_owned())),

@@ -11,7 +11,9 @@
 //!   types into `examples/crds/`, from their schemars schemas via kube's `CustomResourceExt`.
 //! - `cargo xtask manifests [--check] [--out DIR]`: writes (or checks) the sample-controller's
 //!   deployment, `sample-controller.yaml` in `examples/deploy/` (or DIR): its CRD, the RBAC
-//!   derived from the controller's declared sources and writes, the Deployment; from the
+//!   derived from the controller's declared sources and writes, the Deployment; and
+//!   `sample-controller-sharded.yaml`, the same sharded (three shards, the shard Leases in a
+//!   Role); from the
 //!   `examples` crate's `manifests` binary (`examples::sample_controller::deploy`), as a user's
 //!   xtask would from `kinformer::controller::manifests`.
 //! - `cargo xtask bench [--quick] [--allow-dirty] [--scale 1k,10k,100k] [driver flags]`: builds
@@ -363,8 +365,9 @@ const MANIFESTS_HEADER: &str =
 /// Where the manifests go by default, relative to the workspace root.
 const MANIFESTS_DIR: &str = "examples/deploy";
 
-/// The sample-controller's manifests as one multi-document YAML file (apply order), from the
-/// `examples` crate's `manifests` binary.
+/// The sample-controller's manifests, each file one multi-document YAML file (apply order):
+/// `sample-controller.yaml` and `sample-controller-sharded.yaml`, from the `examples` crate's
+/// `manifests` binary.
 fn manifest_files() -> Result<BTreeMap<String, String>, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let output = Command::new(cargo)
@@ -376,15 +379,19 @@ fn manifest_files() -> Result<BTreeMap<String, String>, String> {
     if !output.status.success() {
         return Err(format!("the examples' manifests binary failed ({})", output.status));
     }
-    let objects: Vec<serde_json::Value> =
+    let files: BTreeMap<String, Vec<serde_json::Value>> =
         serde_json::from_slice(&output.stdout).map_err(|e| format!("reading the manifests: {e}"))?;
-    let mut yaml = format!("{MANIFESTS_HEADER}\n");
-    for object in &objects {
-        let what = format!("{} {}", object["kind"], object["metadata"]["name"]);
-        yaml.push_str("---\n");
-        yaml.push_str(&serde_saphyr::to_string(object).map_err(|e| format!("{what}: {e}"))?);
+    let mut out = BTreeMap::new();
+    for (file, objects) in files {
+        let mut yaml = format!("{MANIFESTS_HEADER}\n");
+        for object in &objects {
+            let what = format!("{file}: {} {}", object["kind"], object["metadata"]["name"]);
+            yaml.push_str("---\n");
+            yaml.push_str(&serde_saphyr::to_string(object).map_err(|e| format!("{what}: {e}"))?);
+        }
+        out.insert(file, yaml);
     }
-    Ok(BTreeMap::from([("sample-controller.yaml".to_string(), yaml)]))
+    Ok(out)
 }
 
 /// `cargo xtask manifests [--check] [--out DIR]`.

@@ -104,8 +104,11 @@ async fn run_controller(args: &Args, client: Client) -> Result<(), DemoError> {
     // logs and /metrics say what it does.
     let manager = if args.shards {
         let shard_id = args.shard_id.clone().unwrap_or_else(kinformer::controller::hostname);
-        println!("sample-controller: shard {shard_id} of the ring foo");
-        sample_controller::deploy::sharded_manager(client, &args.common, &shard_id)?
+        println!(
+            "sample-controller: shard {shard_id} of the ring {}",
+            sample_controller::RING
+        );
+        sample_controller::deploy::sharded_manager(client, &args.common, &shard_id, |inner| inner)?
     } else {
         sample_controller::deploy::manager(client, &args.common)?
     };

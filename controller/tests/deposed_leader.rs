@@ -31,13 +31,6 @@ const LEASE_PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/default/leases
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
 const WAIT: Duration = Duration::from_secs(20);
 
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
 /// What the paused-time controller saw: every reconcile's key and start, and the context of
 /// the reconcile of `slow` (which waits for its token).
 #[derive(Default)]
@@ -106,7 +99,7 @@ fn paused_manager(
 /// manager fails with `LeadershipLost`.
 #[tokio::test(start_paused = true)]
 async fn a_lapsed_lease_fires_the_token_at_the_deadline_and_refuses_every_write() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
     let probe = Arc::new(Probe::default());
@@ -215,7 +208,7 @@ async fn a_lapsed_lease_fires_the_token_at_the_deadline_and_refuses_every_write(
 /// takes a key before any timer (renewal, watchdog) has run. The key is not reconciled.
 #[tokio::test(start_paused = true)]
 async fn a_key_taken_after_the_clock_jumped_past_the_deadline_is_not_reconciled() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
     let probe = Arc::new(Probe::default());
@@ -248,7 +241,7 @@ async fn a_key_taken_after_the_clock_jumped_past_the_deadline_is_not_reconciled(
 /// said "ok: standby" forever before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_that_cannot_reach_the_api_server_is_not_ready() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let leader = replica(env.client(), "leader", Some(local()));
     let standby = replica(env.client(), "standby", Some(local()));
@@ -455,7 +448,7 @@ fn names_in(env: &envtest::Server, namespace: &str) -> Vec<String> {
 /// `LeadershipLost`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_and_resumed_leader_sends_no_write_after_another_took_over() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let client = env.client();
     for ns in ["out-child", "out-main"] {

@@ -22,17 +22,8 @@ const CORE_V1: &str = "/api/v1/namespaces/default/events";
 const CONTROLLER: &str = "kinformer.dev/test-controller";
 const INSTANCE: &str = "test-host-0";
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_test_writer()
-        .with_env_filter(filter)
-        .try_init();
-}
-
 async fn start_env() -> Server {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::WARN);
     Server::start(Config::default()).await.expect("envtest starts")
 }
 

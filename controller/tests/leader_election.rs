@@ -29,13 +29,6 @@ const SLACK: Duration = Duration::from_millis(500);
 /// For waits that are not measured.
 const WAIT: Duration = Duration::from_secs(10);
 
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
 fn config(lease: &str, identity: &str) -> LeaderElectionConfig {
     LeaderElectionConfig::new(NAMESPACE, lease, identity)
         .lease_duration(LEASE)
@@ -201,7 +194,7 @@ impl Sampler {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_candidates_racing_for_an_absent_lease_elect_exactly_one() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let history = LeaseHistory::watch(&api, "race").await;
@@ -279,7 +272,7 @@ async fn two_candidates_racing_for_an_absent_lease_elect_exactly_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_candidates_never_overlap_and_one_holds_the_lease() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let history = LeaseHistory::watch(&api, "crowd").await;
@@ -326,7 +319,7 @@ async fn five_candidates_never_overlap_and_one_holds_the_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_leader_is_replaced_once_its_lease_expires() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let (a, b) = (elector(&env, "crash", "a"), elector(&env, "crash", "b"));
@@ -368,7 +361,7 @@ async fn a_crashed_leader_is_replaced_once_its_lease_expires() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_lease_is_taken_over_within_one_acquire_pause() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let history = LeaseHistory::watch(&api, "handover").await;
@@ -409,7 +402,7 @@ async fn a_released_lease_is_taken_over_within_one_acquire_pause() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_without_release_leaves_the_lease_to_expire() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let a = LeaderElector::new(env.client(), config("kept", "a").release_on_cancel(false)).unwrap();
@@ -425,7 +418,7 @@ async fn cancel_without_release_leaves_the_lease_to_expire() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_renewals_lose_leadership_after_the_renew_deadline() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let a = elector(&env, "flaky", "a");
     let stop = CancellationToken::new();
@@ -475,7 +468,7 @@ async fn failing_renewals_lose_leadership_after_the_renew_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_writer_taking_the_lease_ends_leadership_at_the_next_renewal() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let a = elector(&env, "stolen", "a");
@@ -517,7 +510,7 @@ async fn another_writer_taking_the_lease_ends_leadership_at_the_next_renewal() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_stops_when_shutdown_fires_and_renew_needs_the_lease() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let (a, b) = (elector(&env, "standby", "a"), elector(&env, "standby", "b"));
     let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
@@ -633,7 +626,7 @@ async fn module_doc_example() -> Result<(), Box<dyn std::error::Error>> {
 /// first release attempts fail: the release reads the Lease first and retries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_reads_the_lease_first_and_retries_after_a_conflict() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let api: Api<Lease> = Api::namespaced(env.client(), NAMESPACE);
     let a = elector(&env, "stale", "a");
@@ -708,7 +701,7 @@ fn the_default_identity_is_hostname_underscore_uuid() {
 /// leading once when the term ends; a standby sees the new leader only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_callbacks_fire_on_start_stop_and_new_leader() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let events: Arc<Mutex<Vec<String>>> = Arc::default();
     let callbacks = |who: &'static str| {
@@ -751,7 +744,7 @@ async fn leader_callbacks_fire_on_start_stop_and_new_leader() {
 /// standby and a replica that released pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_health_check_fails_for_a_wedged_leader() {
-    init_tracing();
+    envtest::logs::init_from_env(tracing::Level::ERROR);
     let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
     let tolerance = Duration::from_millis(300);
     let (a, b) = (elector(&env, "wedged", "a"), elector(&env, "wedged", "b"));

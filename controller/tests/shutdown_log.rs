@@ -8,46 +8,19 @@ use std::time::Duration;
 
 use common::{configmap, envtest_with_factory, eventually};
 use controller::{Action, Context, Controller, Request, reconciler_fn};
+use envtest::logs::Logs;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Log lines written through a `tracing` subscriber, kept for the test to read.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl tracing_subscriber::fmt::MakeWriter<'_> for Logs {
-    type Writer = Logs;
-
-    fn make_writer(&self) -> Logs {
-        self.clone()
-    }
-}
-
 #[tokio::test]
 async fn stop_now_logs_the_reconciles_in_flight_not_the_workers() {
     // Four workers: one in a reconcile that never ends, three waiting for a key. The shutdown
     // line counts the one reconcile it aborts.
     let logs = Logs::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
-        .finish();
-    tracing::subscriber::set_global_default(subscriber).unwrap();
+    logs.set_global_default(tracing::Level::WARN).unwrap();
     let (env, factory) = envtest_with_factory().await;
     let started: Arc<Mutex<Vec<String>>> = Arc::default();
     let reconciler = {
@@ -80,7 +53,7 @@ async fn stop_now_logs_the_reconciles_in_flight_not_the_workers() {
     stop_now.cancel();
     let result = tokio::time::timeout(WAIT, run).await.expect("run returned").unwrap();
     assert!(result.is_ok(), "{result:?}");
-    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let logs = logs.text();
     let line = logs
         .lines()
         .find(|line| line.contains("stopped at once"))

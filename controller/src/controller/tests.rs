@@ -1,9 +1,7 @@
 //! The controller's ownership of its tasks, without an API server: the informers are never
 //! started, so the controller waits for its caches until the shutdown token fires.
 
-use std::io::Write;
-use std::sync::Mutex;
-
+use envtest::logs::Logs;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::*;
@@ -28,27 +26,6 @@ async fn until_alive(want: usize) -> usize {
 fn factory() -> SharedInformerFactory {
     let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
     SharedInformerFactory::new(kube::Client::try_from(config).unwrap(), Duration::ZERO)
-}
-
-/// Log lines written while it is the default subscriber.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -81,14 +58,7 @@ async fn a_stopped_controller_leaves_no_task_running() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_panicking_trigger_is_logged_with_the_controller_and_the_trigger() {
     let logs = Logs::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer({
-            let logs = logs.clone();
-            move || logs.clone()
-        })
-        .with_ansi(false)
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let _default = logs.set_default(tracing::Level::INFO);
     let factory = factory();
     let before = alive_tasks();
     let bomb = futures::stream::poll_fn(|_| -> std::task::Poll<Option<ObjectKey>> { panic!("trigger boom") });

@@ -219,6 +219,7 @@ mod status;
 mod storage;
 mod strategic;
 mod table;
+pub mod tasks;
 mod tls;
 mod typed;
 mod validation;

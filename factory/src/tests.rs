@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use envtest::logs::Logs;
+use envtest::tasks::{alive_tasks, until_alive};
 
 use super::*;
 
@@ -67,21 +68,6 @@ fn factory_with(fakes: &[(&str, bool)]) -> SharedInformerFactory {
     }
     drop(state);
     factory
-}
-
-fn alive_tasks() -> usize {
-    tokio::runtime::Handle::current().metrics().num_alive_tasks()
-}
-
-/// Yields until `alive_tasks() == want` or 1,000 yields passed; the last count seen.
-async fn until_alive(want: usize) -> usize {
-    for _ in 0..1_000 {
-        if alive_tasks() == want {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    alive_tasks()
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -2,25 +2,11 @@
 //! started, so the controller waits for its caches until the shutdown token fires.
 
 use envtest::logs::Logs;
+use envtest::tasks::{alive_tasks, until_alive};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::*;
 use crate::{Controller, reconciler_fn};
-
-fn alive_tasks() -> usize {
-    tokio::runtime::Handle::current().metrics().num_alive_tasks()
-}
-
-/// Yields until `alive_tasks() == want` or 1,000 yields passed; the last count seen.
-async fn until_alive(want: usize) -> usize {
-    for _ in 0..1_000 {
-        if alive_tasks() == want {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    alive_tasks()
-}
 
 /// A factory whose client points nowhere (its informers are never started).
 fn factory() -> SharedInformerFactory {

@@ -126,6 +126,9 @@ pub(crate) struct RingMembership {
     /// The ring's primary type, for the LIST that precedes lifting a fence.
     objects: Api<DynamicObject>,
     config: ShardingConfig,
+    /// The term the sharder's reconciles last ran under: the membership check, which runs on
+    /// every replica, takes over and lifts fences only while it is valid.
+    term: Mutex<Option<Leadership>>,
 }
 
 /// The fences a sharder holds.
@@ -160,7 +163,23 @@ impl RingMembership {
             leases: Api::namespaced(client.clone(), &config.namespace),
             objects: Api::all_with(client, resource),
             config: config.clone(),
+            term: Mutex::default(),
         }
+    }
+
+    /// Records the term the sharder's reconciles run under (each reconcile calls it).
+    pub(crate) fn running_under(&self, term: &Leadership) {
+        *self.term.lock().unwrap_or_else(|p| p.into_inner()) = Some(term.clone());
+    }
+
+    /// Whether this replica's sharder runs (its reconciles' term is valid): only then may the
+    /// membership check write fences.
+    pub(crate) fn is_running(&self) -> bool {
+        self.term
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(Leadership::is_valid)
     }
 
     /// [`live_shards`] of `leases`, plus the shards whose Lease vanished from `leases` before
@@ -344,7 +363,10 @@ impl RingMembership {
         for attempt in 1..=5 {
             let lease = match self.leases.get_opt(&name).await {
                 Ok(Some(lease)) => lease,
-                Ok(None) => break, // deleted: nothing to lift
+                Ok(None) => {
+                    debug!(ring = %ring, shard, lease = %name, "fenced shard lease deleted: nothing to lift");
+                    break;
+                }
                 Err(e) => {
                     warn!(ring = %ring, shard, lease = %name, error = %e, "reading a fenced shard lease failed: the fence stays");
                     return;
@@ -357,7 +379,9 @@ impl RingMembership {
                 .and_then(|a| a.get(FENCE_ANNOTATION))
                 == Some(&token);
             if !ours {
-                break; // lifted or fenced again by another sharder: not this one's to lift
+                // Lifted or fenced again by another sharder: not this one's to lift.
+                debug!(ring = %ring, shard, lease = %name, "the shard lease carries another fence: not lifted");
+                break;
             }
             let patch = serde_json::json!({"metadata": {
                 "resourceVersion": lease.metadata.resource_version,

@@ -263,9 +263,9 @@ impl<K: FactoryResource> Sharder<K> {
 
 /// A signal each time the set of live shards changes, checked from the Lease cache every
 /// `membership_check_interval` and at the instant the first live Lease would expire; it also
-/// refreshes `kinformer_sharding_objects`, takes over the fences another sharder left, and lifts
-/// the fences whose shards its cache shows no object labelled for ([`RingMembership::lift`]
-/// confirms with a LIST).
+/// refreshes `kinformer_sharding_objects`; while the sharder runs (its reconciles' term is
+/// valid) it takes over the fences another sharder left, and lifts the fences whose shards its
+/// cache shows no object labelled for ([`RingMembership::lift`] confirms with a LIST).
 fn membership_changes<K: Resource + Send + Sync + 'static>(
     memory: Arc<RingMembership>,
     leases: Indexer<Lease>,
@@ -287,10 +287,13 @@ fn membership_changes<K: Resource + Send + Sync + 'static>(
                 let current = leases.list();
                 let live = memory.live(&current, &config.ring, now);
                 count_objects(&objects, &config, &live, &metrics);
-                memory.adopt_fences(&current).await;
-                for shard in memory.fenced_shards().await {
-                    if !labelled_for(&objects, &config, &shard) {
-                        memory.lift(&shard).await;
+                // This check runs on every replica; only the one whose sharder runs writes.
+                if memory.is_running() {
+                    memory.adopt_fences(&current).await;
+                    for shard in memory.fenced_shards().await {
+                        if !labelled_for(&objects, &config, &shard) {
+                            memory.lift(&shard).await;
+                        }
                     }
                 }
                 if last.as_ref() != Some(&live) {
@@ -481,6 +484,7 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
     type Error = BoxError;
 
     async fn reconcile(&self, req: Request, ctx: &Context<PartialObjectMeta<K>>) -> Result<Action, BoxError> {
+        self.memory.running_under(ctx.leadership());
         let Some(obj) = ctx.get(&req)? else {
             self.drains.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
             return Ok(Action::Done);

@@ -6,7 +6,11 @@
 //! processor → one listener per handler. Each popped batch is applied to the cache under one
 //! write lock (readers see all of it or none; a relist is one item, so it is atomic too), and
 //! its notifications are handed to the listeners in order in one go (non-blocking handlers are
-//! then called right there, on the informer's task; see `listener.rs`). Handlers may be added
+//! then called right there, on the informer's task; see `listener.rs`). The batch's
+//! notifications, which hold the objects it replaced or deleted, then go to the partition's
+//! lister-watcher to be freed ([`ListerWatcher::release`]: an `ApiListerWatcher` drops them on
+//! its decoding thread, which allocated them, so one malloc arena serves its objects and no
+//! other thread takes that arena's lock to free them). Handlers may be added
 //! before or after `run`; one added after start is first replayed the whole cache as adds
 //! (with `is_in_initial_list`), and its registration reports synced once those were handled.
 //!
@@ -772,7 +776,7 @@ where
                 if let Some(handler) = settings.watch_error_handler.clone() {
                     reflector = reflector.with_watch_error_handler(handler);
                 }
-                pipelines.push((reflector, fifo.clone(), part.store.clone()));
+                pipelines.push((reflector, fifo.clone(), part.store.clone(), part.lister_watcher.clone()));
             }
             pipelines
         };
@@ -783,7 +787,7 @@ where
         // it: the guard stops them and marks the informer stopped.
         let _guard = StopGuard(self);
 
-        let runs = pipelines.iter().map(|(reflector, fifo, store)| {
+        let runs = pipelines.iter().map(|(reflector, fifo, store, lister_watcher)| {
             let shutdown = shutdown.clone();
             async move {
                 let reflector_run = async {
@@ -792,7 +796,10 @@ where
                 };
                 let process_loop = async {
                     let mut process = |batch: &[QueueItem<K>], is_in_initial_list: bool| {
-                        self.process_batch(store, batch, is_in_initial_list);
+                        let garbage = self.process_batch(store, batch, is_in_initial_list);
+                        if !garbage.is_empty() {
+                            lister_watcher.release(Box::new(garbage));
+                        }
                         Ok::<(), ProcessError>(())
                     };
                     loop {
@@ -823,13 +830,20 @@ where
     /// Applies a batch popped from one partition's queue to that partition's store under one
     /// write lock, then hands its notifications to the listeners in order (client-go
     /// `processDeltas` / `processDeltasInBatch`) and, once the informer's locks are released,
-    /// calls the non-blocking handlers inline (see `listener.rs`).
+    /// calls the non-blocking handlers inline (see `listener.rs`). Returns the batch's
+    /// notifications, which hold the objects it replaced and deleted: `run` hands them to the
+    /// partition's lister-watcher to free ([`ListerWatcher::release`]).
     ///
     /// A panic here can only come from user code in the cache's path (an index function): the
     /// item being applied is dropped (the cache stays as it was before it, since index values
     /// are computed before anything changes), logged and counted, and the rest of the batch
     /// goes on.
-    fn process_batch(&self, store: &ThreadSafeStore<K>, batch: &[QueueItem<K>], is_in_initial_list: bool) {
+    fn process_batch(
+        &self,
+        store: &ThreadSafeStore<K>,
+        batch: &[QueueItem<K>],
+        is_in_initial_list: bool,
+    ) -> cache_apply::Outgoing<K> {
         let block = self.block_deltas();
         let mut notifications = Vec::with_capacity(batch.len());
         let mut new_marks = Vec::new();
@@ -865,8 +879,7 @@ where
         for drain in inline {
             drain.run();
         }
-        // The batch's notifications (replaced objects among them) are freed here too.
-        drop(notifications);
+        notifications
     }
 }
 

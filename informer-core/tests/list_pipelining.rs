@@ -107,6 +107,8 @@ async fn a_call_for_another_page_drops_the_ones_fetched_ahead_and_asks_the_serve
     let again = lw.list(&ListParams::default().limit(10)).await.unwrap();
     assert_eq!(again.items.len(), 10);
     assert_eq!(lists(&env)[0], (String::new(), "10".to_string()));
+    // Its pages ahead are requested while it is decoded: let them reach the server first.
+    eventually("pages requested ahead again", || lists(&env).len() == 3).await;
 
     // A list without a limit is one page: nothing is fetched ahead.
     env.faults().clear_requests();

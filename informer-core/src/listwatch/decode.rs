@@ -1,7 +1,9 @@
 //! Decoding for [`ApiListerWatcher`](super::ApiListerWatcher): list pages (the whole page in
-//! one pass, item by item only when that fails) and watch streams (lines cut from the
-//! connection's reads without copying, one event per line). An object that does not decode is
-//! a [`MalformedObject`] named by its metadata when that decodes.
+//! one pass, item by item only when that fails) and watch streams (the complete lines of each
+//! read of the connection copied out in one piece, [`line_reads`], then decoded one event per
+//! line, [`decode_lines`]). Both run on the lister-watcher's decoding thread
+//! ([`super::decoder`]). An object that does not decode is a [`MalformedObject`] named by its
+//! metadata when that decodes.
 
 use std::pin::Pin;
 
@@ -86,7 +88,7 @@ pub(crate) fn decode_list<K: Resource + DeserializeOwned + Clone + 'static>(
     }
 }
 
-/// Why [`line_batches`] ended a stream early.
+/// Why [`line_reads`] ended a stream early.
 pub(super) enum LinesEnd {
     /// A line passed the bound; its bytes were read past, never buffered.
     TooLong,
@@ -94,96 +96,165 @@ pub(super) enum LinesEnd {
     Failed(std::io::Error),
 }
 
-/// The most lines [`line_batches`] decodes in one batch, so one poll of the stream stays short.
-pub(super) const LINES_PER_BATCH: usize = 256;
+/// What one read of a watch body yields: the complete lines it finished, and how the stream
+/// ended, if it did with it.
+pub(super) struct LinesRead {
+    /// Whole lines, each ended by `\n` except perhaps the stream's last.
+    pub(super) lines: Vec<u8>,
+    /// Set on the stream's last item when it ended early (the end of the body sets none).
+    pub(super) end: Option<LinesEnd>,
+}
 
-/// Above this, the buffer that held a line split across reads is given back once it is used.
+/// At most this many buffers of [`line_reads`] are kept for reuse.
+const READ_BUFFERS_KEPT: usize = 4;
+
+/// Read buffers of [`line_reads`], given back once their lines are decoded, so a watch copies
+/// its reads into the same few allocations.
+#[derive(Clone, Default)]
+pub(super) struct ReadBuffers(std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
+
+impl ReadBuffers {
+    fn take(&self) -> Vec<u8> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// Keeps `buffer` for a later read, unless it grew past [`PARTIAL_KEEP_BYTES`] or enough are
+    /// kept.
+    pub(super) fn give_back(&self, mut buffer: Vec<u8>) {
+        if buffer.capacity() > PARTIAL_KEEP_BYTES {
+            return;
+        }
+        buffer.clear();
+        let mut kept = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.len() < READ_BUFFERS_KEPT {
+            kept.push(buffer);
+        }
+    }
+}
+
+/// Above this, a read buffer is not kept once its lines are decoded.
 pub(super) const PARTIAL_KEEP_BYTES: usize = 1 << 20;
 
-/// The lines of `reader`, each at most `max` bytes, decoded a read at a time: every complete
-/// line in the reader's buffer is handed to `decode` straight from that buffer (found with
-/// `memchr`, never copied), and the results of one read (at most [`LINES_PER_BATCH`]) are
-/// yielded as one batch. Only a line split across reads is copied, into a buffer of its own.
-/// A line longer than `max` bytes, or a read error, is passed to `end` and ends the stream;
-/// the end of the stream ends it too (a last line without a newline still counts).
-pub(super) fn line_batches<R, T, D, E>(reader: R, max: usize, decode: D, end: E) -> impl futures::Stream<Item = Vec<T>>
+/// The lines of `reader`, each at most `max` bytes, a read at a time: the complete lines of
+/// each read of the connection are copied out (with the start of a line an earlier read left
+/// unfinished) into one buffer, to be decoded elsewhere ([`decode_lines`], on the decoding
+/// thread); a read that finishes no line yields nothing. A line longer than `max` bytes, or a
+/// read error, ends the stream after the lines before it; so does the end of the body (a last
+/// line without a newline still counts).
+pub(super) fn line_reads<R>(reader: R, max: usize, buffers: ReadBuffers) -> impl futures::Stream<Item = LinesRead>
 where
     R: futures::AsyncBufRead + Send + 'static,
-    D: FnMut(&[u8]) -> Option<T> + Send + 'static,
-    E: Fn(LinesEnd) -> Option<T> + Send + 'static,
 {
-    struct Lines<R, D, E> {
+    struct Lines<R> {
         reader: Pin<Box<R>>,
-        partial: Vec<u8>,
-        decode: D,
-        end: E,
+        /// The start of a line an earlier read left unfinished (no newline in it).
+        pending: Vec<u8>,
+        buffers: ReadBuffers,
     }
     let lines = Lines {
         reader: Box::pin(reader),
-        partial: Vec::new(),
-        decode,
-        end,
+        pending: Vec::new(),
+        buffers,
     };
     futures::stream::unfold(Some(lines), move |state| async move {
         let mut lines = state?;
         loop {
             let Lines {
                 reader,
-                partial,
-                decode,
-                end,
+                pending,
+                buffers,
             } = &mut lines;
             let available = match reader.fill_buf().await {
                 Ok(available) => available,
-                Err(e) => return Some((end(LinesEnd::Failed(e)).into_iter().collect(), None)),
+                Err(e) => {
+                    let read = LinesRead {
+                        lines: Vec::new(),
+                        end: Some(LinesEnd::Failed(e)),
+                    };
+                    return Some((read, None));
+                }
             };
             if available.is_empty() {
-                if partial.is_empty() {
+                if pending.is_empty() {
                     return None;
                 }
-                return Some((decode(partial).into_iter().collect(), None));
+                let read = LinesRead {
+                    lines: std::mem::take(pending),
+                    end: None,
+                };
+                return Some((read, None));
             }
-            let mut out = Vec::new();
-            let mut consumed = 0;
-            let mut lines_seen = 0;
+            // `pending` holds the start of a line an earlier read left unfinished, no newline.
+            let mut previous: Option<usize> = None;
             for newline in memchr::memchr_iter(b'\n', available) {
-                let piece = &available[consumed..newline];
-                if partial.len().saturating_add(piece.len()) > max {
-                    out.extend(end(LinesEnd::TooLong));
-                    return Some((out, None));
+                let len = match previous {
+                    None => pending.len() + newline,
+                    Some(p) => newline - p - 1,
+                };
+                if len > max {
+                    let finished = previous.map_or(0, |p| p + 1);
+                    return Some((too_long(pending, &available[..finished]), None));
                 }
-                if partial.is_empty() {
-                    out.extend(decode(piece));
-                } else {
-                    partial.extend_from_slice(piece);
-                    out.extend(decode(partial));
-                    partial.clear();
-                    if partial.capacity() > PARTIAL_KEEP_BYTES {
-                        *partial = Vec::new();
-                    }
-                }
-                consumed = newline + 1;
-                lines_seen += 1;
-                if lines_seen == LINES_PER_BATCH {
-                    break;
-                }
+                previous = Some(newline);
             }
-            if lines_seen < LINES_PER_BATCH {
-                // The rest of the buffer is the start of a line the next read finishes.
-                let tail = &available[consumed..];
-                if partial.len().saturating_add(tail.len()) > max {
-                    out.extend(end(LinesEnd::TooLong));
-                    return Some((out, None));
+            let consumed = available.len();
+            let Some(last) = previous else {
+                if pending.len() + consumed > max {
+                    return Some((too_long(pending, &[]), None));
                 }
-                partial.extend_from_slice(tail);
-                consumed = available.len();
+                pending.extend_from_slice(available);
+                reader.as_mut().consume(consumed);
+                continue;
+            };
+            let tail = &available[last + 1..];
+            if tail.len() > max {
+                return Some((too_long(pending, &available[..=last]), None));
             }
+            pending.extend_from_slice(&available[..=last]);
+            let mut next = buffers.take();
+            next.extend_from_slice(tail);
             reader.as_mut().consume(consumed);
-            if !out.is_empty() {
-                return Some((out, Some(lines)));
-            }
+            let read = LinesRead {
+                lines: std::mem::replace(pending, next),
+                end: None,
+            };
+            return Some((read, Some(lines)));
         }
     })
+}
+
+/// The last item of a stream that met a line over the bound: the lines finished before it
+/// (`pending`, the start of the first of them, and `finished`, the rest).
+fn too_long(pending: &mut Vec<u8>, finished: &[u8]) -> LinesRead {
+    let lines = if finished.is_empty() {
+        Vec::new()
+    } else {
+        pending.extend_from_slice(finished);
+        std::mem::take(pending)
+    };
+    LinesRead {
+        lines,
+        end: Some(LinesEnd::TooLong),
+    }
+}
+
+/// Decodes every line of `lines` (a [`LinesRead`]'s), in order; blank lines are skipped by
+/// `decode`.
+pub(super) fn decode_lines<T>(lines: &[u8], mut decode: impl FnMut(&[u8]) -> Option<T>) -> Vec<T> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for newline in memchr::memchr_iter(b'\n', lines) {
+        out.extend(decode(&lines[start..newline]));
+        start = newline + 1;
+    }
+    if start < lines.len() {
+        out.extend(decode(&lines[start..]));
+    }
+    out
 }
 
 /// Decodes one line of a watch stream; `None` for a blank line.
@@ -237,19 +308,27 @@ mod tests {
     use crate::compact::compact_metadata;
     use k8s_openapi::api::core::v1::ConfigMap;
 
-    /// The batches `line_batches` makes of `chunks` (one read each), lines as text, `END` for
-    /// an early end.
+    /// The batches `line_reads` and `decode_lines` make of `chunks` (one read each), lines as
+    /// text, `END` for an early end.
     async fn batches_of(chunks: Vec<Result<&'static [u8], std::io::Error>>, max: usize) -> Vec<Vec<String>> {
         use futures::TryStreamExt;
         let reader = futures::stream::iter(chunks).into_async_read();
-        let decode = |line: &[u8]| (!line.is_empty()).then(|| String::from_utf8_lossy(line).into_owned());
-        let end = |end: LinesEnd| {
-            Some(match end {
-                LinesEnd::TooLong => "END too long".to_string(),
-                LinesEnd::Failed(e) => format!("END {e}"),
+        let buffers = ReadBuffers::default();
+        let reads: Vec<LinesRead> = line_reads(reader, max, buffers.clone()).collect().await;
+        reads
+            .into_iter()
+            .map(|read| {
+                let mut batch = decode_lines(&read.lines, |line| {
+                    (!line.is_empty()).then(|| String::from_utf8_lossy(line).into_owned())
+                });
+                batch.extend(read.end.map(|end| match end {
+                    LinesEnd::TooLong => "END too long".to_string(),
+                    LinesEnd::Failed(e) => format!("END {e}"),
+                }));
+                buffers.give_back(read.lines);
+                batch
             })
-        };
-        line_batches(reader, max, decode, end).collect().await
+            .collect()
     }
 
     #[tokio::test]
@@ -257,10 +336,10 @@ mod tests {
         let batches = batches_of(vec![Ok(b"a\nbb\n\nc"), Ok(b"cc"), Ok(b"c\nd\n"), Ok(b"e")], 100).await;
         assert_eq!(batches, [vec!["a", "bb"], vec!["cccc", "d"], vec!["e"]]);
 
-        // A long read is cut into batches of at most LINES_PER_BATCH lines.
+        // A long read is one batch.
         let many: &'static [u8] = "x\n".repeat(600).leak().as_bytes();
         let sizes: Vec<usize> = batches_of(vec![Ok(many)], 100).await.iter().map(Vec::len).collect();
-        assert_eq!(sizes, [LINES_PER_BATCH, LINES_PER_BATCH, 600 - 2 * LINES_PER_BATCH]);
+        assert_eq!(sizes, [600]);
     }
 
     #[tokio::test]

@@ -3,7 +3,8 @@
 //! Where it sits: between the API server and the [`Reflector`](crate::Reflector), which knows
 //! the server only through [`ListerWatcher`]. This module holds the trait, what it returns and
 //! how [`ApiListerWatcher`] builds its requests; `pipeline` fetches list pages ahead of the
-//! reflector, `decode` turns list pages and watch lines into objects.
+//! reflector, `decode` turns list pages and watch lines into objects, on the thread `decoder`
+//! runs.
 //!
 //! [`ListerWatcher`] is the only thing the reflector knows about the API server, so tests and
 //! other transports can stand in for it. [`ApiListerWatcher`] implements it over a
@@ -25,13 +26,21 @@
 //! k is decoded, so the server, the network and the decoder take turns. [`ApiListerWatcher`]
 //! reads page k's `continue` token from the list's `metadata` without decoding the items (it
 //! is in front of them in built-in resources' lists, after them in custom resources'), requests
-//! page k+1 at once on a task of its own, and decodes page k meanwhile (on the blocking pool
-//! when it is large); page k+1's task does the same for page k+2, up to two pages ahead of the
-//! reflector, so two cores decode two pages at once. The reflector still asks for pages one by
+//! page k+1 at once on a task of its own, and decodes page k meanwhile; page k+1's task does the
+//! same for page k+2, up to two pages ahead of the reflector, so the network and the server
+//! work while a page is decoded. The reflector still asks for pages one by
 //! one and sees exactly what it would have seen: a page fetched ahead is used only when the
 //! reflector asks for that very token, and a request for any other page (a new list, or a
 //! token that the decoded page contradicts) drops them, aborting their requests. A list is
 //! still one request per page; `cargo xtask bench` measures the gain (BENCHMARKS.md).
+//!
+//! **One decoding thread.** Every list page and every read of the watch stream is decoded on
+//! one thread per lister-watcher (`decoder`), not on tokio's workers or blocking pool: glibc's
+//! malloc gives a freed block back to the arena of the thread that allocated it, so objects
+//! decoded on one thread and replaced by objects decoded on another left the first arena's
+//! memory unused, and the process grew by one object per update. The requests, body reads and
+//! page prefetch stay on tokio; pages fetched ahead wait in the thread's queue, and a watch reads
+//! the connection while its previous read is decoded.
 //!
 //! **Metadata only.** An `ApiListerWatcher<PartialObjectMeta<K>>` (from an
 //! `Api<PartialObjectMeta<K>>`, kube's `Resource::metadata_api()`) asks the server for
@@ -65,10 +74,12 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 mod decode;
+mod decoder;
 mod pipeline;
 
-use decode::{LinesEnd, line_batches};
+use decode::{LinesEnd, LinesRead, ReadBuffers, decode_lines, line_reads};
 pub(crate) use decode::{decode_list, decode_watch_line};
+use decoder::DecodeThread;
 pub use pipeline::DEFAULT_PAGES_AHEAD;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use pipeline::peek_continue;
@@ -349,6 +360,14 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
             Ok(page.resource_version)
         })
     }
+
+    /// Frees `garbage`: what the informer is done with after applying a batch of this
+    /// lister-watcher's objects to its cache (the replaced and deleted objects among it). The
+    /// default drops it on the caller; [`ApiListerWatcher`] drops it on its decoding thread,
+    /// where those objects were allocated (see the module doc).
+    fn release(&self, garbage: Box<dyn std::any::Any + Send>) {
+        drop(garbage);
+    }
 }
 
 /// A [`ListerWatcher`] over a `kube::Api<K>`; its namespace (or none) is the scope.
@@ -361,6 +380,10 @@ pub struct ApiListerWatcher<K> {
     /// Gives back the spare capacity of each decoded object (see [`ApiListerWatcher::compact`]).
     compact: fn(&mut K),
 }
+
+/// How many reads of a watch stream may be decoding (or queued for the decoding thread) while
+/// the reflector has not taken their events yet.
+const WATCH_READS_AHEAD: usize = 2;
 
 /// `Accept` of a metadata-only list: `PartialObjectMetadataList`, else whole objects.
 const ACCEPT_METADATA_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
@@ -403,6 +426,7 @@ impl<K: Resource> ApiListerWatcher<K> {
                 skip_managed_fields: false,
                 metadata_only: K::metadata_api(),
                 buffers: PageBuffers::default(),
+                decoder: DecodeThread::default(),
             }),
             max_event_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             ahead: Arc::default(),
@@ -456,8 +480,8 @@ impl<K: Resource> ApiListerWatcher<K> {
         self
     }
 
-    /// What is done to every object right after it is decoded, on the decoding thread (a list
-    /// page's decoder, the watch stream's reader), before anything else sees it: give back the
+    /// What is done to every object right after it is decoded, on the decoding thread (see the
+    /// module doc), before anything else sees it: give back the
     /// spare capacity decoding left in it. The default shrinks the lists of its metadata
     /// ([`compact_metadata`](crate::compact::compact_metadata)); the factory passes the
     /// type's own, which its code generator emits per type (see [`crate::compact`]).
@@ -477,6 +501,7 @@ impl<K: Resource> ApiListerWatcher<K> {
             skip_managed_fields: self.fetcher.skip_managed_fields,
             metadata_only: self.fetcher.metadata_only,
             buffers: PageBuffers::default(),
+            decoder: self.fetcher.decoder.clone(),
         }
     }
 
@@ -568,6 +593,10 @@ where
         })
     }
 
+    fn release(&self, garbage: Box<dyn std::any::Any + Send>) {
+        self.fetcher.decoder.release(garbage);
+    }
+
     fn current_resource_version(&self) -> BoxFuture<'_, Result<String, ListWatchError>> {
         // Not through `list`: this one-object page must neither fetch the next page ahead nor
         // drop the pages a list in progress fetched ahead.
@@ -624,9 +653,31 @@ where
                 }
                 LinesEnd::Failed(e) => Some(Err(ListWatchError::Transport(kube::Error::ReadEvents(e)))),
             };
-            // One batch per read of the connection; the reflector takes every event that is
-            // ready as one batch for its store.
-            let events = line_batches(body, max_event_bytes, decode, end).flat_map(futures::stream::iter);
+            // Each read's lines are decoded on the decoding thread, as one batch, while the
+            // next read is taken from the connection (up to `WATCH_READS_AHEAD` reads in
+            // flight, results in order); the reflector takes every event that is ready as one
+            // batch for its store.
+            let decoder = self.fetcher.decoder.clone();
+            let buffers = ReadBuffers::default();
+            let events = line_reads(body, max_event_bytes, buffers.clone())
+                .map(move |LinesRead { lines, end: read_end }| {
+                    // Handed to the thread now; awaited in order by `buffered`.
+                    let decoded = decoder.run(move || (decode_lines(&lines, decode), lines));
+                    let buffers = buffers.clone();
+                    async move {
+                        let mut events = match decoded.await {
+                            Some((events, lines)) => {
+                                buffers.give_back(lines);
+                                events
+                            }
+                            None => vec![Err(ListWatchError::Decode("a watch read's decoding panicked".into()))],
+                        };
+                        events.extend(read_end.and_then(end));
+                        events
+                    }
+                })
+                .buffered(WATCH_READS_AHEAD)
+                .flat_map(futures::stream::iter);
             Ok(events.boxed())
         })
     }

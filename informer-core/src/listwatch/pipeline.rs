@@ -1,7 +1,9 @@
-//! The page-prefetch pipeline of [`ApiListerWatcher`](super::ApiListerWatcher): while the
-//! reflector decodes page k, page k+1 is already requested, its `continue` token read from the
-//! top of page k's body without decoding it ([`peek_continue`]). See the parent module's doc
-//! ("Paged lists are pipelined") for what the reflector sees.
+//! The page-prefetch pipeline of [`ApiListerWatcher`](super::ApiListerWatcher): while page k
+//! is decoded, page k+1 is already requested, its `continue` token read from the top of page
+//! k's body without decoding it ([`peek_continue`]). Requests and body reads run on tokio;
+//! every page is decoded on the lister-watcher's decoding thread ([`super::decoder`]), pages
+//! fetched ahead queued behind the one being decoded. See the parent module's doc ("Paged
+//! lists are pipelined") for what the reflector sees.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -13,6 +15,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::decoder::DecodeThread;
 use super::{ACCEPT_METADATA_LIST, ListPage, ListWatchError, continuation, decode_list, list_request};
 
 /// What requesting a list page needs, shared with the tasks that fetch pages ahead.
@@ -28,6 +31,8 @@ pub(super) struct PageFetcher {
     pub(super) metadata_only: bool,
     /// Page bodies already read and decoded, kept to read the next pages into.
     pub(super) buffers: PageBuffers,
+    /// Where pages (and the watch's reads) are decoded.
+    pub(super) decoder: DecodeThread,
 }
 
 /// The buffers list page bodies are read into, reused from page to page.
@@ -94,10 +99,6 @@ pub(super) type PagesAhead<K> = HashMap<String, AbortOnDropHandle<Result<ListPag
 /// it has handed over to two pages.
 pub const DEFAULT_PAGES_AHEAD: usize = 2;
 
-/// Pages at least this large are decoded on the blocking pool, so the next page's request and
-/// other informers' work go on meanwhile; smaller ones cost less to decode than to hand over.
-pub(super) const DECODE_OFF_TASK_BYTES: usize = 64 << 10;
-
 /// The slot map of pages ahead, whatever a panicking holder left: it holds no invariant.
 pub(super) fn lock_ahead<K>(ahead: &Mutex<PagesAhead<K>>) -> MutexGuard<'_, PagesAhead<K>> {
     ahead.lock().unwrap_or_else(PoisonError::into_inner)
@@ -129,17 +130,20 @@ where
         {
             fetch_ahead(&fetcher, &params, token, &ahead, compact);
         }
-        let text = String::from_utf8(bytes).map_err(|e| ListWatchError::Decode(e.to_string()))?;
         let skip = fetcher.skip_managed_fields;
-        let (page, text) = if text.len() >= DECODE_OFF_TASK_BYTES {
-            tokio::task::spawn_blocking(move || (decode_list::<K>(&text, skip, compact), text))
-                .await
-                .map_err(|e| ListWatchError::Decode(format!("list page decoder: {e}")))?
-        } else {
-            (decode_list::<K>(&text, skip, compact), text)
-        };
+        // Every page, small ones too, so that all of a cache's objects come from one arena.
+        let decoded = fetcher.decoder.run(move || {
+            let page = match std::str::from_utf8(&bytes) {
+                Ok(text) => decode_list::<K>(text, skip, compact),
+                Err(e) => Err(ListWatchError::Decode(e.to_string())),
+            };
+            (page, bytes)
+        });
+        let (page, bytes) = decoded
+            .await
+            .ok_or_else(|| ListWatchError::Decode("the list page's decoding panicked".into()))?;
         if matches!(&page, Ok(p) if p.continue_token.is_some()) {
-            fetcher.buffers.give_back(text.into_bytes());
+            fetcher.buffers.give_back(bytes);
         } else {
             // The list is over (or failed): hold no idle buffers while watching.
             fetcher.buffers.release();

@@ -1,7 +1,8 @@
 //! Controller sharding over envtest (issue #26): several Managers in one process against one
 //! API server, each with a sharded ConfigMap controller and the ring's sharder (run by
-//! whichever Manager leads). Real HTTP, real Leases and labels; short real durations (lease
-//! 2 s, renew deadline 1.5 s, retry 300 ms, membership check 100 ms).
+//! whichever Manager leads, its informers on the Manager's leader factory). Real HTTP, real
+//! Leases and labels; short real durations (lease 2 s, renew deadline 1.5 s, retry 300 ms,
+//! membership check 100 ms).
 //!
 //! Every reconcile is instrumented: a shared map of the keys in flight, by shard, records any
 //! key entered by one shard while another still had it (an overlap), through every membership
@@ -217,7 +218,7 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
         .unwrap();
     let cache = controller.context().indexer().clone();
     let secrets = children.then(|| controller.context().indexer_for::<Secret>().unwrap());
-    let sharder = Sharder::<ConfigMap>::new(manager.factory(), &config).metrics(manager.metrics().clone());
+    let sharder = Sharder::<ConfigMap>::new(manager.leader_factory(), &config).metrics(manager.metrics().clone());
     let sharder = if children { sharder.owns::<Secret>() } else { sharder };
     let sharder = sharder.build().unwrap();
     manager.add(controller);

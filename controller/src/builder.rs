@@ -288,7 +288,7 @@ impl ControllerBuilder {
     ///     .build(controller::reconciler_fn(|_req, _ctx: controller::Context<ConfigMap>| async {
     ///         Ok::<_, std::convert::Infallible>(controller::Action::Done)
     ///     }))?;
-    /// let sharder = Sharder::<ConfigMap>::new(manager.factory(), &config)
+    /// let sharder = Sharder::<ConfigMap>::new(manager.leader_factory(), &config)
     ///     .metrics(manager.metrics().clone())
     ///     .build()?;
     /// manager.add(shard);
@@ -466,9 +466,19 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         self.watches::<PartialObjectMeta<W>>(mapper)
     }
 
-    /// Dynamic children (by group/version/kind), as [`owns`](Self::owns).
+    /// Dynamic children (by group/version/kind), as [`owns`](Self::owns). Not for a
+    /// [`sharded`](Self::sharded) controller: the [`Sharder`](crate::sharding::Sharder) labels
+    /// typed children only, so a sharded controller with dynamic children fails to build with
+    /// [`ControllerError::InvalidConfig`] rather than caching every child on every shard.
     #[must_use]
     pub fn owns_dynamic(mut self, resource: &ApiResource, namespaced: bool) -> Self {
+        if self.common.sharding.is_some() {
+            self.error.get_or_insert(ControllerError::InvalidConfig(format!(
+                "owns_dynamic({}) on a sharded controller: the sharder labels typed children only; use owns::<C>()",
+                resource.kind
+            )));
+            return self;
+        }
         self.permissions.grant_dynamic(resource, &Verb::READ);
         let informer = self.common.factory.dynamic_informer_for(resource, namespaced);
         let mapping = Mapping::Owner(self.primary_type.clone());

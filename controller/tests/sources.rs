@@ -313,3 +313,24 @@ async fn a_key_with_a_namespace_finds_a_cluster_scoped_primary() {
     run.await.unwrap().unwrap();
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_sharded_controller_refuses_dynamic_children() {
+    let (env, factory) = envtest_with_factory().await;
+    let secrets = kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
+    let built = Controller::new("sharded-dynamic", &factory)
+        .sharded(controller::sharding::ShardingConfig::new("configmaps", "shard-0"))
+        .for_resource::<ConfigMap>()
+        .owns_dynamic(&secrets, true)
+        .build(reconciler_fn(|_req, _ctx: Context<ConfigMap>| async {
+            Ok::<_, std::convert::Infallible>(Action::Done)
+        }));
+    match built {
+        Err(controller::ControllerError::InvalidConfig(message)) => {
+            assert!(message.contains("owns_dynamic(Secret)"), "{message}");
+        }
+        Err(other) => panic!("expected InvalidConfig, got {other}"),
+        Ok(_) => panic!("a sharded controller with dynamic children was built"),
+    }
+    env.shutdown().await;
+}

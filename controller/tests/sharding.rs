@@ -450,6 +450,69 @@ async fn scenario(n: usize) {
     env.shutdown().await;
 }
 
+/// The Leases of the shards gone for longer than the grace (twice the lease duration) are
+/// deleted by the sharder, the one released by a graceful shutdown as the one that expired
+/// after a kill; the live shards' stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gone_shards_lease_is_deleted_after_the_grace() {
+    init_tracing();
+    let env = envtest::Server::start(envtest::Config::default())
+        .await
+        .expect("envtest");
+    let client = env.client();
+    let tracker = Tracker::default();
+    let n = 60;
+    create_objects(&client, n).await;
+    let ids = ["shard-0", "shard-1", "shard-2"];
+    let mut shards: Vec<Shard> = ids.iter().map(|id| start_shard(&env, id, &tracker, false)).collect();
+    until_converged(&client, &tracker, &ids, n, WAIT).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let leader = shards.iter().position(|s| s.status.is_leader()).expect("a leader");
+    let survivor = shards.remove(leader);
+    let (graceful, killed) = (shards.remove(0), shards.remove(0));
+
+    let gone_at = Instant::now();
+    graceful.shutdown.cancel();
+    graceful.task.await.unwrap().unwrap();
+    killed.task.abort();
+    let _ = killed.task.await;
+    until_converged(&client, &tracker, &[survivor.id.as_str()], n, WAIT).await;
+
+    // Both gone Leases are deleted, not before the grace; the survivor's stays.
+    let names = [format!("{RING}-{}", graceful.id), format!("{RING}-{}", killed.id)];
+    let deadline = gone_at + LEASE + 2 * LEASE + CHECK + SLACK;
+    loop {
+        let mut present = Vec::new();
+        for name in &names {
+            if leases.get_opt(name).await.unwrap().is_some() {
+                present.push(name.clone());
+            }
+        }
+        if present.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{present:?} not deleted within {:?}",
+            deadline - gone_at
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elapsed = gone_at.elapsed();
+    eprintln!("gone shards' leases deleted after {elapsed:?}");
+    assert!(elapsed >= 2 * LEASE, "deleted after {elapsed:?}, before the grace");
+    let kept = leases.get(&format!("{RING}-{}", survivor.id)).await.unwrap();
+    assert_eq!(
+        kept.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some(survivor.id.as_str())
+    );
+    assert_eq!(tracker.overlaps(), Vec::<String>::new());
+
+    survivor.shutdown.cancel();
+    survivor.task.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_shards_join_leave_and_die_without_overlap() {
     scenario(300).await;

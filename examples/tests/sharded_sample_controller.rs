@@ -25,7 +25,7 @@ use examples::sample_controller::{Foo, FooSpec, RING};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
-use kinformer::controller::sharding::{DRAIN_LABEL_PREFIX, SHARD_LABEL_PREFIX, ring};
+use kinformer::controller::sharding::{DRAIN_LABEL_PREFIX, RING_LABEL, SHARD_LABEL_PREFIX, ring};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 
@@ -378,11 +378,39 @@ async fn three_shard_processes_each_reconcile_and_cache_only_their_own_foos() {
     for shard in assignment.values() {
         *share.entry(shard.as_str()).or_default() += 1;
     }
+    // The dead shard's Lease is deleted by the new leader's sharder once it has been expired
+    // for the grace (twice the lease duration of 15 s).
+    let leases = Api::<Lease>::namespaced(client.clone(), NAMESPACE);
+    let selector = format!("{RING_LABEL}={RING}");
+    eventually(
+        "the dead shard's Lease to be deleted",
+        Duration::from_secs(90),
+        || async {
+            let names: Vec<String> = leases
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .iter()
+                .map(|lease| lease.name_any())
+                .collect();
+            if names.len() == replicas.len() {
+                Ok(())
+            } else {
+                Err(format!("shard Leases {names:?}"))
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "the dead shard's Lease deleted {:.1?} after the kill",
+        started.elapsed()
+    );
     for replica in &replicas {
         let own = share.get(replica.id).copied().unwrap_or(0);
         let leads = replica.id == new_leader;
         eventually("the survivors' caches to settle", Duration::from_secs(30), || {
-            caches_settled(replica, own, leads, SHARDS.len())
+            caches_settled(replica, own, leads, replicas.len())
         })
         .await;
     }

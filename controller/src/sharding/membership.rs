@@ -18,6 +18,13 @@
 //! move in flight) once a LIST from the server finds no object labelled for the shard. A joining
 //! shard waits, after acquiring its Lease, until the Lease carries no fence; a running shard
 //! whose Lease gets fenced has lost it.
+//!
+//! # Deleting gone shards' Leases
+//! A shard id may never come back (a restarted pod's name). So the running sharder deletes a
+//! shard Lease once it has been released or expired for longer than [`deletion_grace`] (twice
+//! the lease duration), carries no fence, and no object is labelled for its shard (its cache,
+//! then a LIST), conditional on the resourceVersion it read: a shard that acquires the Lease
+//! meanwhile keeps it, and one that comes back later creates it again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -25,7 +32,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use tokio::sync::{RwLock, RwLockReadGuard};
 use tokio::task::JoinHandle;
@@ -405,6 +412,115 @@ impl RingMembership {
         }
         fences.held.remove(shard);
     }
+
+    /// Deletes `shard`'s Lease if, on the server, it has been free for longer than the
+    /// [`deletion_grace`], carries no fence, and no object of the ring's primary type is
+    /// labelled for the shard (a LIST): a shard id that does not come back (a restarted pod's
+    /// name) leaves no Lease behind. Holds the fences alone (no fence is written meanwhile) and
+    /// deletes conditional on the resourceVersion read, so a shard acquiring the Lease meanwhile
+    /// keeps it (its elector creates the Lease again if it comes back later). Errors are
+    /// logged; the next membership check tries again.
+    pub(crate) async fn delete_gone(&self, shard: &str) {
+        let fences = self.fences.write().await;
+        if fences.held.contains_key(shard) {
+            return;
+        }
+        let (ring, name) = (&self.config.ring, format!("{}-{shard}", self.config.ring));
+        let selector = format!("{}={shard}", self.config.shard_label());
+        match self
+            .objects
+            .list_metadata(&ListParams::default().labels(&selector).limit(1))
+            .await
+        {
+            Ok(list) if list.items.is_empty() => {}
+            Ok(_) => return, // a move still to make
+            Err(e) => {
+                warn!(ring = %ring, shard, error = %e, "listing a gone shard's objects failed: its lease stays");
+                return;
+            }
+        }
+        let lease = match self.leases.get_opt(&name).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return,
+            Err(e) => {
+                warn!(ring = %ring, shard, lease = %name, error = %e, "reading a gone shard's lease failed: it stays");
+                return;
+            }
+        };
+        if !gone_longer_than(&lease, deletion_grace(&self.config), jiff::Timestamp::now()) {
+            return;
+        }
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: lease.metadata.resource_version.clone(),
+                uid: lease.metadata.uid.clone(),
+            }),
+            ..DeleteParams::default()
+        };
+        match self.leases.delete(&name, &params).await {
+            Ok(_) => {
+                info!(ring = %ring, shard, lease = %name, "deleted the lease of a shard gone longer than the grace");
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
+                debug!(ring = %ring, shard, lease = %name, "the gone shard's lease changed while deleting it: kept");
+            }
+            Err(e) => {
+                warn!(ring = %ring, shard, lease = %name, error = %e, "deleting a gone shard's lease failed");
+            }
+        }
+        drop(fences);
+    }
+}
+
+/// How long after a shard Lease was released or expired the sharder deletes it: twice the
+/// lease duration.
+pub(crate) fn deletion_grace(config: &ShardingConfig) -> Duration {
+    config.lease_duration * 2
+}
+
+/// Whether `lease` has been free (released, or expired by its `renewTime`; a Lease with no
+/// renewal by its creation) for longer than `grace` at `now`, and carries no fence.
+fn gone_longer_than(lease: &Lease, grace: Duration, now: jiff::Timestamp) -> bool {
+    if is_fenced(lease) {
+        return false;
+    }
+    let spec = lease.spec.as_ref();
+    let held = spec
+        .and_then(|s| s.holder_identity.as_deref())
+        .is_some_and(|h| !h.is_empty());
+    let since = spec
+        .and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref()))
+        .map(|t| t.0)
+        .or_else(|| lease.metadata.creation_timestamp.as_ref().map(|t| t.0));
+    let Some(since) = since else {
+        return false;
+    };
+    // A held Lease is free once it expires; a released one (holder empty) since its renewal.
+    let duration = if held {
+        spec.and_then(|s| s.lease_duration_seconds).unwrap_or(0)
+    } else {
+        0
+    };
+    let Ok(grace) = jiff::SignedDuration::try_from(grace) else {
+        return false;
+    };
+    since
+        .checked_add(jiff::SignedDuration::from_secs(i64::from(duration)))
+        .and_then(|free| free.checked_add(grace))
+        .is_ok_and(|deadline| deadline < now)
+}
+
+/// The shards among `leases` of `ring` whose Lease has been free for longer than the
+/// [`deletion_grace`] at `now` and carries no fence: candidates for
+/// [`RingMembership::delete_gone`].
+pub(crate) fn gone_shards(leases: &[Arc<Lease>], config: &ShardingConfig, now: jiff::Timestamp) -> Vec<String> {
+    let prefix = format!("{}-", config.ring);
+    let grace = deletion_grace(config);
+    leases
+        .iter()
+        .filter(|lease| gone_longer_than(lease, grace, now))
+        .filter_map(|lease| Some(lease.metadata.name.as_deref()?.strip_prefix(&prefix)?.to_owned()))
+        .collect()
 }
 
 /// The earliest instant one of the live `leases` expires, if none is renewed before.

@@ -28,7 +28,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, 
 use serde_json::{Map, Value};
 use tracing::{debug, info};
 
-use super::membership::{Fence, RingMembership, next_expiry};
+use super::membership::{Fence, RingMembership, gone_shards, next_expiry};
 use super::{RING_LABEL, ShardingConfig, ring};
 use crate::builder::Controller;
 use crate::controller::{BuiltController, ControllerError};
@@ -242,7 +242,9 @@ impl<K: FactoryResource> Sharder<K> {
             )
             .reconcile_all_on(changes)
             // Its label writes, for the RBAC rules of its permissions.
-            .writes::<K>(&[Verb::Patch]);
+            .writes::<K>(&[Verb::Patch])
+            // Fences (a create if the Lease is absent) and deleting a gone shard's Lease.
+            .writes::<Lease>(&[Verb::Create, Verb::Patch, Verb::Delete]);
         let mut labellers = Vec::new();
         for (add, label) in children {
             controller = add(controller);
@@ -293,6 +295,11 @@ fn membership_changes<K: Resource + Send + Sync + 'static>(
                     for shard in memory.fenced_shards().await {
                         if !labelled_for(&objects, &config, &shard) {
                             memory.lift(&shard).await;
+                        }
+                    }
+                    for shard in gone_shards(&current, &config, now) {
+                        if !labelled_for(&objects, &config, &shard) {
+                            memory.delete_gone(&shard).await;
                         }
                     }
                 }

@@ -127,7 +127,8 @@ pub struct ShardedManifests {
     /// (with [`sharded_args`]).
     pub manifests: Manifests,
     /// What the shards and the sharder do to Leases, all in [`NAMESPACE`]: a shard creates,
-    /// renews, labels and re-reads its own Lease; the sharder lists and watches them.
+    /// renews, labels and re-reads its own Lease; the sharder lists and watches them, fences
+    /// a gone shard's (a create if it is absent) and deletes one free for longer than the grace.
     /// Granted by the Role [`SHARDS_ROLE`].
     pub leases: Permissions,
 }

@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use controller::sharding::{FENCE_ANNOTATION, Sharder, ShardingConfig, ring};
-use controller::{Action, Context, LeaderElectionConfig, Manager, ManagerStatus, Request, reconciler_fn};
+use controller::{Action, Context, LeaderElectionConfig, Manager, ManagerStatus, ObjectKey, Request, reconciler_fn};
 use informer_core::Indexer;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{ListParams, PostParams};
@@ -73,6 +73,8 @@ struct TrackerInner {
     seen: HashMap<String, String>,
     /// Reconciles entered, by shard.
     count: HashMap<String, usize>,
+    /// Reconciles entered, by key and shard.
+    by_key: HashMap<(String, String), usize>,
 }
 
 impl Tracker {
@@ -84,6 +86,7 @@ impl Tracker {
             t.seen.insert(key.to_owned(), value.to_owned());
         }
         *t.count.entry(shard.to_owned()).or_default() += 1;
+        *t.by_key.entry((key.to_owned(), shard.to_owned())).or_default() += 1;
         if let Some(other) = t.in_flight.insert(key.to_owned(), shard.to_owned()) {
             let overlap = format!("{key}: {shard} entered while {other} reconciled it");
             t.overlaps.push(overlap);
@@ -115,6 +118,12 @@ impl Tracker {
     /// How many reconciles `shard` entered.
     fn count(&self, shard: &str) -> usize {
         self.0.lock().unwrap().count.get(shard).copied().unwrap_or(0)
+    }
+
+    /// How many reconciles of `key` `shard` entered.
+    fn reconciles(&self, key: &str, shard: &str) -> usize {
+        let t = self.0.lock().unwrap();
+        t.by_key.get(&(key.to_owned(), shard.to_owned())).copied().unwrap_or(0)
     }
 
     fn last(&self, key: &str) -> Option<String> {
@@ -172,6 +181,19 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
     } else {
         controller
     };
+    // A ServiceAccount named `poke-*` queues the ConfigMaps its annotation `poke` lists, on every
+    // shard (a source the shard label does not select): stray notifications.
+    let controller = controller.watches::<ServiceAccount>(|sa: &ServiceAccount| {
+        sa.annotations()
+            .get("poke")
+            .map(|names| {
+                names
+                    .split(',')
+                    .map(|name| ObjectKey::namespaced(NAMESPACE, name))
+                    .collect()
+            })
+            .unwrap_or_default()
+    });
     let controller = controller
         .workers(4)
         .build(reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
@@ -510,6 +532,77 @@ async fn a_gone_shards_lease_is_deleted_after_the_grace() {
 
     survivor.shutdown.cancel();
     survivor.task.await.unwrap().unwrap();
+    env.shutdown().await;
+}
+
+/// A stray notification of an object deleted on the server (here from a source every shard
+/// watches) is reconciled by no shard that had not confirmed it: not by the shard it never
+/// belonged to, nor again by the one that already reconciled its deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stray_notification_of_a_deleted_object_is_not_reconciled() {
+    init_tracing();
+    let env = envtest::Server::start(envtest::Config::default())
+        .await
+        .expect("envtest");
+    let client = env.client();
+    let tracker = Tracker::default();
+    let n = 20;
+    create_objects(&client, n).await;
+    let ids = ["shard-0", "shard-1"];
+    let shards: Vec<Shard> = ids.iter().map(|id| start_shard(&env, id, &tracker, false)).collect();
+    until_converged(&client, &tracker, &ids, n, WAIT).await;
+    let assignment = assignment(&client).await;
+    let on = |shard: &str| -> Vec<String> {
+        assignment
+            .iter()
+            .filter(|(_, s)| s.as_deref() == Some(shard))
+            .map(|(name, _)| name.clone())
+            .collect()
+    };
+    let (on0, on1) = (on("shard-0"), on("shard-1"));
+    assert!(!on0.is_empty() && on1.len() >= 2, "{assignment:?}");
+    let (deleted, y0, y1) = (on1[0].clone(), on0[0].clone(), on1[1].clone());
+
+    // Deleted on the server: its shard reconciles the deletion.
+    let before = tracker.reconciles(&deleted, "shard-1");
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    api.delete(&deleted, &Default::default()).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while tracker.reconciles(&deleted, "shard-1") == before {
+        assert!(Instant::now() < deadline, "the deletion of {deleted} not reconciled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let counts = |key: &str| (tracker.reconciles(key, "shard-0"), tracker.reconciles(key, "shard-1"));
+    let (deleted_before, y0_before, y1_before) = (counts(&deleted), counts(&y0), counts(&y1));
+
+    // Then a notification queues it on both shards, with a live object of each.
+    let pokes: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
+    let poke = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some("poke-1".into()),
+            namespace: Some(NAMESPACE.into()),
+            annotations: Some(BTreeMap::from([("poke".to_string(), format!("{deleted},{y0},{y1}"))])),
+            ..ObjectMeta::default()
+        },
+        ..ServiceAccount::default()
+    };
+    pokes.create(&PostParams::default(), &poke).await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    while counts(&y0).0 == y0_before.0 || counts(&y1).1 == y1_before.1 {
+        assert!(Instant::now() < deadline, "the poke of {y0} and {y1} not reconciled");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        counts(&deleted),
+        deleted_before,
+        "{deleted} reconciled after its deletion"
+    );
+    assert_eq!(tracker.overlaps(), Vec::<String>::new());
+
+    for shard in shards {
+        shard.shutdown.cancel();
+        shard.task.await.unwrap().unwrap();
+    }
     env.shutdown().await;
 }
 

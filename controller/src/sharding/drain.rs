@@ -8,9 +8,11 @@
 //! remembered as handed over, and while its object is absent from this shard's cache (it left
 //! the label selector) a retry or a delete notification of it is dropped rather than
 //! reconciled as a deletion (the first such drop forgets it, so deleted keys do not pile up).
-//! Any other key absent from the cache is reconciled as a deletion only if the server has no
-//! such object, or has it labelled for this shard (a GET): a moved object's children are
-//! labelled for the new shard before the object, and their notifications queue its key early.
+//! Any other key absent from the cache is reconciled only if the server has no such object and
+//! this run had confirmed the key (its deletion), or has it labelled for this shard (a GET): a
+//! moved object's children are labelled for the new shard before the object, and their
+//! notifications queue its key early; a stray notification of an object deleted after it left
+//! this shard is the deletion of the shard that had it.
 //!
 //! The cache itself may be behind the moves made before this run joined: its informers listed
 //! when the process started, and the sharder may have moved this shard's objects (of a previous
@@ -97,16 +99,23 @@ impl ShardGate {
         }
     }
 
-    /// A key whose object is not in this shard's cache: reconciled (as a deletion) only if the
-    /// object is gone from the server or labelled for this shard. An object being assigned to
-    /// this shard has its children labelled first, so their notifications may queue its key
-    /// before the object itself arrives: that is not a deletion, and its own notification
-    /// queues the key again.
+    /// A key whose object is not in this shard's cache: reconciled only if the object is gone
+    /// from the server and this run had confirmed the key (a deletion of this shard's object),
+    /// or the server has it labelled for this shard (the cache is behind). A key this shard
+    /// never confirmed, or handed over, is not its deletion to reconcile: the shard that had
+    /// the object does. An object being assigned to this shard has its children labelled
+    /// first, so their notifications may queue its key before the object itself arrives: that
+    /// is not a deletion, and its own notification queues the key again.
     async fn absent(&self, controller: &str, key: &ObjectKey) -> Admit {
         match self.api(key).get_metadata_opt(&key.name).await {
             Ok(None) => {
-                self.confirmed().remove(key);
-                Admit::Reconcile
+                if self.confirmed().remove(key) {
+                    Admit::Reconcile
+                } else {
+                    debug!(controller, key = %key, ring = %self.config.ring,
+                        "deleted, but never confirmed as this shard's object: its deletion not reconciled here");
+                    Admit::Skip
+                }
             }
             Ok(Some(meta)) => {
                 let label = meta

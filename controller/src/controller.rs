@@ -333,7 +333,7 @@ where
         shutdown: CancellationToken,
         stop_now: CancellationToken,
     ) -> Result<(), ControllerError> {
-        let membership = ShardMembership::new(gate.client().clone(), &gate.config)
+        let membership = ShardMembership::new(gate.client().clone(), &gate.config, &self.name)
             .map_err(|e| ControllerError::InvalidConfig(format!("controller {}: shard lease: {e}", self.name)))?;
         let Some((leadership, renewing)) = membership.join(&shutdown).await else {
             // Shut down before joining: cleans up without starting a worker.

@@ -147,6 +147,15 @@ pub(crate) struct Fences {
     refused_until: HashMap<String, tokio::time::Instant>,
 }
 
+impl Fences {
+    /// How long `shard` is still not to be fenced at `now`, if its Lease was found held; drops
+    /// every refusal that has run out, so shards that never come back leave no entry.
+    fn refused(&mut self, shard: &str, now: tokio::time::Instant) -> Option<Duration> {
+        self.refused_until.retain(|_, until| *until > now);
+        self.refused_until.get(shard).map(|until| *until - now)
+    }
+}
+
 /// What [`RingMembership::fenced`] found.
 pub(crate) enum Fence<'a> {
     /// This sharder's fence on the shard's Lease is in place: moves of its objects may be written
@@ -256,8 +265,8 @@ impl RingMembership {
             return Ok(None);
         }
         let now = tokio::time::Instant::now();
-        if let Some(until) = fences.refused_until.get(shard).filter(|until| **until > now) {
-            return Ok(Some(*until - now));
+        if let Some(wait) = fences.refused(shard, now) {
+            return Ok(Some(wait));
         }
         let (ring, name) = (&self.config.ring, format!("{}-{shard}", self.config.ring));
         let token = jiff::Timestamp::now().to_string();
@@ -538,6 +547,8 @@ pub(crate) struct ShardMembership {
     elector: LeaderElector,
     leases: Api<Lease>,
     config: ShardingConfig,
+    /// The sharded controller's name, in every log line.
+    controller: String,
 }
 
 /// The renewal of a joined shard's Lease: a task, stopped (and the Lease released) by
@@ -556,8 +567,13 @@ impl Drop for Renewing {
 }
 
 impl ShardMembership {
-    /// The membership of `config`'s shard; checks the Lease timing. Makes no request.
-    pub(crate) fn new(client: kube::Client, config: &ShardingConfig) -> Result<Self, LeaderElectionError> {
+    /// The membership of `config`'s shard for the controller named `controller`; checks the
+    /// Lease timing. Makes no request.
+    pub(crate) fn new(
+        client: kube::Client,
+        config: &ShardingConfig,
+        controller: &str,
+    ) -> Result<Self, LeaderElectionError> {
         let election = LeaderElectionConfig::new(&config.namespace, config.lease_name(), &config.shard_id)
             .lease_duration(config.lease_duration)
             .renew_deadline(config.renew_deadline)
@@ -567,6 +583,7 @@ impl ShardMembership {
             elector: LeaderElector::new(client.clone(), election)?,
             leases: Api::namespaced(client, &config.namespace),
             config: config.clone(),
+            controller: controller.to_owned(),
         })
     }
 
@@ -590,6 +607,7 @@ impl ShardMembership {
             let watch = watch_lease(
                 self.leases.clone(),
                 self.config.clone(),
+                self.controller.clone(),
                 stop.clone(),
                 labelled.clone(),
                 unfenced.clone(),
@@ -618,7 +636,7 @@ impl ShardMembership {
             {
                 Ok(_) => break,
                 Err(e) => {
-                    warn!(ring = %self.config.ring, shard = %self.config.shard_id, error = %e,
+                    warn!(controller = %self.controller, ring = %self.config.ring, shard = %self.config.shard_id, error = %e,
                         "failed to label the shard lease: retrying");
                     tokio::select! {
                         () = shutdown.cancelled() => {
@@ -633,7 +651,7 @@ impl ShardMembership {
         labelled.cancel();
         tokio::select! {
             () = unfenced.cancelled() => {
-                info!(ring = %self.config.ring, shard = %self.config.shard_id, lease = %self.config.lease_name(),
+                info!(controller = %self.controller, ring = %self.config.ring, shard = %self.config.shard_id, lease = %self.config.lease_name(),
                     "joined the ring");
             }
             // Lost before the fence was lifted: the run ends at once, and leave() says why.
@@ -657,19 +675,19 @@ impl ShardMembership {
             match task.await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
-                    warn!(ring = %self.config.ring, shard = %self.config.shard_id, error = %e,
+                    warn!(controller = %self.controller, ring = %self.config.ring, shard = %self.config.shard_id, error = %e,
                         "the shard lease was lost before leaving");
                     lost = Some(e);
                 }
                 Err(e) if e.is_panic() => {
-                    warn!(ring = %self.config.ring, shard = %self.config.shard_id,
+                    warn!(controller = %self.controller, ring = %self.config.ring, shard = %self.config.shard_id,
                         "the shard lease renewal panicked");
                     lost = Some("the shard lease renewal panicked".into());
                 }
                 Err(_) => {}
             }
         }
-        info!(ring = %self.config.ring, shard = %self.config.shard_id, "left the ring");
+        info!(controller = %self.controller, ring = %self.config.ring, shard = %self.config.shard_id, "left the ring");
         lost
     }
 }
@@ -703,6 +721,7 @@ fn check_lease(lease: Option<Lease>, config: &ShardingConfig) -> Result<bool, St
 async fn watch_lease(
     leases: Api<Lease>,
     config: ShardingConfig,
+    controller: String,
     stop: CancellationToken,
     labelled: CancellationToken,
     unfenced: CancellationToken,
@@ -724,7 +743,7 @@ async fn watch_lease(
         let lease = match leases.get_opt(&name).await {
             Ok(lease) => lease,
             Err(e) => {
-                debug!(ring = %config.ring, lease = %name, error = %e, "reading the shard lease failed");
+                debug!(controller = %controller, ring = %config.ring, lease = %name, error = %e, "reading the shard lease failed");
                 continue;
             }
         };
@@ -735,12 +754,32 @@ async fn watch_lease(
             }
             Ok(true) => {
                 if !waiting_logged {
-                    info!(ring = %config.ring, shard = %config.shard_id, lease = %name,
+                    info!(controller = %controller, ring = %config.ring, shard = %config.shard_id, lease = %name,
                         "the sharder is moving the objects of this shard's previous incarnation: waiting for it to lift the fence");
                 }
                 waiting_logged = true;
             }
             Ok(false) => unfenced.cancel(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_that_ran_out_are_dropped() {
+        let now = tokio::time::Instant::now();
+        let mut fences = Fences::default();
+        fences.refused_until.insert("a".into(), now + Duration::from_secs(2));
+        fences.refused_until.insert("gone".into(), now + Duration::from_secs(1));
+        assert_eq!(fences.refused("a", now), Some(Duration::from_secs(2)));
+        let later = now + Duration::from_millis(1500);
+        assert_eq!(fences.refused("a", later), Some(Duration::from_millis(500)));
+        // The shard that was never asked about again is gone from the map.
+        assert_eq!(fences.refused_until.len(), 1);
+        assert_eq!(fences.refused("a", now + Duration::from_secs(3)), None);
+        assert!(fences.refused_until.is_empty());
     }
 }

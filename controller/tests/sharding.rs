@@ -437,6 +437,11 @@ async fn scenario(n: usize) {
     graceful.shutdown.cancel();
     graceful.task.await.unwrap().unwrap();
     assert!(graceful.config.readiness.check().is_err());
+    // Released by the time its run returned, not left to expire.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let released = leases.get(&graceful.config.lease_name()).await.unwrap();
+    let holder = released.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    assert_eq!(holder, "", "{}'s Lease not released when its run returned", graceful.id);
     let live: Vec<String> = shards.iter().map(|s| s.id.clone()).collect();
     let live_refs: Vec<&str> = live.iter().map(String::as_str).collect();
     // The Lease is released after its workers drained: the gap is its drain, the sharder's
@@ -893,6 +898,9 @@ async fn a_shard_restarted_while_fenced_waits_for_the_sharder() {
         .map(|(name, _)| name)
         .collect();
     victim.task.abort();
+    // Counted once the killed Manager is dropped (its workers with it): a reconcile it was
+    // entering as it was aborted is not the restarted shard's.
+    let _ = victim.task.await;
     let reconciled_before = tracker.count(&id);
 
     // Once its Lease expired, the sharder fences it and moves its objects.

@@ -426,6 +426,9 @@ async fn scenario(n: usize) {
 
     // The leader's sharder counted the moves to the new shard as drains, with their duration.
     let registry = &shards[leader].registry;
+    // The sharder relabels with its default 4 workers.
+    let workers = format!("controller_runtime_max_concurrent_reconciles{{controller=\"sharder-{RING}\"}}");
+    assert_eq!(sample(registry, &workers), Some(4.0));
     let drained = sample(registry, &drained_series).unwrap_or(0.0) - drained_before;
     assert_eq!(drained, moved.len() as f64);
     let drains = sample(registry, &drains_series).unwrap_or(0.0) - drains_before;

@@ -100,7 +100,7 @@ use std::time::Duration;
 pub(crate) use drain::{Admit, Lookup, ShardGate};
 pub(crate) use membership::ShardMembership;
 pub use membership::{ShardReadiness, live_shards};
-pub use sharder::{Sharder, SharderReconciler, ShardingMetrics};
+pub use sharder::{DEFAULT_WORKERS, Sharder, SharderReconciler, ShardingMetrics};
 
 #[allow(unused_imports)] // the doc links above
 use crate::leader_election::LeaderElector;

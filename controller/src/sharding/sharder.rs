@@ -101,6 +101,9 @@ impl ShardingMetrics {
     }
 }
 
+/// The sharder's workers unless [`Sharder::workers`] says otherwise.
+pub const DEFAULT_WORKERS: usize = 4;
+
 /// Labels the children of one owner: `(ctx, owner uid, owner namespace, shard)`.
 type LabelChildren<K> = Arc<
     dyn Fn(
@@ -124,6 +127,7 @@ pub struct Sharder<K> {
     factory: SharedInformerFactory,
     config: ShardingConfig,
     metrics: Option<Metrics>,
+    workers: usize,
     children: Vec<(AddChild<K>, LabelChildren<K>)>,
     _k: PhantomData<fn() -> K>,
 }
@@ -138,6 +142,7 @@ impl<K: FactoryResource> Sharder<K> {
             factory: factory.clone(),
             config: config.clone(),
             metrics: None,
+            workers: DEFAULT_WORKERS,
             children: Vec::new(),
             _k: PhantomData,
         }
@@ -147,6 +152,14 @@ impl<K: FactoryResource> Sharder<K> {
     /// Manager's: `manager.metrics().clone()`). Without it, a registry of its own.
     pub fn metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// How many objects the sharder labels at once (default [`DEFAULT_WORKERS`]): a dead
+    /// shard's objects, about 1/N of all, are relabelled by this many workers in parallel. The
+    /// queue gives a key to one worker at a time, so no object is labelled twice at once.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers;
         self
     }
 
@@ -197,6 +210,7 @@ impl<K: FactoryResource> Sharder<K> {
             factory,
             config,
             metrics,
+            workers,
             children,
             ..
         } = self;
@@ -232,6 +246,7 @@ impl<K: FactoryResource> Sharder<K> {
         // no key, for its cache alone.
         let mut controller = builder
             .for_resource::<PartialObjectMeta<K>>()
+            .workers(workers)
             .watches_with_options(
                 crate::SourceOptions::<Lease>::new().informer_with(
                     CacheOptions::default()

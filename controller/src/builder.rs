@@ -467,7 +467,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     }
 
     /// Dynamic children (by group/version/kind), as [`owns`](Self::owns). Not for a
-    /// [`sharded`](Self::sharded) controller: the [`Sharder`](crate::sharding::Sharder) labels
+    /// [`sharded`](ControllerBuilder::sharded) controller: the [`Sharder`](crate::sharding::Sharder) labels
     /// typed children only, so a sharded controller with dynamic children fails to build with
     /// [`ControllerError::InvalidConfig`] rather than caching every child on every shard.
     #[must_use]

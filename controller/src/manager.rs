@@ -31,7 +31,7 @@
 //! timeouts and connection cap. A third, the HTTPS webhook server (`0.0.0.0:9443`), runs only
 //! when configured ([`ManagerBuilder::webhook_server`]; see [`webhook`](crate::webhook)).
 //!
-//! The probes answer as controller-runtime's `pkg/healthz` (see [`healthz`](crate::healthz)):
+//! The probes answer as controller-runtime's `pkg/healthz` (see [`healthz`]):
 //! `/healthz` and `/readyz` run every check (`?verbose` lists them, `?exclude=name` skips
 //! one; 500 when one fails), `/healthz/<name>` and `/readyz/<name>` run one. Checks of your
 //! own: [`Manager::add_healthz_check`], [`Manager::add_readyz_check`]. Built in:
@@ -699,7 +699,7 @@ impl Manager {
     }
 
     /// Adds a liveness check to `/healthz` (controller-runtime's `AddHealthzCheck`): a failing
-    /// one makes the kubelet restart the pod. See [`healthz`](crate::healthz).
+    /// one makes the kubelet restart the pod. See [`healthz`].
     pub fn add_healthz_check(
         &mut self,
         name: impl Into<String>,

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::leadership::Leadership;
 use crate::reconciler::BoxError;
 
-/// Something the [`Manager`] runs: a [`BuiltController`](crate::BuiltController), or your own
+/// Something the [`Manager`](crate::Manager) runs: a [`BuiltController`](crate::BuiltController), or your own
 /// task (controller-runtime's `Runnable` and `LeaderElectionRunnable`).
 pub trait Runnable: Send + 'static {
     /// A name for logs and errors.

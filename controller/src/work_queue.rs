@@ -23,7 +23,7 @@ pub const LOW_PRIORITY: i32 = -100;
 pub const NORMAL_PRIORITY: i32 = 0;
 
 /// A controller's work queue of [`ObjectKey`]s: a [`PriorityQueue`] or, with the priority queue
-/// switched off, a [`RateLimitingQueue`]. A cheaply cloneable handle. See the [module docs](self).
+/// switched off, a [`RateLimitingQueue`]. A cheaply cloneable handle.
 #[derive(Clone, Debug)]
 pub struct WorkQueue {
     inner: Inner,

@@ -23,19 +23,22 @@ use crate::undecodable::{Undecodable, UndecodableChange};
 /// A notification and whether it is a resync (only for handlers due one).
 pub(crate) type Outgoing<K> = Vec<(Notification<K>, bool)>;
 
-/// Applies one queue item to the cache, appending the notifications it makes to `out` and the
-/// undecodable marks it makes anew (to log once) to `new_marks`.
+/// Applies one queue item to the cache, appending the notifications it makes to `out`, the
+/// cached objects it removes without a notification holding them to `removed` (so that the
+/// caller, not the write lock's holder, decides where they are freed), and the undecodable
+/// marks it makes anew (to log once) to `new_marks`.
 pub(crate) fn apply_item<K: Resource>(
     cache: &mut CacheWriter<'_, K>,
     item: &QueueItem<K>,
     initial: bool,
     out: &mut Outgoing<K>,
+    removed: &mut Vec<Arc<K>>,
     new_marks: &mut Vec<(String, Undecodable)>,
 ) {
     match item {
         QueueItem::Deltas(deltas) => {
             for delta in &deltas.deltas {
-                apply_delta(cache, &deltas.key, delta, initial, out);
+                apply_delta(cache, &deltas.key, delta, initial, out, removed);
             }
         }
         QueueItem::ReplacedAll(replaced) => apply_replaced_all(cache, replaced, initial, out, new_marks),
@@ -85,6 +88,7 @@ fn apply_delta<K: Resource>(
     delta: &Delta<K>,
     initial: bool,
     out: &mut Outgoing<K>,
+    removed: &mut Vec<Arc<K>>,
 ) {
     match (delta.kind, &delta.object) {
         (DeltaType::Deleted, object) => {
@@ -92,11 +96,14 @@ fn apply_delta<K: Resource>(
             // was ever told about it (the DeltaFifo drops those when queued; the RealFifo
             // cannot tell then).
             cache.unmark(key);
-            if cache.remove(key).is_some() {
+            if let Some(old) = cache.remove(key) {
                 if let DeltaObject::Object(obj) = object {
                     record_resource_version(cache, obj);
                 }
                 out.push((Notification::Delete(object.clone()), false));
+                // The notification holds the delete's final state, not the cached object:
+                // that one is freed by the caller, off the write lock.
+                removed.push(old);
             }
         }
         (kind, DeltaObject::Object(obj)) => {

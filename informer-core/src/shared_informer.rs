@@ -7,9 +7,10 @@
 //! write lock (readers see all of it or none; a relist is one item, so it is atomic too), and
 //! its notifications are handed to the listeners in order in one go (non-blocking handlers are
 //! then called right there, on the informer's task; see `listener.rs`). The batch's
-//! notifications, which hold the objects it replaced or deleted, then go to the partition's
+//! notifications, which hold the objects it replaced, and the cached objects it deleted
+//! (removed from the cache under the write lock, not freed there) then go to the partition's
 //! lister-watcher to be freed ([`ListerWatcher::release`]: an `ApiListerWatcher` drops them on
-//! its decoding thread, which allocated them, so one malloc arena serves its objects and no
+//! its decoding thread, which allocated their contents, so one malloc arena serves them and no
 //! other thread takes that arena's lock to free them). Handlers may be added
 //! before or after `run`; one added after start is first replayed the whole cache as adds
 //! (with `is_in_initial_list`), and its registration reports synced once those were handled.
@@ -796,9 +797,9 @@ where
                 };
                 let process_loop = async {
                     let mut process = |batch: &[QueueItem<K>], is_in_initial_list: bool| {
-                        let garbage = self.process_batch(store, batch, is_in_initial_list);
-                        if !garbage.is_empty() {
-                            lister_watcher.release(Box::new(garbage));
+                        let (notifications, removed) = self.process_batch(store, batch, is_in_initial_list);
+                        if !notifications.is_empty() || !removed.is_empty() {
+                            lister_watcher.release(Box::new((notifications, removed)));
                         }
                         Ok::<(), ProcessError>(())
                     };
@@ -831,8 +832,10 @@ where
     /// write lock, then hands its notifications to the listeners in order (client-go
     /// `processDeltas` / `processDeltasInBatch`) and, once the informer's locks are released,
     /// calls the non-blocking handlers inline (see `listener.rs`). Returns the batch's
-    /// notifications, which hold the objects it replaced and deleted: `run` hands them to the
-    /// partition's lister-watcher to free ([`ListerWatcher::release`]).
+    /// notifications, which hold the objects it replaced, and the cached objects it deleted
+    /// (a delete's notification holds its final state, not the cached object): `run` hands
+    /// both to the partition's lister-watcher to free ([`ListerWatcher::release`]), so none
+    /// is freed here.
     ///
     /// A panic here can only come from user code in the cache's path (an index function): the
     /// item being applied is dropped (the cache stays as it was before it, since index values
@@ -843,15 +846,23 @@ where
         store: &ThreadSafeStore<K>,
         batch: &[QueueItem<K>],
         is_in_initial_list: bool,
-    ) -> cache_apply::Outgoing<K> {
+    ) -> (cache_apply::Outgoing<K>, Vec<Arc<K>>) {
         let block = self.block_deltas();
         let mut notifications = Vec::with_capacity(batch.len());
+        let mut removed = Vec::new();
         let mut new_marks = Vec::new();
         {
             let mut cache = store.writer();
             for item in batch {
                 let applied = catch_unwind(AssertUnwindSafe(|| {
-                    cache_apply::apply_item(&mut cache, item, is_in_initial_list, &mut notifications, &mut new_marks)
+                    cache_apply::apply_item(
+                        &mut cache,
+                        item,
+                        is_in_initial_list,
+                        &mut notifications,
+                        &mut removed,
+                        &mut new_marks,
+                    )
                 }));
                 if applied.is_err() {
                     self.inner.handle_deltas_panics.fetch_add(1, Ordering::Relaxed);
@@ -879,7 +890,7 @@ where
         for drain in inline {
             drain.run();
         }
-        notifications
+        (notifications, removed)
     }
 }
 
@@ -1288,6 +1299,32 @@ mod model_tests {
         let snapshots = reader.join().expect("no torn snapshot");
         assert!(snapshots > 0);
         assert_eq!(informer.last_store_sync_resource_version(), "21");
+    }
+
+    #[test]
+    fn a_deleted_object_is_handed_back_to_be_freed_not_dropped_under_the_lock() {
+        use crate::delta::{Delta, DeltaObject, DeltaType, Deltas};
+        let informer: SharedIndexInformer<ConfigMap> =
+            SharedIndexInformer::from_arc(Arc::new(Unused), InformerConfig::default());
+        let store = &informer.inner.parts[0].store;
+        let _ = informer.process_batch(store, &[replaced_all("a", 1, 1)], true);
+        let cached = Arc::downgrade(&informer.indexer().list()[0]);
+        let delete = QueueItem::Deltas(Deltas {
+            key: "ns/a0".into(),
+            deltas: vec![Delta {
+                kind: DeltaType::Deleted,
+                object: DeltaObject::Object(named("a", 0, 2)),
+            }],
+        });
+        let (notifications, removed) = informer.process_batch(store, &[delete], false);
+        assert!(informer.indexer().list().is_empty());
+        assert_eq!(notifications.len(), 1, "the delete, holding the final state");
+        let cached_now = cached.upgrade().expect("the removed object is still alive");
+        assert!(matches!(removed.as_slice(), [r] if Arc::ptr_eq(r, &cached_now)));
+        drop(cached_now);
+        // What `run` hands to `ListerWatcher::release` held the last reference.
+        drop((notifications, removed));
+        assert!(cached.upgrade().is_none());
     }
 
     #[tokio::test]

@@ -551,20 +551,19 @@ impl SharedInformerFactory {
             let of = |namespace: &String| (namespace.clone(), options.clone().namespace(namespace.clone()));
             self.inner.namespaces.iter().map(of).collect()
         };
+        // One lister-watcher's settings and decoding thread for every partition: all of the
+        // informer's objects are decoded (and freed) on one thread.
+        let base = ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), K::url_path(&(), None))
+            // A projection holds the fields it declares; `managedFields` is bookkeeping of
+            // writers, and a projection is read-only.
+            .skip_managed_fields(self.inner.strip_managed_fields || K::projection().is_some())
+            .compact(<K as InformerResource>::compact);
         let partitions = self.partitions(
             &name,
             namespaces,
             &options,
             |namespace| K::url_path(&(), namespace),
-            |url_path| {
-                Arc::new(
-                    ApiListerWatcher::<K>::from_url_path(self.inner.client.clone(), url_path)
-                        // A projection holds the fields it declares; `managedFields` is
-                        // bookkeeping of writers, and a projection is read-only.
-                        .skip_managed_fields(self.inner.strip_managed_fields || K::projection().is_some())
-                        .compact(<K as InformerResource>::compact),
-                )
-            },
+            |url_path| Arc::new(base.with_url_path(url_path)),
         );
         let resync = self
             .inner
@@ -609,7 +608,8 @@ impl SharedInformerFactory {
     }
 
     /// The list/watches of an informer named `name`: one per namespace of `namespaces` (each
-    /// with its options), or one of every namespace (or a cluster-scoped type) with `options`.
+    /// with its options), or one of every namespace (or a cluster-scoped type) with `options`;
+    /// `lister_watcher` makes each from its URL (the factory's share one decoding thread).
     fn partitions<K>(
         &self,
         name: &str,
@@ -667,17 +667,17 @@ impl SharedInformerFactory {
         } else {
             Vec::new()
         };
+        // One decoding thread for every partition (see `typed_informer`).
+        let base = ApiListerWatcher::<DynamicObject>::from_url_path(
+            self.inner.client.clone(),
+            DynamicObject::url_path(resource, None),
+        );
         let partitions = self.partitions(
             &name,
             namespaces,
             &options,
             |namespace| DynamicObject::url_path(resource, namespace),
-            |url_path| {
-                Arc::new(ApiListerWatcher::<DynamicObject>::from_url_path(
-                    self.inner.client.clone(),
-                    url_path,
-                ))
-            },
+            |url_path| Arc::new(base.with_url_path(url_path)),
         );
         let informer = SharedIndexInformer::partitioned(
             partitions,

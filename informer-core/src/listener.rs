@@ -25,12 +25,12 @@
 //!   worker).
 //! - A handler that **may block** (the default: handlers are plain synchronous calls) is
 //!   drained on the runtime's blocking pool (`spawn_blocking`): a handler that blocks or
-//!   stalls holds one pool thread and delays neither the reflector (on the async workers) nor
-//!   any other handler (the pool grows, to 512 threads by default, so list decoding, which
-//!   uses the same pool, is delayed only once hundreds of handlers are stalled). A pool of the
-//!   listeners' own was tried and dropped: tokio's paused clock (the tests' timers) does not
-//!   advance while a `spawn_blocking` task runs, but does while a thread of our own works, so
-//!   a paused-time test could no longer tell a handler's work from idleness. Idle listeners
+//!   stalls holds one pool thread and delays neither the reflector (on the async workers and
+//!   its lister-watcher's decoding thread) nor any other handler (the pool grows, to 512
+//!   threads by default). A pool of the listeners' own was tried and dropped: tokio's paused
+//!   clock (the tests' timers) does not advance while a `spawn_blocking` task runs, but does
+//!   while a thread of our own works, so a paused-time test could no longer tell a handler's
+//!   work from idleness. Idle listeners
 //!   hold no thread and no task: 1,000 registrations cost buffers, not 1,000 threads.
 //!
 //! client-go runs every handler on a goroutine of its own listener; running non-blocking ones

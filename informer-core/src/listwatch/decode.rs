@@ -5,6 +5,7 @@
 //! ([`super::decoder`]). An object that does not decode is a [`MalformedObject`] named by its
 //! metadata when that decodes.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 
 use futures::AsyncBufReadExt;
@@ -15,6 +16,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
+use super::decoder::panic_message;
 use super::{ListPage, ListWatchError, MalformedObject};
 
 /// An object's metadata alone. It must decode whole for the object to be named: an object
@@ -257,7 +259,9 @@ pub(super) fn decode_lines<T>(lines: &[u8], mut decode: impl FnMut(&[u8]) -> Opt
     out
 }
 
-/// Decodes one line of a watch stream; `None` for a blank line.
+/// Decodes one line of a watch stream; `None` for a blank line. A line whose decoding panics
+/// (a `compact` function's panic) is a [`MalformedObject`] like one that does not decode: the
+/// reflector counts and skips it, and the watch goes on.
 pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone + 'static>(
     line: &str,
     skip_managed_fields: bool,
@@ -266,27 +270,49 @@ pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone + 'static
     if line.trim().is_empty() {
         return None;
     }
+    let decoded = catch_unwind(AssertUnwindSafe(|| {
+        decode_event::<K>(line, skip_managed_fields, compact)
+    }));
+    Some(decoded.unwrap_or_else(|panic| {
+        let error = format!(
+            "decoding panicked (a compact function?): {}",
+            panic_message(panic.as_ref())
+        );
+        Err(ListWatchError::Malformed(malformed_event(line, error)))
+    }))
+}
+
+/// Decodes one watch event that is not a blank line.
+fn decode_event<K: Resource + DeserializeOwned + Clone + 'static>(
+    line: &str,
+    skip_managed_fields: bool,
+    compact: fn(&mut K),
+) -> Result<WatchEvent<K>, ListWatchError> {
     match parse::<WatchEvent<K>>(line, skip_managed_fields) {
-        Ok(WatchEvent::Error(status)) => Some(Err(ListWatchError::from_status(&status))),
+        Ok(WatchEvent::Error(status)) => Err(ListWatchError::from_status(&status)),
         Ok(mut event) => {
             if let WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) = &mut event {
                 compact(obj);
             }
-            Some(Ok(event))
+            Ok(event)
         }
         Err(e) => {
             if let Ok(status) = serde_json::from_str::<Status>(line)
                 && status.code != 0
             {
-                return Some(Err(ListWatchError::from_status(&status)));
+                return Err(ListWatchError::from_status(&status));
             }
-            let malformed = match serde_json::from_str::<RawEvent>(line) {
-                Ok(event) => malformed_raw(event.object.get(), e.to_string())
-                    .deleted(event.event_type.as_deref() == Some("DELETED")),
-                Err(_) => MalformedObject::new(e.to_string()),
-            };
-            Some(Err(ListWatchError::Malformed(malformed)))
+            Err(ListWatchError::Malformed(malformed_event(line, e.to_string())))
         }
+    }
+}
+
+/// The watch event `line` as a [`MalformedObject`] failing with `error`: named by its object's
+/// metadata when that decodes, and marked deleted when it is a DELETED event.
+fn malformed_event(line: &str, error: String) -> MalformedObject {
+    match serde_json::from_str::<RawEvent>(line) {
+        Ok(event) => malformed_raw(event.object.get(), error).deleted(event.event_type.as_deref() == Some("DELETED")),
+        Err(_) => MalformedObject::new(error),
     }
 }
 
@@ -458,5 +484,31 @@ mod tests {
             matches!(decode_watch_line::<ConfigMap>(garbage, false, compact_metadata), Some(Err(ListWatchError::Malformed(m))) if m.key.is_none())
         );
         assert!(decode_watch_line::<ConfigMap>("   ", false, compact_metadata).is_none());
+    }
+
+    #[test]
+    fn a_watch_line_whose_compact_function_panics_is_a_malformed_object() {
+        fn compact_panics_on_boom(cm: &mut ConfigMap) {
+            assert_ne!(cm.metadata.name.as_deref(), Some("boom"), "compact refuses boom");
+        }
+        let lines = concat!(
+            r#"{"type":"DELETED","object":{"metadata":{"name":"boom","namespace":"ns","resourceVersion":"7"}}}"#,
+            "\n",
+            r#"{"type":"ADDED","object":{"metadata":{"name":"fine","namespace":"ns"}}}"#,
+            "\n",
+        );
+        let events = decode_lines(lines.as_bytes(), |line| {
+            decode_watch_line::<ConfigMap>(&String::from_utf8_lossy(line), false, compact_panics_on_boom)
+        });
+        match events.as_slice() {
+            [Err(ListWatchError::Malformed(boom)), Ok(WatchEvent::Added(fine))] => {
+                assert_eq!(boom.key.as_deref(), Some("ns/boom"));
+                assert_eq!(boom.resource_version.as_deref(), Some("7"));
+                assert!(boom.deleted);
+                assert!(boom.error.contains("compact refuses boom"), "{}", boom.error);
+                assert_eq!(fine.metadata.name.as_deref(), Some("fine"));
+            }
+            other => panic!("expected the panicking line skipped as malformed, then the next event: {other:?}"),
+        }
     }
 }

@@ -35,12 +35,24 @@
 //! still one request per page; `cargo xtask bench` measures the gain (BENCHMARKS.md).
 //!
 //! **One decoding thread.** Every list page and every read of the watch stream is decoded on
-//! one thread per lister-watcher (`decoder`), not on tokio's workers or blocking pool: glibc's
-//! malloc gives a freed block back to the arena of the thread that allocated it, so objects
-//! decoded on one thread and replaced by objects decoded on another left the first arena's
-//! memory unused, and the process grew by one object per update. The requests, body reads and
-//! page prefetch stay on tokio; pages fetched ahead wait in the thread's queue, and a watch reads
-//! the connection while its previous read is decoded.
+//! one thread per lister-watcher (`decoder`), shared by the lister-watchers made from it with
+//! [`ApiListerWatcher::with_url_path`] (the factory's namespace partitions of one informer),
+//! not on tokio's workers or blocking pool: glibc's malloc gives a freed block back to the
+//! arena of the thread that allocated it, so objects decoded on one thread and replaced by
+//! objects decoded on another left the first arena's memory unused, and the process grew by
+//! one object per update. The informer hands what it is done with (replaced and deleted
+//! objects) back to be dropped there ([`ListerWatcher::release`]). The requests, body reads and
+//! page prefetch stay on tokio; pages fetched ahead wait in the thread's queue, and a watch
+//! reads the connection while its previous read is decoded.
+//!
+//! **Paused time.** The decoding thread is not one of tokio's, so tokio's paused clock
+//! (`#[tokio::test(start_paused = true)]`) sees the runtime idle while it decodes and may
+//! advance to the next timer: a test that lists or watches through an `ApiListerWatcher` under
+//! paused time can see a timeout, backoff or resync fire during a decode. Such a test sets
+//! [`ApiListerWatcher::decode_on_blocking_pool`]`(true)`: decodes then run on tokio's
+//! blocking pool, during which the clock does not auto-advance. (A real API server's network
+//! waits let it advance anyway; tests of timing usually stand a hand-written [`ListerWatcher`]
+//! in for the server.)
 //!
 //! **Metadata only.** An `ApiListerWatcher<PartialObjectMeta<K>>` (from an
 //! `Api<PartialObjectMeta<K>>`, kube's `Resource::metadata_api()`) asks the server for
@@ -417,10 +429,11 @@ impl<K: Resource> ApiListerWatcher<K> {
     /// Lists and watches the collection at `url_path` (as made by `K::url_path`), for callers
     /// that work out the scope themselves.
     pub fn from_url_path(client: Client, url_path: impl Into<String>) -> Self {
+        let url_path: String = url_path.into();
         ApiListerWatcher {
             fetcher: Arc::new(PageFetcher {
                 client,
-                url_path: url_path.into(),
+                url_path: Arc::from(url_path),
                 max_page_bytes: DEFAULT_MAX_RESPONSE_BYTES,
                 pages_ahead: DEFAULT_PAGES_AHEAD,
                 skip_managed_fields: false,
@@ -488,6 +501,36 @@ impl<K: Resource> ApiListerWatcher<K> {
     #[must_use]
     pub fn compact(mut self, compact: fn(&mut K)) -> Self {
         self.compact = compact;
+        self
+    }
+
+    /// This lister-watcher's settings and decoding thread, for the collection at `url_path`:
+    /// the factory builds an informer's namespace partitions with it, so that one thread
+    /// decodes all of an informer's objects (they share one cache, and one arena).
+    #[must_use]
+    pub fn with_url_path(&self, url_path: impl Into<String>) -> Self {
+        let url_path: String = url_path.into();
+        ApiListerWatcher {
+            fetcher: Arc::new(PageFetcher {
+                url_path: Arc::from(url_path),
+                ..self.fetcher_fields()
+            }),
+            max_event_bytes: self.max_event_bytes,
+            ahead: Arc::default(),
+            compact: self.compact,
+        }
+    }
+
+    /// Decodes on tokio's blocking pool (`spawn_blocking`) instead of the decoding thread
+    /// (default `false`; see the module doc). The setting is the decoding thread's, so it holds
+    /// for every lister-watcher that shares it (made from one another with
+    /// [`with_url_path`](Self::with_url_path), `clone` or a setter). For tests under tokio's
+    /// paused clock (`start_paused`): the clock does not advance while a blocking-pool task
+    /// runs, but does while the decoding thread works, so a timer can fire in the middle of a
+    /// decode. It costs the memory the thread saves (see the module doc).
+    #[must_use]
+    pub fn decode_on_blocking_pool(self, on: bool) -> Self {
+        self.fetcher.decoder.set_blocking_pool(on);
         self
     }
 
@@ -614,7 +657,7 @@ where
         params: &WatchParams,
         resource_version: &str,
     ) -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>> {
-        let request = Request::new(&self.fetcher.url_path).watch(params, resource_version);
+        let request = Request::new(&*self.fetcher.url_path).watch(params, resource_version);
         let max_event_bytes = self.max_event_bytes;
         let skip_managed_fields = self.fetcher.skip_managed_fields;
         let compact = self.compact;
@@ -658,11 +701,12 @@ where
             // flight, results in order); the reflector takes every event that is ready as one
             // batch for its store.
             let decoder = self.fetcher.decoder.clone();
+            let resource = self.fetcher.url_path.clone();
             let buffers = ReadBuffers::default();
             let events = line_reads(body, max_event_bytes, buffers.clone())
                 .map(move |LinesRead { lines, end: read_end }| {
                     // Handed to the thread now; awaited in order by `buffered`.
-                    let decoded = decoder.run(move || (decode_lines(&lines, decode), lines));
+                    let decoded = decoder.run(resource.clone(), move || (decode_lines(&lines, decode), lines));
                     let buffers = buffers.clone();
                     async move {
                         let mut events = match decoded.await {
@@ -756,5 +800,66 @@ mod tests {
         let gone = ListWatchError::api(410, "Gone", "gone");
         assert!(gone.is_gone() && !gone.is_resource_expired());
         assert!(ListWatchError::api(410, "Expired", "too old").is_resource_expired());
+    }
+
+    /// An API server in memory: every request is answered with one list page of one ConfigMap.
+    #[derive(Clone)]
+    struct OnePage;
+
+    impl tower::Service<http::Request<kube::client::Body>> for OnePage {
+        type Response = http::Response<kube::client::Body>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: http::Request<kube::client::Body>) -> Self::Future {
+            let page = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","namespace":"default"}}]}"#;
+            std::future::ready(Ok(http::Response::new(page.as_bytes().to_vec().into())))
+        }
+    }
+
+    /// A compact function that takes real time, as a large page's decode does.
+    fn slow_compact(cm: &mut k8s_openapi::api::core::v1::ConfigMap) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        crate::compact::compact_metadata(cm);
+    }
+
+    /// Lists once, racing a timer an hour of paused time away: whether the timer fired first.
+    async fn timer_fired_during_the_list(
+        lister_watcher: &ApiListerWatcher<k8s_openapi::api::core::v1::ConfigMap>,
+    ) -> bool {
+        let timer = tokio::time::sleep(std::time::Duration::from_secs(3600));
+        tokio::select! {
+            biased;
+            page = lister_watcher.list(&ListParams::default()) => {
+                let page = page.expect("the in-memory page lists");
+                assert_eq!(page.items.len(), 1);
+                false
+            }
+            () = timer => true,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn paused_time_waits_for_a_decode_only_on_the_blocking_pool() {
+        let lister_watcher = ApiListerWatcher::from_url_path(Client::new(OnePage, "default"), "/api/v1/configmaps")
+            .compact(slow_compact);
+        // The decoding thread is not tokio's: the runtime looks idle and the clock jumps.
+        assert!(timer_fired_during_the_list(&lister_watcher).await);
+        let lister_watcher = lister_watcher.decode_on_blocking_pool(true);
+        let start = tokio::time::Instant::now();
+        assert!(!timer_fired_during_the_list(&lister_watcher).await);
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            start.elapsed()
+        );
+        // Lister-watchers made from it share the setting (and the decoder).
+        let namespaced = lister_watcher.with_url_path("/api/v1/namespaces/default/configmaps");
+        assert_eq!(namespaced.url_path(), "/api/v1/namespaces/default/configmaps");
+        assert!(!timer_fired_during_the_list(&namespaced).await);
     }
 }

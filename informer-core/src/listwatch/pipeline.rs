@@ -21,7 +21,8 @@ use super::{ACCEPT_METADATA_LIST, ListPage, ListWatchError, continuation, decode
 /// What requesting a list page needs, shared with the tasks that fetch pages ahead.
 pub(super) struct PageFetcher {
     pub(super) client: Client,
-    pub(super) url_path: String,
+    /// The collection's URL; also names it in logs.
+    pub(super) url_path: Arc<str>,
     pub(super) max_page_bytes: usize,
     /// At most this many pages in flight ahead of the reflector (0: none, client-go's way).
     pub(super) pages_ahead: usize,
@@ -131,8 +132,9 @@ where
             fetch_ahead(&fetcher, &params, token, &ahead, compact);
         }
         let skip = fetcher.skip_managed_fields;
-        // Every page, small ones too, so that all of a cache's objects come from one arena.
-        let decoded = fetcher.decoder.run(move || {
+        // Every page, small ones too, so that the contents of all of a cache's objects come
+        // from one arena (their `Arc`s are allocated by the reflector, on tokio).
+        let decoded = fetcher.decoder.run(fetcher.url_path.clone(), move || {
             let page = match std::str::from_utf8(&bytes) {
                 Ok(text) => decode_list::<K>(text, skip, compact),
                 Err(e) => Err(ListWatchError::Decode(e.to_string())),

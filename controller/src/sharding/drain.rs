@@ -99,6 +99,11 @@ impl ShardGate {
         }
     }
 
+    /// The shard `meta` is labelled for, if any.
+    fn shard_of<'m>(&self, meta: &'m ObjectMeta) -> Option<&'m String> {
+        meta.labels.as_ref()?.get(&self.config.shard_label())
+    }
+
     /// A key whose object is not in this shard's cache: reconciled only if the object is gone
     /// from the server and this run had confirmed the key (a deletion of this shard's object),
     /// or the server has it labelled for this shard (the cache is behind). A key this shard
@@ -118,11 +123,7 @@ impl ShardGate {
                 }
             }
             Ok(Some(meta)) => {
-                let label = meta
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(&self.config.shard_label()));
+                let label = self.shard_of(&meta.metadata);
                 if label == Some(&self.config.shard_id) {
                     Admit::Reconcile // the cache is behind
                 } else {
@@ -146,11 +147,7 @@ impl ShardGate {
     async fn confirm(&self, controller: &str, key: &ObjectKey) -> Result<ObjectMeta, Admit> {
         match self.api(key).get_metadata_opt(&key.name).await {
             Ok(Some(meta)) => {
-                let label = meta
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(&self.config.shard_label()));
+                let label = self.shard_of(&meta.metadata);
                 if label == Some(&self.config.shard_id) {
                     self.confirmed().insert(key.clone());
                     Ok(meta.metadata)

@@ -351,6 +351,24 @@ impl RingMembership {
         self.fences.read().await.held.keys().cloned().collect()
     }
 
+    /// Whether no object of the ring's primary type is labelled for `shard` on the server (a
+    /// LIST of at most one). A failed LIST is logged as about a `kind` shard's objects, saying
+    /// what `stays`, and answers `false`: the next membership check tries again.
+    async fn none_labelled_for(&self, shard: &str, kind: &str, stays: &str) -> bool {
+        let selector = format!("{}={shard}", self.config.shard_label());
+        match self
+            .objects
+            .list_metadata(&ListParams::default().labels(&selector).limit(1))
+            .await
+        {
+            Ok(list) => list.items.is_empty(),
+            Err(e) => {
+                warn!(ring = %self.config.ring, shard, error = %e, "listing a {kind} shard's objects failed: {stays}");
+                false
+            }
+        }
+    }
+
     /// Lifts this sharder's fence on `shard` if no object of the ring's primary type is labelled
     /// for it on the server (a LIST), holding the fences alone so no move under it is in flight:
     /// the shard's next incarnation may then start. Errors are logged; the next membership check
@@ -360,20 +378,10 @@ impl RingMembership {
         let Some(token) = fences.held.get(shard).cloned() else {
             return;
         };
-        let (ring, name) = (&self.config.ring, format!("{}-{shard}", self.config.ring));
-        let selector = format!("{}={shard}", self.config.shard_label());
-        match self
-            .objects
-            .list_metadata(&ListParams::default().labels(&selector).limit(1))
-            .await
-        {
-            Ok(list) if list.items.is_empty() => {}
-            Ok(_) => return, // a move still to make (a conflict requeued it)
-            Err(e) => {
-                warn!(ring = %ring, shard, error = %e, "listing a fenced shard's objects failed: the fence stays");
-                return;
-            }
+        if !self.none_labelled_for(shard, "fenced", "the fence stays").await {
+            return; // a move still to make (a conflict requeued it), or the LIST failed
         }
+        let (ring, name) = (&self.config.ring, format!("{}-{shard}", self.config.ring));
         // Conditional on the resourceVersion read, and only if the fence is still this one; a
         // conflict (a renewal) reads again, a few times per membership check.
         for attempt in 1..=5 {
@@ -434,20 +442,10 @@ impl RingMembership {
         if fences.held.contains_key(shard) {
             return;
         }
-        let (ring, name) = (&self.config.ring, format!("{}-{shard}", self.config.ring));
-        let selector = format!("{}={shard}", self.config.shard_label());
-        match self
-            .objects
-            .list_metadata(&ListParams::default().labels(&selector).limit(1))
-            .await
-        {
-            Ok(list) if list.items.is_empty() => {}
-            Ok(_) => return, // a move still to make
-            Err(e) => {
-                warn!(ring = %ring, shard, error = %e, "listing a gone shard's objects failed: its lease stays");
-                return;
-            }
+        if !self.none_labelled_for(shard, "gone", "its lease stays").await {
+            return; // a move still to make, or the LIST failed
         }
+        let (ring, name) = (&self.config.ring, format!("{}-{shard}", self.config.ring));
         let lease = match self.leases.get_opt(&name).await {
             Ok(Some(lease)) => lease,
             Ok(None) => return,

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{create_configmaps, eventually, until_leading};
-use controller::{LeaderElectionConfig, Manager, ManagerStatus, runnable_fn};
+use common::{create_configmaps, elected_manager, eventually, registry_sample, until_leading};
+use controller::{LeaderElectionConfig, ManagerStatus, runnable_fn};
 use informer_core::SharedIndexInformer;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use tokio::task::JoinHandle;
@@ -41,12 +41,7 @@ fn start(env: &envtest::Server, identity: &str) -> Replica {
         .renew_deadline(Duration::from_millis(1500))
         .retry_period(Duration::from_millis(300))
         .release_on_cancel(true);
-    let mut manager = Manager::builder(env.client())
-        .no_http_servers()
-        .handle_signals(false)
-        .leader_election(election)
-        .build()
-        .unwrap();
+    let mut manager = elected_manager(env.client(), election);
     manager.factory().informer_for::<Secret>().unwrap();
     let leader_only = manager.leader_factory().informer_for::<ConfigMap>().unwrap();
     let seen_by_runnable = Arc::new(AtomicUsize::new(usize::MAX));
@@ -70,17 +65,35 @@ fn start(env: &envtest::Server, identity: &str) -> Replica {
     }
 }
 
+impl Replica {
+    /// Waits until this replica leads and its runnable (`whose` it is, in the message) found
+    /// the leader-only cache synced: with the three ConfigMaps, exported, as it was synced
+    /// before the runnable started.
+    async fn leads_with_the_cache_synced(&self, whose: &str) {
+        until_leading(WAIT, &self.status).await;
+        let what = format!("{whose} runnable to find the leader-only cache synced");
+        eventually(WAIT, &what, || {
+            let seen = self.seen_by_runnable.load(Ordering::SeqCst);
+            async move { seen != usize::MAX }
+        })
+        .await;
+        assert_eq!(self.seen_by_runnable.load(Ordering::SeqCst), 3);
+        assert_eq!(exported_configmaps(&self.registry), Some(3.0));
+    }
+
+    /// Shuts the replica down (releasing its lease if it leads); its run succeeds.
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.run.await.unwrap().unwrap();
+    }
+}
+
 /// `kinformer_informer_cached_objects` of the ConfigMap informer in `registry`.
 fn exported_configmaps(registry: &prometheus::Registry) -> Option<f64> {
-    let mut text = String::new();
-    prometheus::TextEncoder::new()
-        .encode_utf8(&registry.gather(), &mut text)
-        .unwrap();
-    text.lines().find_map(|line| {
-        line.strip_prefix("kinformer_informer_cached_objects{informer=\"v1/ConfigMap\"} ")?
-            .parse()
-            .ok()
-    })
+    registry_sample(
+        registry,
+        "kinformer_informer_cached_objects{informer=\"v1/ConfigMap\"} ",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,19 +102,7 @@ async fn leader_factory_informers_run_on_the_leader_only_and_start_on_takeover()
     create_configmaps(&env.client(), &["a", "b", "c"]).await;
 
     let first = start(&env, "first");
-    until_leading(WAIT, &first.status).await;
-    eventually(
-        WAIT,
-        "the leader's runnable to find the leader-only cache synced",
-        || {
-            let seen = first.seen_by_runnable.load(Ordering::SeqCst);
-            async move { seen != usize::MAX }
-        },
-    )
-    .await;
-    // Synced before the runnable started: it found all three.
-    assert_eq!(first.seen_by_runnable.load(Ordering::SeqCst), 3);
-    assert_eq!(exported_configmaps(&first.registry), Some(3.0));
+    first.leads_with_the_cache_synced("the leader's").await;
 
     // A standby: ready (its factory's caches synced), its leader-only informer never listed.
     let second = start(&env, "second");
@@ -118,22 +119,9 @@ async fn leader_factory_informers_run_on_the_leader_only_and_start_on_takeover()
 
     // The leader steps down (its run ends, the lease released): the standby takes over and
     // starts the leader-only informers before its runnable.
-    first.shutdown.cancel();
-    first.run.await.unwrap().unwrap();
-    until_leading(WAIT, &second.status).await;
-    eventually(
-        WAIT,
-        "the new leader's runnable to find the leader-only cache synced",
-        || {
-            let seen = second.seen_by_runnable.load(Ordering::SeqCst);
-            async move { seen != usize::MAX }
-        },
-    )
-    .await;
-    assert_eq!(second.seen_by_runnable.load(Ordering::SeqCst), 3);
-    assert_eq!(exported_configmaps(&second.registry), Some(3.0));
+    first.stop().await;
+    second.leads_with_the_cache_synced("the new leader's").await;
 
-    second.shutdown.cancel();
-    second.run.await.unwrap().unwrap();
+    second.stop().await;
     env.shutdown().await;
 }

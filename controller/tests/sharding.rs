@@ -9,19 +9,21 @@
 //! change of the scenario. Converged means: every object carries the shard label of a live
 //! shard in the expected set, no drain label, and its last reconcile was by that shard.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use controller::sharding::{FENCE_ANNOTATION, Sharder, ShardingConfig, ring};
-use controller::{Action, Context, LeaderElectionConfig, Manager, ManagerStatus, ObjectKey, Request, reconciler_fn};
+use controller::{Action, Context, LeaderElectionConfig, ManagerStatus, ObjectKey, Request, reconciler_fn};
 use informer_core::Indexer;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -164,12 +166,7 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
         .lease_duration(LEASE)
         .renew_deadline(RENEW)
         .retry_period(RETRY);
-    let mut manager = Manager::builder(env.client())
-        .no_http_servers()
-        .handle_signals(false)
-        .leader_election(election)
-        .build()
-        .unwrap();
+    let mut manager = common::elected_manager(env.client(), election);
     let config = sharding(id);
     let (tracker, shard) = (tracker.clone(), id.to_owned());
     let controller = manager
@@ -263,33 +260,66 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
     }
 }
 
-/// The value of the first sample of `series` (name and labels as exposed) in `registry`.
-fn sample(registry: &prometheus::Registry, series: &str) -> Option<f64> {
-    let mut text = String::new();
-    prometheus::TextEncoder::new()
-        .encode_utf8(&registry.gather(), &mut text)
-        .unwrap();
-    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-}
+impl Shard {
+    /// Shuts the shard down gracefully; its Manager's run succeeds.
+    async fn stop(&mut self) {
+        self.shutdown.cancel();
+        (&mut self.task).await.unwrap().unwrap();
+    }
 
-fn configmap(name: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NAMESPACE.into()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([("v".to_string(), "1".to_string())])),
-        ..ConfigMap::default()
+    /// Kills the shard (its Manager's task aborted, its Lease not released) and waits until its
+    /// task ended, its workers dropped with it.
+    async fn kill(&mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
     }
 }
 
-async fn create_objects(client: &kube::Client, n: usize) {
+/// Shards `ids` (without children), running.
+fn start_shards(env: &envtest::Server, ids: &[&str], tracker: &Tracker) -> Vec<Shard> {
+    ids.iter().map(|id| start_shard(env, id, tracker, false)).collect()
+}
+
+/// Shuts `shards` down gracefully, one after the other.
+async fn stop_all(shards: impl IntoIterator<Item = Shard>) {
+    for mut shard in shards {
+        shard.stop().await;
+    }
+}
+
+/// The ids of `shards`.
+fn ids_of(shards: &[Shard]) -> Vec<&str> {
+    shards.iter().map(|s| s.id.as_str()).collect()
+}
+
+/// envtest (tracing initialised) with `n` objects `obj-<i>` (`v: "1"`) in the namespace, and a
+/// fresh tracker.
+async fn setup(n: usize) -> (envtest::Server, kube::Client, Tracker) {
+    init_tracing();
+    let env = envtest::Server::start(envtest::Config::default())
+        .await
+        .expect("envtest");
+    let client = env.client();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     for i in 0..n {
-        api.create(&PostParams::default(), &configmap(&format!("obj-{i}")))
-            .await
-            .unwrap();
+        let object = common::configmap(NAMESPACE, &format!("obj-{i}"), "1");
+        api.create(&PostParams::default(), &object).await.unwrap();
+    }
+    (env, client, Tracker::default())
+}
+
+/// Sets object `name`'s `data.v` to `value`.
+async fn set_v(api: &Api<ConfigMap>, name: &str, value: &str) {
+    let patch = serde_json::json!({"data": {"v": value}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Sets every object's (`obj-0` to `obj-<n - 1>`) `data.v` to `value`.
+async fn set_all(api: &Api<ConfigMap>, n: usize, value: &str) {
+    for i in 0..n {
+        set_v(api, &format!("obj-{i}"), value).await;
     }
 }
 
@@ -312,6 +342,15 @@ async fn assignment(client: &kube::Client) -> BTreeMap<String, Option<String>> {
                 .filter(|_| !labels.contains_key(&drain_label));
             (cm.metadata.name.unwrap(), shard)
         })
+        .collect()
+}
+
+/// The objects `assignment` has labelled for `shard`.
+fn labelled_for(assignment: &BTreeMap<String, Option<String>>, shard: &str) -> Vec<String> {
+    assignment
+        .iter()
+        .filter(|(_, s)| s.as_deref() == Some(shard))
+        .map(|(name, _)| name.clone())
         .collect()
 }
 
@@ -354,20 +393,11 @@ async fn until_converged(client: &kube::Client, tracker: &Tracker, shards: &[&st
 }
 
 async fn scenario(n: usize) {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
-    let tracker = Tracker::default();
-    create_objects(&client, n).await;
+    let (env, client, tracker) = setup(n).await;
 
     // Three shards: every object labelled with exactly one live shard and reconciled by it.
-    let mut shards: Vec<Shard> = ["shard-0", "shard-1", "shard-2"]
-        .iter()
-        .map(|id| start_shard(&env, id, &tracker, false))
-        .collect();
-    until_converged(&client, &tracker, &["shard-0", "shard-1", "shard-2"], n, WAIT).await;
+    let mut shards = start_shards(&env, &["shard-0", "shard-1", "shard-2"], &tracker);
+    until_converged(&client, &tracker, &ids_of(&shards), n, WAIT).await;
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
     for shard in &shards {
         assert!(shard.config.readiness.check().is_ok(), "{} ready", shard.id);
@@ -377,10 +407,7 @@ async fn scenario(n: usize) {
     let deadline = Instant::now() + WAIT;
     let three = assignment(&client).await;
     for shard in &shards {
-        let own = three
-            .values()
-            .filter(|s| s.as_deref() == Some(shard.id.as_str()))
-            .count();
+        let own = labelled_for(&three, &shard.id).len();
         while shard.cache.list().len() != own {
             assert!(
                 Instant::now() < deadline,
@@ -404,8 +431,8 @@ async fn scenario(n: usize) {
     let leader = shards.iter().position(|s| s.status.is_leader()).expect("a leader");
     let drained_series = format!("kinformer_sharding_moves_total{{reason=\"drained\",ring=\"{RING}\"}}");
     let drains_series = format!("kinformer_sharding_drain_duration_seconds_count{{ring=\"{RING}\"}}");
-    let drained_before = sample(&shards[leader].registry, &drained_series).unwrap_or(0.0);
-    let drains_before = sample(&shards[leader].registry, &drains_series).unwrap_or(0.0);
+    let drained_before = common::registry_sample(&shards[leader].registry, &drained_series).unwrap_or(0.0);
+    let drains_before = common::registry_sample(&shards[leader].registry, &drains_series).unwrap_or(0.0);
     shards.push(start_shard(&env, "shard-3", &tracker, false));
     let four = ["shard-0", "shard-1", "shard-2", "shard-3"];
     until_converged(&client, &tracker, &four, n, WAIT).await;
@@ -428,28 +455,25 @@ async fn scenario(n: usize) {
     let registry = &shards[leader].registry;
     // The sharder relabels with its default 4 workers.
     let workers = format!("controller_runtime_max_concurrent_reconciles{{controller=\"sharder-{RING}\"}}");
-    assert_eq!(sample(registry, &workers), Some(4.0));
-    let drained = sample(registry, &drained_series).unwrap_or(0.0) - drained_before;
+    assert_eq!(common::registry_sample(registry, &workers), Some(4.0));
+    let drained = common::registry_sample(registry, &drained_series).unwrap_or(0.0) - drained_before;
     assert_eq!(drained, moved.len() as f64);
-    let drains = sample(registry, &drains_series).unwrap_or(0.0) - drains_before;
+    let drains = common::registry_sample(registry, &drains_series).unwrap_or(0.0) - drains_before;
     assert_eq!(drains, moved.len() as f64);
 
     // A shard shut down gracefully hands its objects over; it is no longer ready.
-    let graceful = shards.remove(others.remove(0));
+    let mut graceful = shards.remove(others.remove(0));
     let stopped = Instant::now();
-    graceful.shutdown.cancel();
-    graceful.task.await.unwrap().unwrap();
+    graceful.stop().await;
     assert!(graceful.config.readiness.check().is_err());
     // Released by the time its run returned, not left to expire.
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let released = leases.get(&graceful.config.lease_name()).await.unwrap();
     let holder = released.spec.and_then(|s| s.holder_identity).unwrap_or_default();
     assert_eq!(holder, "", "{}'s Lease not released when its run returned", graceful.id);
-    let live: Vec<String> = shards.iter().map(|s| s.id.clone()).collect();
-    let live_refs: Vec<&str> = live.iter().map(String::as_str).collect();
     // The Lease is released after its workers drained: the gap is its drain, the sharder's
     // membership check and the survivors' reconciles (SLACK), not a lease duration.
-    until_converged(&client, &tracker, &live_refs, n, CHECK + RETRY + SLACK).await;
+    until_converged(&client, &tracker, &ids_of(&shards), n, CHECK + RETRY + SLACK).await;
     eprintln!(
         "{} shut down: its objects reconciled by the survivors after {:?}",
         graceful.id,
@@ -463,9 +487,7 @@ async fn scenario(n: usize) {
     let victim = shards.remove(victim_index);
     victim.task.abort();
     let killed = Instant::now();
-    let live: Vec<String> = shards.iter().map(|s| s.id.clone()).collect();
-    let live_refs: Vec<&str> = live.iter().map(String::as_str).collect();
-    until_converged(&client, &tracker, &live_refs, n, LEASE + RETRY + CHECK + SLACK).await;
+    until_converged(&client, &tracker, &ids_of(&shards), n, LEASE + RETRY + CHECK + SLACK).await;
     eprintln!(
         "{} killed: its objects reconciled by the survivors after {:?}",
         victim.id,
@@ -473,10 +495,7 @@ async fn scenario(n: usize) {
     );
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
 
-    for shard in shards {
-        shard.shutdown.cancel();
-        shard.task.await.unwrap().unwrap();
-    }
+    stop_all(shards).await;
     env.shutdown().await;
 }
 
@@ -485,27 +504,19 @@ async fn scenario(n: usize) {
 /// after a kill; the live shards' stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_gone_shards_lease_is_deleted_after_the_grace() {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
-    let tracker = Tracker::default();
     let n = 60;
-    create_objects(&client, n).await;
+    let (env, client, tracker) = setup(n).await;
     let ids = ["shard-0", "shard-1", "shard-2"];
-    let mut shards: Vec<Shard> = ids.iter().map(|id| start_shard(&env, id, &tracker, false)).collect();
+    let mut shards = start_shards(&env, &ids, &tracker);
     until_converged(&client, &tracker, &ids, n, WAIT).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let leader = shards.iter().position(|s| s.status.is_leader()).expect("a leader");
     let survivor = shards.remove(leader);
-    let (graceful, killed) = (shards.remove(0), shards.remove(0));
+    let (mut graceful, mut killed) = (shards.remove(0), shards.remove(0));
 
     let gone_at = Instant::now();
-    graceful.shutdown.cancel();
-    graceful.task.await.unwrap().unwrap();
-    killed.task.abort();
-    let _ = killed.task.await;
+    graceful.stop().await;
+    killed.kill().await;
     until_converged(&client, &tracker, &[survivor.id.as_str()], n, WAIT).await;
 
     // Both gone Leases are deleted, not before the grace; the survivor's stays.
@@ -538,8 +549,7 @@ async fn a_gone_shards_lease_is_deleted_after_the_grace() {
     );
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
 
-    survivor.shutdown.cancel();
-    survivor.task.await.unwrap().unwrap();
+    stop_all([survivor]).await;
     env.shutdown().await;
 }
 
@@ -548,26 +558,16 @@ async fn a_gone_shards_lease_is_deleted_after_the_grace() {
 /// belonged to, nor again by the one that already reconciled its deletion.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stray_notification_of_a_deleted_object_is_not_reconciled() {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
-    let tracker = Tracker::default();
     let n = 20;
-    create_objects(&client, n).await;
+    let (env, client, tracker) = setup(n).await;
     let ids = ["shard-0", "shard-1"];
-    let shards: Vec<Shard> = ids.iter().map(|id| start_shard(&env, id, &tracker, false)).collect();
+    let shards = start_shards(&env, &ids, &tracker);
     until_converged(&client, &tracker, &ids, n, WAIT).await;
     let assignment = assignment(&client).await;
-    let on = |shard: &str| -> Vec<String> {
-        assignment
-            .iter()
-            .filter(|(_, s)| s.as_deref() == Some(shard))
-            .map(|(name, _)| name.clone())
-            .collect()
-    };
-    let (on0, on1) = (on("shard-0"), on("shard-1"));
+    let (on0, on1) = (
+        labelled_for(&assignment, "shard-0"),
+        labelled_for(&assignment, "shard-1"),
+    );
     assert!(!on0.is_empty() && on1.len() >= 2, "{assignment:?}");
     let (deleted, y0, y1) = (on1[0].clone(), on0[0].clone(), on1[1].clone());
 
@@ -607,10 +607,7 @@ async fn a_stray_notification_of_a_deleted_object_is_not_reconciled() {
     );
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
 
-    for shard in shards {
-        shard.shutdown.cancel();
-        shard.task.await.unwrap().unwrap();
-    }
+    stop_all(shards).await;
     env.shutdown().await;
 }
 
@@ -634,14 +631,8 @@ async fn three_thousand_objects() {
 /// label, and each shard caches only its own Secrets, also after a shard joins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn owned_objects_follow_their_owner() {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
-    let tracker = Tracker::default();
     let n = 40;
-    create_objects(&client, n).await;
+    let (env, client, tracker) = setup(n).await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     for i in 0..n {
@@ -693,10 +684,7 @@ async fn owned_objects_follow_their_owner() {
                 .collect();
             let cached_ok = shards.iter().all(|shard| {
                 let cached = shard.secrets.as_ref().unwrap().list();
-                let own = children
-                    .values()
-                    .filter(|s| s.as_deref() == Some(shard.id.as_str()))
-                    .count();
+                let own = labelled_for(&children, &shard.id).len();
                 cached.len() == own
                     && cached.iter().all(|s| {
                         s.metadata
@@ -718,10 +706,7 @@ async fn owned_objects_follow_their_owner() {
         }
     }
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
-    for shard in shards {
-        shard.shutdown.cancel();
-        shard.task.await.unwrap().unwrap();
-    }
+    stop_all(shards).await;
     env.shutdown().await;
 }
 
@@ -731,13 +716,7 @@ async fn owned_objects_follow_their_owner() {
 /// down like the others (the sharder fails over mid-drain: a killed Manager's election task
 /// dies with it, so its lease expires and another Manager leads).
 async fn chaos(seed: u64, steps: usize, n: usize) {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
-    let tracker = Tracker::default();
-    create_objects(&client, n).await;
+    let (env, client, tracker) = setup(n).await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let mut rng = StdRng::seed_from_u64(seed);
     let ids = ["shard-0", "shard-1", "shard-2", "shard-3"];
@@ -752,14 +731,7 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         for _ in 0..5 {
             let name = format!("obj-{}", rng.random_range(0..n));
             let value = format!("{seed}-{step}-{}", rng.random_range(0..1000));
-            let patch = serde_json::json!({"data": {"v": value}});
-            api.patch(
-                &name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Merge(&patch),
-            )
-            .await
-            .unwrap();
+            set_v(&api, &name, &value).await;
             finals.insert(name, value);
         }
         let slot = rng.random_range(0..ids.len());
@@ -774,10 +746,9 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
                 leader_kills += usize::from(leads);
                 shard.task.abort();
             }
-            (Some(shard), 1) => {
+            (Some(mut shard), 1) => {
                 eprintln!("step {step}: shut down {}", shard.id);
-                shard.shutdown.cancel();
-                shard.task.await.unwrap().unwrap();
+                shard.stop().await;
             }
             (Some(shard), _) => slots[slot] = Some(shard),
             (None, _) => {
@@ -811,10 +782,7 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(tracker.overlaps(), Vec::<String>::new(), "seed {seed}");
-    for shard in slots.into_iter().flatten() {
-        shard.shutdown.cancel();
-        shard.task.await.unwrap().unwrap();
-    }
+    stop_all(slots.into_iter().flatten()).await;
     env.shutdown().await;
 }
 
@@ -851,19 +819,10 @@ async fn chaos_long() {
 /// reconcile sees the final state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_shard_restarted_while_fenced_waits_for_the_sharder() {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
-    let tracker = Tracker::default();
     let n = 300;
-    create_objects(&client, n).await;
-    let mut shards: Vec<Shard> = ["shard-0", "shard-1"]
-        .iter()
-        .map(|id| start_shard(&env, id, &tracker, false))
-        .collect();
-    until_converged(&client, &tracker, &["shard-0", "shard-1"], n, WAIT).await;
+    let (env, client, tracker) = setup(n).await;
+    let mut shards = start_shards(&env, &["shard-0", "shard-1"], &tracker);
+    until_converged(&client, &tracker, &ids_of(&shards), n, WAIT).await;
 
     // Churn: every object changes, over the whole kill, fence and restart.
     let stop_churn = CancellationToken::new();
@@ -874,16 +833,7 @@ async fn a_shard_restarted_while_fenced_waits_for_the_sharder() {
             let mut round = 1;
             while !stop.is_cancelled() {
                 round += 1;
-                for i in 0..n {
-                    let patch = serde_json::json!({"data": {"v": round.to_string()}});
-                    api.patch(
-                        &format!("obj-{i}"),
-                        &kube::api::PatchParams::default(),
-                        &kube::api::Patch::Merge(&patch),
-                    )
-                    .await
-                    .unwrap();
-                }
+                set_all(&api, n, &round.to_string()).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             round
@@ -892,18 +842,12 @@ async fn a_shard_restarted_while_fenced_waits_for_the_sharder() {
 
     // Kill the shard that does not lead (the sharder keeps running).
     let victim = shards.iter().position(|s| !s.status.is_leader()).expect("a standby");
-    let victim = shards.remove(victim);
+    let mut victim = shards.remove(victim);
     let id = victim.id.clone();
-    let on_victim: Vec<String> = assignment(&client)
-        .await
-        .into_iter()
-        .filter(|(_, s)| s.as_deref() == Some(id.as_str()))
-        .map(|(name, _)| name)
-        .collect();
-    victim.task.abort();
+    let on_victim = labelled_for(&assignment(&client).await, &id);
     // Counted once the killed Manager is dropped (its workers with it): a reconcile it was
     // entering as it was aborted is not the restarted shard's.
-    let _ = victim.task.await;
+    victim.kill().await;
     let reconciled_before = tracker.count(&id);
 
     // Once its Lease expired, the sharder fences it and moves its objects.
@@ -952,10 +896,7 @@ async fn a_shard_restarted_while_fenced_waits_for_the_sharder() {
     }
     assert!(tracker.count(&id) > reconciled_before);
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
-    for shard in shards {
-        shard.shutdown.cancel();
-        shard.task.await.unwrap().unwrap();
-    }
+    stop_all(shards).await;
     env.shutdown().await;
 }
 
@@ -978,25 +919,11 @@ async fn a_shard_whose_lease_is_deleted_stops_and_fails_its_manager() {
 }
 
 async fn lease_loss(delete: bool) {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
-    let tracker = Tracker::default();
     let n = 60;
-    create_objects(&client, n).await;
-    let mut shards: Vec<Shard> = ["shard-0", "shard-1"]
-        .iter()
-        .map(|id| start_shard(&env, id, &tracker, false))
-        .collect();
-    until_converged(&client, &tracker, &["shard-0", "shard-1"], n, WAIT).await;
-    let on_1: Vec<String> = assignment(&client)
-        .await
-        .into_iter()
-        .filter(|(_, s)| s.as_deref() == Some("shard-1"))
-        .map(|(name, _)| name)
-        .collect();
+    let (env, client, tracker) = setup(n).await;
+    let mut shards = start_shards(&env, &["shard-0", "shard-1"], &tracker);
+    until_converged(&client, &tracker, &ids_of(&shards), n, WAIT).await;
+    let on_1 = labelled_for(&assignment(&client).await, "shard-1");
     assert!(!on_1.is_empty());
 
     // Someone deletes shard-1's Lease, or another holder takes it (conditional on the
@@ -1027,16 +954,7 @@ async fn lease_loss(delete: bool) {
         tokio::spawn(async move {
             let api: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
             for round in 2..8 {
-                for i in 0..n {
-                    let patch = serde_json::json!({"data": {"v": round.to_string()}});
-                    api.patch(
-                        &format!("obj-{i}"),
-                        &kube::api::PatchParams::default(),
-                        &kube::api::Patch::Merge(&patch),
-                    )
-                    .await
-                    .unwrap();
-                }
+                set_all(&api, n, &round.to_string()).await;
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         })
@@ -1071,7 +989,5 @@ async fn lease_loss(delete: bool) {
     assert_eq!(tracker.count("shard-1"), reconciled_by_1);
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
     eprintln!("shard-1's Manager failed {failed_after:?} after its lease was taken (deleted: {delete})");
-    let survivor = shards.remove(0);
-    survivor.shutdown.cancel();
-    survivor.task.await.unwrap().unwrap();
+    stop_all(shards).await;
 }

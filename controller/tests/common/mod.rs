@@ -1,6 +1,7 @@
 //! Helpers shared by the controller integration tests: envtest with a test CRD, polling with a
-//! deadline, configmaps, recorders of reconciles and of rate-limiter calls, a seeded writer of
-//! random ConfigMap changes, and a tiny HTTP GET for scraping the manager's endpoints.
+//! deadline, configmaps, a Manager with leader election, recorders of reconciles and of
+//! rate-limiter calls, a seeded writer of random ConfigMap changes, a tiny HTTP GET for scraping
+//! the manager's endpoints, and reading Prometheus samples.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
@@ -8,7 +9,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use controller::{ManagerStatus, ObjectKey};
+use controller::{LeaderElectionConfig, Manager, ManagerStatus, ObjectKey};
 use factory::SharedInformerFactory;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -92,6 +93,17 @@ pub async fn create_configmaps(client: &kube::Client, names: &[&str]) {
             .await
             .unwrap();
     }
+}
+
+/// A Manager on `client` that elects its leader by `election`, with no HTTP servers and no
+/// signal handling: one of several replicas in one test process.
+pub fn elected_manager(client: kube::Client, election: LeaderElectionConfig) -> Manager {
+    Manager::builder(client)
+        .no_http_servers()
+        .handle_signals(false)
+        .leader_election(election)
+        .build()
+        .unwrap()
 }
 
 /// Waits until the manager behind `status` holds its lease.
@@ -231,9 +243,17 @@ pub fn sample(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The value of a metric family's sample for a label set, read from a registry.
+/// `registry`'s metrics in the Prometheus text format.
 pub fn gather(registry: &prometheus::Registry) -> String {
     prometheus::TextEncoder::new()
         .encode_to_string(&registry.gather())
         .expect("encode")
+}
+
+/// The value of the first sample of `series` (name and labels as exposed) in `registry`;
+/// `None` if it exports none.
+pub fn registry_sample(registry: &prometheus::Registry, series: &str) -> Option<f64> {
+    gather(registry)
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
 }

@@ -266,6 +266,27 @@ fn assert_all_used(
     }
 }
 
+/// Checks the requests `user` made against the rules: every request allowed
+/// ([`assert_allowed`]), every grant used but for [`unused_by_design`], and each of `exercised`
+/// (verb, group, resource) among the requests.
+fn assert_rbac_exact(
+    server: &envtest::Server,
+    user: &str,
+    cluster_rules: &[PolicyRule],
+    role_rules: &[PolicyRule],
+    exercised: &[(&str, &str, &str)],
+) {
+    let used = assert_allowed(server, user, cluster_rules, role_rules);
+    assert_all_used(cluster_rules, &used, unused_by_design);
+    assert_all_used(role_rules, &used, unused_by_design);
+    for (verb, group, resource) in exercised {
+        assert!(
+            used.contains(&((*verb).to_owned(), (*group).to_owned(), (*resource).to_owned())),
+            "no {verb} on {group}/{resource} in {used:#?}"
+        );
+    }
+}
+
 /// Granted and not seen in a run, each for a reason.
 fn unused_by_design(verb: &str, group: &str, resource: &str) -> bool {
     match (verb, group, resource) {
@@ -396,23 +417,16 @@ async fn the_generated_rbac_allows_every_request_the_deployed_controller_makes_a
     run.await.unwrap().unwrap();
 
     // Every request the ServiceAccount made is allowed; every grant was used, but for these.
-    let used = assert_allowed(&server, &user, &cluster_rules, &role_rules);
-    assert_all_used(&cluster_rules, &used, unused_by_design);
-    assert_all_used(&role_rules, &used, unused_by_design);
     // The run did exercise the sources, the declared writes and the Lease.
-    for (verb, group, resource) in [
+    let exercised = [
         ("list", "samplecontroller.k8s.io", "foos"),
         ("watch", "apps", "deployments"),
         ("create", "apps", "deployments"),
         ("patch", "samplecontroller.k8s.io", "foos/status"),
         ("create", "events.k8s.io", "events"),
         ("update", "coordination.k8s.io", "leases"),
-    ] {
-        assert!(
-            used.contains(&(verb.to_owned(), group.to_owned(), resource.to_owned())),
-            "no {verb} on {group}/{resource} in {used:#?}"
-        );
-    }
+    ];
+    assert_rbac_exact(&server, &user, &cluster_rules, &role_rules, &exercised);
     server.shutdown().await;
 }
 
@@ -536,23 +550,16 @@ async fn the_sharded_rbac_allows_every_request_of_the_shards_and_the_sharder_and
         run.await.unwrap().unwrap();
     }
 
-    let used = assert_allowed(&server, &user, &cluster_rules, &role_rules);
-    assert_all_used(&cluster_rules, &used, unused_by_design);
-    assert_all_used(&role_rules, &used, unused_by_design);
     // The run did exercise the sharder's and the shards' own requests.
-    for (verb, group, resource) in [
+    let exercised = [
         ("patch", "samplecontroller.k8s.io", "foos"),
         ("patch", "apps", "deployments"),
         ("list", "coordination.k8s.io", "leases"),
         ("watch", "coordination.k8s.io", "leases"),
         ("create", "coordination.k8s.io", "leases"),
         ("patch", "coordination.k8s.io", "leases"),
-    ] {
-        assert!(
-            used.contains(&(verb.to_owned(), group.to_owned(), resource.to_owned())),
-            "no {verb} on {group}/{resource} in {used:#?}"
-        );
-    }
+    ];
+    assert_rbac_exact(&server, &user, &cluster_rules, &role_rules, &exercised);
     server.shutdown().await;
 }
 

@@ -990,4 +990,5 @@ async fn lease_loss(delete: bool) {
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
     eprintln!("shard-1's Manager failed {failed_after:?} after its lease was taken (deleted: {delete})");
     stop_all(shards).await;
+    env.shutdown().await;
 }

@@ -104,6 +104,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::error_chain::{ErrorChain, stale_cache_race};
 use crate::event_recorder::EventRecorder;
+use crate::healthz::Checker;
 use crate::leadership::{Leadership, NotLeader};
 use crate::metrics::ControllerMetrics;
 use crate::object_key::{ObjectKey, Request};
@@ -956,6 +957,20 @@ where
     /// A sharded controller runs on every replica, under its shard Lease.
     fn needs_leader_election(&self) -> bool {
         self.sharding.is_none()
+    }
+
+    /// A sharded controller's `shard-<ring>`: its shard's
+    /// [`ShardReadiness::check`](crate::sharding::ShardReadiness::check), failing until the shard
+    /// joined the ring (its Lease acquired, labelled and not fenced) and once its Lease's term
+    /// lapsed or it left.
+    fn readyz_checks(&self) -> Vec<Checker> {
+        self.sharding
+            .iter()
+            .map(|gate| {
+                let readiness = gate.config.readiness.clone();
+                Checker::new(format!("shard-{}", gate.config.ring), move || readiness.check())
+            })
+            .collect()
     }
 
     fn start(self: Box<Self>, shutdown: CancellationToken) -> BoxFuture<'static, Result<(), BoxError>> {

@@ -34,7 +34,8 @@
 //! The probes answer as controller-runtime's `pkg/healthz` (see [`healthz`]):
 //! `/healthz` and `/readyz` run every check (`?verbose` lists them, `?exclude=name` skips
 //! one; 500 when one fails), `/healthz/<name>` and `/readyz/<name>` run one. Checks of your
-//! own: [`Manager::add_healthz_check`], [`Manager::add_readyz_check`]. Built in:
+//! own: [`Manager::add_healthz_check`], [`Manager::add_readyz_check`]; a runnable's own
+//! ([`Runnable::readyz_checks`]) join `/readyz` when it is added. Built in:
 //!
 //! | endpoint | check | fails when |
 //! |---|---|---|
@@ -43,6 +44,7 @@
 //! | `/readyz` | `informer-sync` | a cache has not synced yet |
 //! | `/readyz` | `shutdown` | shutdown has begun |
 //! | `/readyz` | `leaderElection` (with leader election) | a standby's last successful read of the Lease is older than [`LeaderElector::observation_bound`]: it cannot reach the API server |
+//! | `/readyz` | `shard-<ring>` (each [sharded](crate::ControllerBuilder::sharded) controller added) | its shard does not hold its shard Lease ([`ShardReadiness`](crate::sharding::ShardReadiness)): not joined yet (the Lease held by another, or fenced by the sharder), its term lapsed, or it left the ring |
 //!
 //! # What `run` does (controller-runtime's order of runnable groups)
 //! 1. Starts the HTTP servers (and the webhook server, if configured with
@@ -373,6 +375,10 @@ impl ManagerBuilder {
             }),
         };
         let checks = Arc::new(ProbeChecks::builtin(&status, self.leader_election_health_tolerance));
+        let handle = ManagerHandle {
+            state: Arc::new(Mutex::new(AddState::Pending(Vec::new()))),
+            checks: checks.clone(),
+        };
         Ok(Manager {
             client: self.client,
             factory,
@@ -387,9 +393,7 @@ impl ManagerBuilder {
             probe_listener,
             checks,
             http_serving: self.http_serving,
-            handle: ManagerHandle {
-                state: Arc::new(Mutex::new(AddState::Pending(Vec::new()))),
-            },
+            handle,
             graceful_shutdown_timeout: self.graceful_shutdown_timeout,
             cache_sync_timeout: self.cache_sync_timeout,
             handle_signals: self.handle_signals,
@@ -534,6 +538,8 @@ fn standby_readiness(elector: &LeaderElector) -> Result<(), BoxError> {
 #[derive(Clone)]
 pub struct ManagerHandle {
     state: Arc<Mutex<AddState>>,
+    /// The probes' checks, which a runnable's [`readyz_checks`](Runnable::readyz_checks) join.
+    checks: Arc<ProbeChecks>,
 }
 
 enum AddState {
@@ -548,22 +554,39 @@ enum AddState {
 impl ManagerHandle {
     /// Adds a runnable. Before `run`, it starts with the others; while `run` runs, at once
     /// (one that needs no leader election once the caches synced, one that needs it while
-    /// this replica leads, or when it next does). Refused with [`ManagerError::Stopped`] once
-    /// shutdown began.
+    /// this replica leads, or when it next does). Its [`readyz_checks`](Runnable::readyz_checks)
+    /// (a sharded controller's `shard-<ring>`) join `/readyz` before it can start. Refused with
+    /// [`ManagerError::Stopped`] once shutdown began.
     pub fn add(&self, runnable: impl Runnable) -> Result<(), ManagerError> {
         self.add_boxed(Box::new(runnable))
     }
 
     fn add_boxed(&self, runnable: Box<dyn Runnable>) -> Result<(), ManagerError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        // Registered before the runnable can start, so `/readyz` never passes on its behalf in
+        // between (a send refused below only happens once the run is gone).
+        let register = |runnable: &dyn Runnable| {
+            for check in runnable.readyz_checks() {
+                debug!(
+                    runnable = runnable.name(),
+                    check = check.name(),
+                    "readiness check added"
+                );
+                self.checks.add(true, check);
+            }
+        };
         match &mut *state {
             AddState::Pending(runnables) => {
+                register(&*runnable);
                 runnables.push(runnable);
                 Ok(())
             }
-            AddState::Running(sender) => sender.send(runnable).map_err(|rejected| ManagerError::Stopped {
-                name: rejected.0.name().to_owned(),
-            }),
+            AddState::Running(sender) => {
+                register(&*runnable);
+                sender.send(runnable).map_err(|rejected| ManagerError::Stopped {
+                    name: rejected.0.name().to_owned(),
+                })
+            }
             AddState::Stopped => Err(ManagerError::Stopped {
                 name: runnable.name().to_owned(),
             }),
@@ -689,8 +712,11 @@ impl Manager {
         }
     }
 
-    /// Adds a controller or another runnable, started by [`run`](Self::run). To add one while
-    /// the manager runs, use [`handle`](Self::handle).
+    /// Adds a controller or another runnable, started by [`run`](Self::run). Its
+    /// [`readyz_checks`](Runnable::readyz_checks) join `/readyz`: a
+    /// [sharded](crate::ControllerBuilder::sharded) controller's `shard-<ring>` fails while its
+    /// shard does not hold its shard Lease. To add one while the manager runs, use
+    /// [`handle`](Self::handle).
     pub fn add(&mut self, runnable: impl Runnable) {
         if let Err(e) = self.handle.add(runnable) {
             // Unreachable: `run` consumes the manager, so it has not started.

@@ -8,6 +8,7 @@
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
+use crate::healthz::Checker;
 use crate::leadership::Leadership;
 use crate::reconciler::BoxError;
 
@@ -20,6 +21,15 @@ pub trait Runnable: Send + 'static {
     /// Whether it may run only while this process leads (default: true, as controllers).
     fn needs_leader_election(&self) -> bool {
         true
+    }
+
+    /// The readiness checks it brings to the [`Manager`](crate::Manager)'s `/readyz`, which
+    /// registers them when the runnable is added (default: none). A
+    /// [sharded](crate::ControllerBuilder::sharded) [`BuiltController`](crate::BuiltController)
+    /// brings `shard-<ring>`, failing while its shard does not hold its shard Lease
+    /// ([`ShardReadiness`](crate::sharding::ShardReadiness)).
+    fn readyz_checks(&self) -> Vec<Checker> {
+        Vec::new()
     }
 
     /// Runs until `shutdown` fires; an `Err` makes the manager shut down and fail.

@@ -58,7 +58,8 @@ pub fn manager(client: kube::Client, common: &CommonArgs) -> Result<Manager, Dem
 /// the ring [`RING`](super::RING), its Lease in `--namespace` beside the leader lease, its Foo
 /// and Deployment caches holding only its shard's objects ([`shard_factory`](super::shard_factory));
 /// the leader also runs the ring's sharder, whose informers start only while it leads
-/// ([`Manager::leader_factory`]). `/readyz` fails while the replica holds no shard Lease.
+/// ([`Manager::leader_factory`]). `/readyz` fails while the replica holds no shard Lease (its
+/// check `shard-foo`, which the sharded controller brings).
 /// `wrap` wraps the reconciler, as in [`controller`](super::controller) (the binary's is
 /// `|inner| inner`).
 pub fn sharded_manager<R: Reconciler<Foo>>(
@@ -72,11 +73,9 @@ pub fn sharded_manager<R: Reconciler<Foo>>(
         .factory(super::shard_factory(client, &shard))
         .build()
         .map_err(demo::manager_error)?;
-    let readiness = shard.readiness.clone();
     let (controller, sharder) = super::sharded_controller(&manager, shard, wrap)?;
     manager.add(controller);
     manager.add(sharder);
-    manager.add_readyz_check("shard", move || readiness.check());
     Ok(manager)
 }
 

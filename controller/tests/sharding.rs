@@ -77,6 +77,8 @@ struct TrackerInner {
     count: HashMap<String, usize>,
     /// Reconciles entered, by key and shard.
     by_key: HashMap<(String, String), usize>,
+    /// Every reconcile entered: when, of which key, by which shard.
+    entries: Vec<(Instant, String, String)>,
 }
 
 impl Tracker {
@@ -89,6 +91,7 @@ impl Tracker {
         }
         *t.count.entry(shard.to_owned()).or_default() += 1;
         *t.by_key.entry((key.to_owned(), shard.to_owned())).or_default() += 1;
+        t.entries.push((Instant::now(), key.to_owned(), shard.to_owned()));
         if let Some(other) = t.in_flight.insert(key.to_owned(), shard.to_owned()) {
             let overlap = format!("{key}: {shard} entered while {other} reconciled it");
             t.overlaps.push(overlap);
@@ -132,6 +135,26 @@ impl Tracker {
         self.0.lock().unwrap().last.get(key).cloned()
     }
 
+    /// The shard id of `key`'s last reconciler (a tracker name is `<shard-id>` or
+    /// `<shard-id>#<process>`).
+    fn last_shard(&self, key: &str) -> Option<String> {
+        self.last(key)
+            .map(|name| name.split('#').next().unwrap_or_default().to_owned())
+    }
+
+    /// When each of `keys` was first reconciled at or after `since` by one of `shards`; `None`
+    /// for a key none of them reconciled since.
+    fn first_reconciles(&self, keys: &[String], shards: &[&str], since: Instant) -> Vec<Option<Instant>> {
+        let t = self.0.lock().unwrap();
+        let mut first: HashMap<&str, Instant> = HashMap::new();
+        for (at, key, shard) in &t.entries {
+            if *at >= since && shards.contains(&shard.as_str()) {
+                first.entry(key.as_str()).or_insert(*at);
+            }
+        }
+        keys.iter().map(|key| first.get(key.as_str()).copied()).collect()
+    }
+
     fn seen(&self, key: &str) -> Option<String> {
         self.0.lock().unwrap().seen.get(key).cloned()
     }
@@ -159,6 +182,12 @@ struct Shard {
 /// A Manager (leader election on one lease shared by all) with the sharded controller and the
 /// sharder, running. With `children`, the ConfigMaps own Secrets, which follow their owner.
 fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: bool) -> Shard {
+    start_shard_as(env, id, id, tracker, children)
+}
+
+/// As [`start_shard`], its reconciles tracked as `name` (`<id>#<process>` tells apart processes
+/// started with the same shard id).
+fn start_shard_as(env: &envtest::Server, id: &str, name: &str, tracker: &Tracker, children: bool) -> Shard {
     // Each incarnation a leader election identity of its own, as a restarted pod's.
     static INCARNATION: AtomicUsize = AtomicUsize::new(0);
     let identity = format!("{id}-{}", INCARNATION.fetch_add(1, Ordering::SeqCst));
@@ -168,7 +197,7 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
         .retry_period(RETRY);
     let mut manager = common::elected_manager(env.client(), election);
     let config = sharding(id);
-    let (tracker, shard) = (tracker.clone(), id.to_owned());
+    let (tracker, shard, tracked) = (tracker.clone(), id.to_owned(), name.to_owned());
     let controller = manager
         .controller("configmaps")
         .sharded(config.clone())
@@ -194,13 +223,13 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
     let controller = controller
         .workers(4)
         .build(reconciler_fn(move |req: Request, ctx: Context<ConfigMap>| {
-            let (tracker, shard) = (tracker.clone(), shard.clone());
+            let (tracker, shard, tracked) = (tracker.clone(), shard.clone(), tracked.clone());
             async move {
                 // Every reconcile is recorded, of absent objects too (a handed-over key's
                 // delete notification must not reach here).
                 let cached = ctx.get(&req)?;
                 let value = cached.as_ref().and_then(|cm| cm.data.as_ref()?.get("v").cloned());
-                let in_flight = tracker.enter(&req.name, &shard, value.as_deref());
+                let in_flight = tracker.enter(&req.name, &tracked, value.as_deref());
                 // The invariant, read from the server: while this shard reconciles an object,
                 // the object carries this shard's label (only this shard's own drain
                 // acknowledgement, which cannot run now, or its death moves it). The drain
@@ -209,7 +238,10 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
                 if let Some(live) = api.get_opt(&req.name).await? {
                     let label = live.labels().get(&format!("shard.kinformer.io/{RING}")).cloned();
                     if label.as_deref() != Some(shard.as_str()) {
-                        tracker.violation(format!("{}: reconciled by {shard} while labelled {label:?}", req.name));
+                        tracker.violation(format!(
+                            "{}: reconciled by {tracked} while labelled {label:?}",
+                            req.name
+                        ));
                     }
                 }
                 // With children: the object's child (a Secret of its name) was labelled for this
@@ -368,7 +400,7 @@ async fn not_converged(client: &kube::Client, tracker: &Tracker, shards: &[&str]
         if shard != expected {
             return Some(format!("{name} on {shard}, expected {expected}"));
         }
-        if tracker.last(name).as_deref() != Some(shard.as_str()) {
+        if tracker.last_shard(name).as_deref() != Some(shard.as_str()) {
             return Some(format!(
                 "{name} last reconciled by {:?}, labelled {shard}",
                 tracker.last(name)
@@ -482,16 +514,39 @@ async fn scenario(n: usize) {
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
 
     // A shard killed without releasing its lease: the survivors reconcile its objects within
-    // the lease duration + a retry period + the drain (SLACK).
+    // the lease duration + one retry period + the drain, measured from the kill. Its Lease
+    // expires at most a lease duration after the kill (its last renewal came before); the
+    // sharder's membership check is timed for that expiry, fences the Lease and relabels the
+    // objects, and the survivors reconcile them. The drain is that moving and reconciling: from
+    // the survivors' first reconcile of one of the killed shard's objects to their last. The
+    // instants are the reconciles' own (recorded by the tracker as they enter), not when the
+    // test polled, so the bound has no margin for polling.
     let victim_index = shards.iter().position(|s| !s.status.is_leader()).expect("a standby");
-    let victim = shards.remove(victim_index);
-    victim.task.abort();
+    let mut victim = shards.remove(victim_index);
+    let on_victim = labelled_for(&assignment(&client).await, &victim.id);
+    assert!(!on_victim.is_empty());
     let killed = Instant::now();
-    until_converged(&client, &tracker, &ids_of(&shards), n, LEASE + RETRY + CHECK + SLACK).await;
+    victim.kill().await;
+    until_converged(&client, &tracker, &ids_of(&shards), n, WAIT).await;
+    let taken_over: Vec<Instant> = tracker
+        .first_reconciles(&on_victim, &ids_of(&shards), killed)
+        .into_iter()
+        .zip(&on_victim)
+        .map(|(at, name)| at.unwrap_or_else(|| panic!("{name} not reconciled by a survivor")))
+        .collect();
+    let (first, last) = (taken_over.iter().min().unwrap(), taken_over.iter().max().unwrap());
+    let (took, drain) = (*last - killed, *last - *first);
     eprintln!(
-        "{} killed: its objects reconciled by the survivors after {:?}",
+        "{} killed: its {} objects reconciled by the survivors after {took:?} (first after {:?}, drain {drain:?})",
         victim.id,
-        killed.elapsed()
+        on_victim.len(),
+        *first - killed
+    );
+    assert!(
+        took <= LEASE + RETRY + drain,
+        "{}'s objects reconciled by the survivors {took:?} after the kill: more than the lease duration \
+         {LEASE:?} + one retry period {RETRY:?} + the drain {drain:?}",
+        victim.id
     );
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
 
@@ -543,10 +598,8 @@ async fn a_gone_shards_lease_is_deleted_after_the_grace() {
     eprintln!("gone shards' leases deleted after {elapsed:?}");
     assert!(elapsed >= 2 * LEASE, "deleted after {elapsed:?}, before the grace");
     let kept = leases.get(&format!("{RING}-{}", survivor.id)).await.unwrap();
-    assert_eq!(
-        kept.spec.and_then(|s| s.holder_identity).as_deref(),
-        Some(survivor.id.as_str())
-    );
+    let holder = kept.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    assert!(holder.starts_with(&format!("{}_", survivor.id)), "{holder}");
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
 
     stop_all([survivor]).await;
@@ -607,6 +660,132 @@ async fn a_stray_notification_of_a_deleted_object_is_not_reconciled() {
     );
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
 
+    stop_all(shards).await;
+    env.shutdown().await;
+}
+
+/// Two processes started with the same shard id (a misconfigured Deployment, a restarted pod
+/// whose previous process still runs) contend for one shard Lease, each run under an identity of
+/// its own (`<shard-id>_<uuid>`): while the first holds it, the second reconciles nothing and is
+/// not ready, through several lease durations of churn; once the first stops, the second takes
+/// the shard over. No reconcile overlaps, none is of an object labelled for another shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_with_one_shard_id_never_both_reconcile() {
+    let n = 40;
+    let (env, client, tracker) = setup(n).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let ids = ["shard-0", "shard-1"];
+    let mut first = start_shard(&env, "shard-0", &tracker, false);
+    let other = start_shard(&env, "shard-1", &tracker, false);
+    until_converged(&client, &tracker, &ids, n, WAIT).await;
+
+    // The second process of shard-0, its reconciles tracked as "shard-0#2".
+    let second = start_shard_as(&env, "shard-0", "shard-0#2", &tracker, false);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let lease_name = first.config.lease_name();
+    let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    let held_by = holder(leases.get(&lease_name).await.unwrap());
+    assert!(held_by.starts_with("shard-0_"), "{held_by}");
+    // Every object changes every retry period, for three lease durations: the second process
+    // would have acquired a Lease it may take (expired, or named for it) long before.
+    let mut round = 1;
+    let until = Instant::now() + 3 * LEASE;
+    while Instant::now() < until {
+        round += 1;
+        set_all(&api, n, &round.to_string()).await;
+        assert!(second.config.readiness.check().is_err(), "the second shard-0 ready");
+        assert_eq!(tracker.count("shard-0#2"), 0, "the second shard-0 reconciled");
+        tokio::time::sleep(RETRY).await;
+    }
+    // The first process saw every change of its objects.
+    let last = round.to_string();
+    let deadline = Instant::now() + WAIT;
+    for i in 0..n {
+        let name = format!("obj-{i}");
+        while tracker.seen(&name).as_deref() != Some(last.as_str()) {
+            assert!(Instant::now() < deadline, "{name}: last reconcile did not see {last}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(tracker.count("shard-0#2"), 0, "the second shard-0 reconciled");
+    assert!(second.config.readiness.check().is_err(), "the second shard-0 ready");
+    assert_eq!(holder(leases.get(&lease_name).await.unwrap()), held_by);
+
+    // The first stops (releasing the Lease): the second takes shard-0 over and reconciles its
+    // objects' next changes.
+    first.stop().await;
+    let next = (round + 1).to_string();
+    set_all(&api, n, &next).await;
+    let on_0: Vec<String> = (0..n)
+        .map(|i| format!("obj-{i}"))
+        .filter(|name| ring::assign(&ids, &format!("{NAMESPACE}/{name}")) == Some("shard-0"))
+        .collect();
+    assert!(!on_0.is_empty());
+    let deadline = Instant::now() + WAIT;
+    for name in &on_0 {
+        while tracker.seen(name).as_deref() != Some(next.as_str()) || tracker.last(name).as_deref() != Some("shard-0#2")
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: not reconciled by the second shard-0 ({:?}, {:?})",
+                tracker.last(name),
+                tracker.seen(name)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    until_converged(&client, &tracker, &ids, n, WAIT).await;
+    assert!(second.config.readiness.check().is_ok(), "the second shard-0 not ready");
+    let taken = holder(leases.get(&lease_name).await.unwrap());
+    assert!(taken.starts_with("shard-0_") && taken != held_by, "{taken}");
+    assert_eq!(tracker.overlaps(), Vec::<String>::new());
+    stop_all([second, other]).await;
+    env.shutdown().await;
+}
+
+/// A shard that joins confirms the objects it is given with one LIST of its objects (metadata,
+/// paged) and its cache, not with a GET per object: its start costs one request per page, not
+/// one per object. Moves to it and its reconciles are as before (converged, no overlap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_joining_shard_lists_its_objects_once_rather_than_get_each() {
+    let n = 120;
+    let (env, client, tracker) = setup(n).await;
+    let mut shards = start_shards(&env, &["shard-0", "shard-1"], &tracker);
+    until_converged(&client, &tracker, &ids_of(&shards), n, WAIT).await;
+    env.faults().clear_requests();
+    shards.push(start_shard(&env, "shard-2", &tracker, false));
+    until_converged(&client, &tracker, &ids_of(&shards), n, WAIT).await;
+    let on_2 = labelled_for(&assignment(&client).await, "shard-2");
+    assert!(!on_2.is_empty());
+    assert!(on_2.iter().all(|name| tracker.reconciles(name, "shard-2") > 0));
+    let requests = env.requests();
+    let metadata =
+        |r: &&envtest::RecordedRequest| r.method == "GET" && !r.is_watch && r.accept.contains("PartialObjectMetadata");
+    // A metadata GET of one ConfigMap: what a shard's worker did to confirm a cached object.
+    let gets: Vec<&str> = requests
+        .iter()
+        .filter(metadata)
+        .filter(|r| {
+            r.path
+                .starts_with(&format!("/api/v1/namespaces/{NAMESPACE}/configmaps/"))
+        })
+        .map(|r| r.path.as_str())
+        .collect();
+    let selector = format!("shard.kinformer.io/{RING}=shard-2");
+    let lists = requests
+        .iter()
+        .filter(metadata)
+        .filter(|r| r.path == "/api/v1/configmaps")
+        .filter(|r| r.param("labelSelector").as_deref() == Some(selector.as_str()))
+        .count();
+    eprintln!(
+        "shard-2 joined with {} objects: {lists} LIST of its objects, {} metadata GETs of one object",
+        on_2.len(),
+        gets.len()
+    );
+    assert_eq!(gets, Vec::<&str>::new(), "objects confirmed one GET each");
+    assert_eq!(lists, 1, "the joining shard listed its objects once (one page)");
+    assert_eq!(tracker.overlaps(), Vec::<String>::new());
     stop_all(shards).await;
     env.shutdown().await;
 }

@@ -14,20 +14,37 @@
 //! notifications queue its key early; a stray notification of an object deleted after it left
 //! this shard is the deletion of the shard that had it.
 //!
+//! # Trusting the cache after one LIST
 //! The cache itself may be behind the moves made before this run joined: its informers listed
 //! when the process started, and the sharder may have moved this shard's objects (of a previous
-//! incarnation, under its fence) since; their departures may still be on the way. So the first
-//! time a run reconciles a key, a GET confirms the server has the object labelled for this
-//! shard. From then on the object leaves this shard only by this shard's own acknowledgement
-//! (the sharder fences a live shard's Lease never, and this run began after any fence was
-//! lifted), so the check holds until the key is handed over.
+//! incarnation, under its fence) since; their departures may still be on the way. A cached
+//! object is reconciled only once the run knows the server had it labelled for this shard at
+//! some instant after the run joined (its Lease acquired and seen unfenced): from then on the
+//! object leaves this shard only by this shard's own acknowledgement (the sharder never fences
+//! a live shard's Lease, and this run began after any fence was lifted), so the fact holds until
+//! the key is handed over. Such a key is *confirmed*.
+//!
+//! One LIST establishes it for every key at once: the first admission of the run lists the
+//! metadata of the objects labelled for this shard (`shard.kinformer.io/<ring>=<shard>`, paged,
+//! one consistent snapshot at resourceVersion `R`), after the join. Every listed key is
+//! confirmed (the server had it labelled for this shard at `R`). A cached object not listed is
+//! confirmed by its own resourceVersion if that is newer than `R`: the cache holds it as the
+//! server had it after `R`, labelled for this shard (the informer selects on the label). One
+//! not listed and not newer than `R` is a copy from before `R` of an object the server did not
+//! have labelled for this shard at `R`: moved away (its departure is on the way) or deleted; it
+//! is skipped, and if it comes back, its return is a newer copy. So the LIST establishes the
+//! same fact a GET of each key would (labelled for this shard at an instant after the join),
+//! with one request per page instead of one per object. resourceVersions are compared as
+//! numbers (etcd's revisions, as the informers compare them); if one is not a number, a GET of
+//! the key confirms it.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
+use tokio::sync::OnceCell;
 use tracing::{debug, info, warn};
 
 use super::ShardingConfig;
@@ -47,6 +64,16 @@ pub(crate) enum Admit {
 /// Reads a primary object's metadata from the shard's cache.
 pub(crate) type Lookup = Arc<dyn Fn(&ObjectKey) -> Option<ObjectMeta> + Send + Sync>;
 
+/// The page size of the LIST of the shard's objects at the start of a run.
+const LIST_PAGE: u32 = 500;
+
+/// What the LIST at the start of the run found (its keys went to `confirmed`).
+struct Listed {
+    /// The snapshot's resourceVersion `R`, if it is a number: a cached copy newer than it is
+    /// the server's state after `R`.
+    resource_version: Option<u64>,
+}
+
 /// A sharded controller's drain handling; see the [module docs](self).
 pub(crate) struct ShardGate {
     pub(crate) config: ShardingConfig,
@@ -59,6 +86,9 @@ pub(crate) struct ShardGate {
     /// Keys whose object the server had labelled for this shard since this run joined (and not
     /// handed over since).
     confirmed: Mutex<HashSet<ObjectKey>>,
+    /// The LIST of this shard's objects, made by the run's first admission (see the
+    /// [module docs](self)).
+    listed: OnceCell<Listed>,
 }
 
 impl ShardGate {
@@ -77,6 +107,7 @@ impl ShardGate {
             namespaced,
             handed_over: Mutex::new(HashSet::new()),
             confirmed: Mutex::new(HashSet::new()),
+            listed: OnceCell::new(),
         }
     }
 
@@ -99,6 +130,45 @@ impl ShardGate {
         }
     }
 
+    /// The run's LIST of this shard's objects, made now if not yet (see the
+    /// [module docs](self)): one consistent snapshot, in pages; its keys are confirmed. A failed
+    /// LIST is logged and the worker retries the key (the next admission lists again).
+    async fn listed(&self, controller: &str) -> Result<&Listed, Admit> {
+        self.listed
+            .get_or_try_init(|| async {
+                let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &self.resource);
+                let mut params = ListParams::default().labels(&self.config.selector()).limit(LIST_PAGE);
+                let (mut keys, mut snapshot, mut pages) = (Vec::new(), None, 0_usize);
+                loop {
+                    let page = api.list_metadata(&params).await?;
+                    pages += 1;
+                    snapshot = snapshot.or(page.metadata.resource_version);
+                    keys.extend(page.items.into_iter().filter_map(|item| {
+                        let (namespace, name) = (item.metadata.namespace, item.metadata.name?);
+                        Some(match (namespace, self.namespaced) {
+                            (Some(namespace), true) => ObjectKey::namespaced(namespace, name),
+                            _ => ObjectKey::cluster_scoped(name),
+                        })
+                    }));
+                    match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                        Some(token) => params = params.continue_token(&token),
+                        None => break,
+                    }
+                }
+                let resource_version = snapshot.as_deref().and_then(|rv| rv.parse::<u64>().ok());
+                info!(controller, ring = %self.config.ring, shard = %self.config.shard_id, objects = keys.len(), pages,
+                    resource_version = ?snapshot, "listed the shard's objects: the cache is trusted from this snapshot on");
+                self.confirmed().extend(keys);
+                Ok::<_, kube::Error>(Listed { resource_version })
+            })
+            .await
+            .map_err(|e| {
+                warn!(controller, ring = %self.config.ring, shard = %self.config.shard_id, error = %e,
+                    "listing the shard's objects failed: retrying");
+                Admit::Retry
+            })
+    }
+
     /// The shard `meta` is labelled for, if any.
     fn shard_of<'m>(&self, meta: &'m ObjectMeta) -> Option<&'m String> {
         meta.labels.as_ref()?.get(&self.config.shard_label())
@@ -112,6 +182,9 @@ impl ShardGate {
     /// first, so their notifications may queue its key before the object itself arrives: that
     /// is not a deletion, and its own notification queues the key again.
     async fn absent(&self, controller: &str, key: &ObjectKey) -> Admit {
+        if let Err(admit) = self.listed(controller).await {
+            return admit;
+        }
         match self.api(key).get_metadata_opt(&key.name).await {
             Ok(None) => {
                 if self.confirmed().remove(key) {
@@ -140,10 +213,42 @@ impl ShardGate {
         }
     }
 
-    /// The server's metadata of a cached object not confirmed yet in this run (see the
-    /// [module docs](self)), if it is labelled for this shard (then it is confirmed); otherwise
-    /// what the worker does: skip it (the cache is behind a move or a deletion, whose
-    /// notification follows) or retry (the GET failed).
+    /// The metadata to decide on for cached object `cached`, if the object is confirmed for
+    /// this shard (see the [module docs](self)): listed at the start of the run, or cached in
+    /// a copy newer than that LIST (then it is confirmed now). Otherwise what the worker does:
+    /// skip it (the copy predates the LIST, which did not find it here: the cache is behind a
+    /// move or a deletion, whose notification follows) or retry (the LIST failed). If either
+    /// resourceVersion is not a number, a GET decides ([`confirm`](Self::confirm)).
+    async fn trusted(&self, controller: &str, key: &ObjectKey, cached: ObjectMeta) -> Result<ObjectMeta, Admit> {
+        if self.confirmed().contains(key) {
+            return Ok(cached);
+        }
+        let listed = self.listed(controller).await?;
+        if self.confirmed().contains(key) {
+            return Ok(cached);
+        }
+        let copy = cached.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
+        match (listed.resource_version, copy) {
+            (Some(snapshot), Some(copy))
+                if copy > snapshot && self.shard_of(&cached) == Some(&self.config.shard_id) =>
+            {
+                self.confirmed().insert(key.clone());
+                Ok(cached)
+            }
+            (Some(snapshot), Some(copy)) => {
+                debug!(controller, key = %key, ring = %self.config.ring, copy, snapshot,
+                    "cached for this shard but not labelled for it at the run's LIST (the cache is behind): not reconciled");
+                Err(Admit::Skip)
+            }
+            _ => self.confirm(controller, key).await,
+        }
+    }
+
+    /// The server's metadata of a cached object not confirmed yet in this run, when the
+    /// resourceVersions cannot be compared (see [`trusted`](Self::trusted)), if it is labelled
+    /// for this shard (then it is confirmed); otherwise what the worker does: skip it (the
+    /// cache is behind a move or a deletion, whose notification follows) or retry (the GET
+    /// failed).
     async fn confirm(&self, controller: &str, key: &ObjectKey) -> Result<ObjectMeta, Admit> {
         match self.api(key).get_metadata_opt(&key.name).await {
             Ok(Some(meta)) => {
@@ -179,14 +284,9 @@ impl ShardGate {
             }
             return self.absent(controller, key).await;
         };
-        let confirmed = self.confirmed().contains(key);
-        let meta = if confirmed {
-            cached
-        } else {
-            match self.confirm(controller, key).await {
-                Ok(meta) => meta,
-                Err(admit) => return admit,
-            }
+        let meta = match self.trusted(controller, key, cached).await {
+            Ok(meta) => meta,
+            Err(admit) => return admit,
         };
         let draining = meta
             .labels

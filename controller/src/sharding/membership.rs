@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{FENCE_ANNOTATION, RING_LABEL, ShardingConfig};
-use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector};
+use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderElector, default_identity};
 use crate::leadership::Leadership;
 use crate::reconciler::BoxError;
 
@@ -541,12 +541,30 @@ pub(crate) fn next_expiry(leases: &[Arc<Lease>], now: jiff::Timestamp) -> Option
 
 /// This shard's Lease: joined (acquired and labelled) before the workers start, renewed while
 /// they run, released after they stopped.
+///
+/// The Lease is named for the shard (`<ring>-<shard-id>`, which is how the sharder knows whose it
+/// is), but held under an identity of this membership's own, `<shard-id>_<uuid>`
+/// ([`shard_identity`]), as client-go's leader election builds one per process: two processes
+/// started with the same shard id (a misconfigured Deployment, a restarted pod whose previous
+/// process still runs) are two candidates for one Lease, and only the holder reconciles. The
+/// other waits in [`join`](Self::join), not ready, until the Lease is released or expires.
 pub(crate) struct ShardMembership {
     elector: LeaderElector,
     leases: Api<Lease>,
     config: ShardingConfig,
+    /// This membership's holder identity, `<shard-id>_<uuid>`.
+    identity: String,
     /// The sharded controller's name, in every log line.
     controller: String,
+}
+
+/// A holder identity for a membership of shard `shard_id`, unique per call: `<shard-id>_<uuid>`
+/// (the random UUID of [`default_identity`], after its last `_`; a UUID has none). The shard id
+/// in front is for people reading `kubectl get leases`; nothing parses it.
+fn shard_identity(shard_id: &str) -> String {
+    let identity = default_identity();
+    let uuid = identity.rsplit_once('_').map_or(identity.as_str(), |(_, uuid)| uuid);
+    format!("{shard_id}_{uuid}")
 }
 
 /// The renewal of a joined shard's Lease: a task, stopped (and the Lease released) by
@@ -572,7 +590,8 @@ impl ShardMembership {
         config: &ShardingConfig,
         controller: &str,
     ) -> Result<Self, LeaderElectionError> {
-        let election = LeaderElectionConfig::new(&config.namespace, config.lease_name(), &config.shard_id)
+        let identity = shard_identity(&config.shard_id);
+        let election = LeaderElectionConfig::new(&config.namespace, config.lease_name(), identity.clone())
             .lease_duration(config.lease_duration)
             .renew_deadline(config.renew_deadline)
             .retry_period(config.retry_period)
@@ -581,6 +600,7 @@ impl ShardMembership {
             elector: LeaderElector::new(client.clone(), election)?,
             leases: Api::namespaced(client, &config.namespace),
             config: config.clone(),
+            identity,
             controller: controller.to_owned(),
         })
     }
@@ -605,6 +625,7 @@ impl ShardMembership {
             let watch = watch_lease(
                 self.leases.clone(),
                 self.config.clone(),
+                self.identity.clone(),
                 self.controller.clone(),
                 stop.clone(),
                 labelled.clone(),
@@ -650,7 +671,7 @@ impl ShardMembership {
         tokio::select! {
             () = unfenced.cancelled() => {
                 info!(controller = %self.controller, ring = %self.config.ring, shard = %self.config.shard_id, lease = %self.config.lease_name(),
-                    "joined the ring");
+                    identity = %self.identity, "joined the ring");
             }
             // Lost before the fence was lifted: the run ends at once, and leave() says why.
             () = term.token().cancelled() => {}
@@ -690,10 +711,11 @@ impl ShardMembership {
     }
 }
 
-/// Why the shard's Lease, as read (`None`: absent), is no longer the shard's: deleted (its
+/// Why the shard's Lease, as read (`None`: absent), is no longer this membership's: deleted (its
 /// elector would recreate it, without the ring's label, unseen by the sharder), unlabelled, held
-/// by another. `Ok(fenced)` otherwise.
-fn check_lease(lease: Option<Lease>, config: &ShardingConfig) -> Result<bool, String> {
+/// by another identity (another process with the same shard id among them: only the holder
+/// `identity` reconciles). `Ok(fenced)` otherwise.
+fn check_lease(lease: Option<Lease>, config: &ShardingConfig, identity: &str) -> Result<bool, String> {
     let name = config.lease_name();
     let Some(lease) = lease else {
         return Err(format!("shard lease {name} was deleted"));
@@ -705,7 +727,7 @@ fn check_lease(lease: Option<Lease>, config: &ShardingConfig) -> Result<bool, St
     }
     let fenced = is_fenced(&lease);
     let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
-    if holder != config.shard_id {
+    if holder != identity {
         return Err(format!("shard lease {name} is held by {holder:?}"));
     }
     Ok(fenced)
@@ -719,6 +741,7 @@ fn check_lease(lease: Option<Lease>, config: &ShardingConfig) -> Result<bool, St
 async fn watch_lease(
     leases: Api<Lease>,
     config: ShardingConfig,
+    identity: String,
     controller: String,
     stop: CancellationToken,
     labelled: CancellationToken,
@@ -745,7 +768,7 @@ async fn watch_lease(
                 continue;
             }
         };
-        match check_lease(lease, &config) {
+        match check_lease(lease, &config, &identity) {
             Err(reason) => return reason,
             Ok(true) if unfenced.is_cancelled() => {
                 return format!("shard lease {name} was fenced by the sharder (it judged this shard gone)");
@@ -765,6 +788,33 @@ async fn watch_lease(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_membership_holds_its_shard_lease_under_an_identity_of_its_own() {
+        let (a, b) = (shard_identity("shard-0"), shard_identity("shard-0"));
+        assert_ne!(a, b, "two runs of one shard id are two candidates");
+        for identity in [&a, &b] {
+            let uuid = identity.strip_prefix("shard-0_").expect("<shard-id>_<uuid>");
+            assert_eq!((uuid.len(), uuid.matches('-').count()), (36, 4), "{identity}");
+        }
+        let config = ShardingConfig::new("cms", "shard-0");
+        let lease = |holder: &str| Lease {
+            metadata: ObjectMeta {
+                name: Some(config.lease_name()),
+                labels: Some(BTreeMap::from([(RING_LABEL.to_owned(), "cms".to_owned())])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.to_owned()),
+                ..LeaseSpec::default()
+            }),
+        };
+        assert_eq!(check_lease(Some(lease(&a)), &config, &a), Ok(false));
+        // Held by the other process with the same shard id, or by the bare shard id: not ours.
+        let err = check_lease(Some(lease(&b)), &config, &a).unwrap_err();
+        assert!(err.contains(&b), "{err}");
+        assert!(check_lease(Some(lease("shard-0")), &config, &a).is_err());
+    }
 
     #[test]
     fn refusals_that_ran_out_are_dropped() {

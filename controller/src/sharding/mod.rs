@@ -22,18 +22,24 @@
 //! Each shard holds a Lease of its own, `<ring>-<shard-id>` in the configured namespace,
 //! labelled `sharding.kinformer.io/ring: <ring>`, through the same [`LeaderElector`] as the
 //! leader lease (renewed every `retry_period`, valid for `renew_deadline` by the shard's own
-//! clock). A shard whose Lease names no holder (released) or was not renewed for
+//! clock). Its holder identity is `<shard-id>_<uuid>`, new for every run (as client-go's
+//! leader election makes one per process): two processes started with the same shard id (a
+//! misconfigured Deployment, a restarted pod whose previous process still runs) contend for
+//! one Lease, and only the one whose identity the Lease names reconciles; the other waits, not
+//! ready, until the Lease is released or expires. Nothing parses the holder: the Lease's name
+//! says whose shard it is. A shard whose Lease names no holder (released) or was not renewed for
 //! `leaseDurationSeconds` (by its `renewTime`) is gone. The shard's reconciles run under that
 //! lease's term ([`Leadership`](crate::Leadership)): a shard that cannot renew stops
 //! reconciling before the sharder may consider it gone. A shard is named by its Lease, not its
-//! holder: a Lease taken by another holder keeps the shard live until it expires. A shard that lost its Lease while running does
-//! not rejoin in place: its workers stop at once and its run returns
-//! [`ControllerError::ShardLeaseLost`](crate::ControllerError::ShardLeaseLost), so its
+//! holder: a Lease taken by another holder keeps the shard live until it expires. A shard that
+//! lost its Lease while running does not rejoin in place: its workers stop at once and its run
+//! returns [`ControllerError::ShardLeaseLost`](crate::ControllerError::ShardLeaseLost), so its
 //! [`Manager`](crate::Manager) shuts down and fails (as on losing the leader lease) and the
 //! restarted process joins as a fresh member. The shard also reads its Lease every
 //! `retry_period`: deleted (its elector would recreate it without the ring's label), unlabelled,
-//! held by another or fenced, it is lost so. The sharder remembers each shard Lease's last known
-//! expiry: a Lease that vanished keeps its shard live until then, so the shard notices first.
+//! held by another identity or fenced, it is lost so. The sharder remembers each shard Lease's
+//! last known expiry: a Lease that vanished keeps its shard live until then, so the shard
+//! notices first.
 //! A Lease carrying the sharder's fence ([`FENCE_ANNOTATION`], see the handover below) is not
 //! live, even held: its holder waits for the sharder to lift it. `kubectl get leases -l
 //! sharding.kinformer.io/ring=<ring>` lists the shards and their holders.
@@ -74,10 +80,13 @@
 //! 6. The sharder moves the objects while holding its fence (shared), and lifts it (alone, so no
 //!    such move is in flight) once its cache and then a LIST from the server show no object
 //!    labelled for the shard.
-//! 7. A shard's cache may still show objects moved away before it joined: the first reconcile
-//!    of each key in a run GETs the object and goes ahead only if the server has it labelled
-//!    for this shard. From then on it leaves the shard only by the shard's own
-//!    acknowledgement (2) or the shard's death.
+//! 7. A shard's cache may still show objects moved away before it joined: a run reconciles a
+//!    cached object only once it knows the server had it labelled for this shard after the
+//!    join. The run's first admission LISTs the shard's objects (metadata, paged, one snapshot
+//!    at resourceVersion `R`): a listed key is confirmed, and so is a cached copy newer than
+//!    `R`; an older copy not listed is stale and skipped (its departure is on the way). From
+//!    then on the object leaves the shard only by the shard's own acknowledgement (2) or the
+//!    shard's death.
 //!
 //! Every label write carries the resourceVersion it was computed from: a concurrent change
 //! makes it fail with a conflict and it is computed again. No home-made consensus: Leases,

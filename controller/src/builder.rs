@@ -97,7 +97,10 @@ impl<C: 'static> SourceOptions<C> {
     }
 
     /// A predicate this source's notifications must pass (besides the controller's event
-    /// filters); several combine with "and". It filters this source alone.
+    /// filters); several combine with "and". It filters this source alone. On a
+    /// [sharded](ControllerBuilder::sharded) controller's primary type, sharding's drain
+    /// acknowledgements bypass filters: a change of the drain label is queued whatever the
+    /// predicates say.
     pub fn predicate(mut self, predicate: impl TypedPredicate<C>) -> Self {
         self.predicates.0.push(Arc::new(predicate));
         self
@@ -275,6 +278,11 @@ impl ControllerBuilder {
     /// holding its shard Lease while its workers run, and hands draining objects over instead
     /// of reconciling them. The [`Sharder`](crate::sharding::Sharder), run by the leader,
     /// assigns the objects. Call it before `for_resource`; a typed primary type only.
+    /// Sharding's drain acknowledgements bypass filters: a change of a primary object's drain
+    /// label is queued whatever [`with_event_filter`](Controller::with_event_filter) and the
+    /// primary's own predicates say (the worker hands a draining object over, it does not
+    /// reconcile it), so a controller filtering on `GenerationChanged` still hands its objects
+    /// over.
     ///
     /// ```no_run
     /// # use controller::sharding::{Sharder, ShardingConfig};
@@ -379,6 +387,8 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
             Ok(informer) => (Some(informer), None),
             Err(e) => (None, Some(e.into())),
         };
+        // A shard must see its objects' drain requests whatever the filters say.
+        let drain_label = common.sharding.as_ref().map(ShardingConfig::drain_label);
         Controller {
             common,
             primary: Source {
@@ -387,6 +397,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 handling: Handling::Map(Mapping::Object),
                 predicates,
                 key,
+                drain_label,
             },
             primary_type,
             primary_resource,
@@ -411,6 +422,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 handling,
                 predicates,
                 key,
+                drain_label: None,
             })),
             Err(e) => {
                 self.error.get_or_insert(e.into());
@@ -534,6 +546,8 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     /// Reconciles every primary object in the cache once per item of `signals` (kube-runtime's
     /// `reconcile_all_on`), e.g. when a configuration file all of them depend on changed. Keys
     /// already queued are merged, so a burst of signals reconciles each object about once.
+    /// The keys are queued at [`LOW_PRIORITY`](crate::LOW_PRIORITY), as a resync's:
+    /// a real change is not stuck behind the whole cache.
     #[must_use]
     pub fn reconcile_all_on<T>(mut self, signals: impl Stream<Item = T> + Send + 'static) -> Self {
         self.common.triggers.push(Trigger {
@@ -646,6 +660,14 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
     /// [`predicate`](crate::predicate) for the ready-made ones. Filters combine with "and",
     /// and with each source's own predicates ([`SourceOptions::predicate`]). They see metadata
     /// only, as they apply to sources of every type.
+    ///
+    /// On a [sharded](ControllerBuilder::sharded) controller, sharding's drain acknowledgements
+    /// bypass filters: an update of a primary object that changed its drain label
+    /// (`drain.shard.kinformer.io/<ring>`), or a primary object listed while draining, is queued
+    /// at [`NORMAL_PRIORITY`](crate::NORMAL_PRIORITY) whatever the filters say, so
+    /// that the shard hands the object over (a draining object is handed over, not
+    /// reconciled). Filtered out, a label-only change under `GenerationChanged` say, the object
+    /// would stay draining forever.
     #[must_use]
     pub fn with_event_filter(mut self, predicate: impl Predicate) -> Self {
         self.common.predicates.push(Arc::new(predicate));

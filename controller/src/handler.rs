@@ -10,9 +10,16 @@
 //!
 //! An update enqueues the keys of both the old and the new object (an owner reference or a
 //! mapped key may have changed), as controller-runtime does. A notification enqueues only if
-//! it passes the controller's event filters (metadata) and its source's own predicates (typed).
-//! Handlers declare
-//! themselves non-blocking ([`ResourceEventHandler::is_non_blocking`]), so the informer calls
+//! it passes the controller's event filters (metadata) and its source's own predicates (typed),
+//! with one exception: a [sharded](crate::sharding) controller's primary handler queues, at
+//! [`NORMAL_PRIORITY`] whatever the filters say, an update that changed the object's drain
+//! label and an add of an object that carries it. The drain label is a label-only change that
+//! `GenerationChanged` and most update filters reject, and the shard must take the key to
+//! acknowledge the drain: filtered out, the object would stay draining forever and the shard
+//! taking it over would never get it. (The worker hands a draining object over without
+//! reconciling it.)
+//!
+//! Handlers declare themselves non-blocking ([`ResourceEventHandler::is_non_blocking`]), so the informer calls
 //! them inline, on its own task, right after each batch reached the cache (no buffer, no thread):
 //! they filter, compute keys and add them to the queue, nothing else, and never block; a
 //! predicate or mapper must not block either. The only allocations are the keys themselves (and
@@ -20,8 +27,11 @@
 //!
 //! Priorities, as controller-runtime's handlers with its priority queue: an add from the
 //! informer's initial list, and an update whose resourceVersion did not change (a resync), enqueue
-//! at [`LOW_PRIORITY`]; every other notification at [`NORMAL_PRIORITY`]. A custom handler
-//! ([`Enqueuer`]) chooses its own.
+//! at [`LOW_PRIORITY`] (but a draining object of a sharded primary at [`NORMAL_PRIORITY`], see
+//! above); every other notification at [`NORMAL_PRIORITY`]. A custom handler ([`Enqueuer`])
+//! chooses its own. Outside the handlers, `reconcile_all_on`'s keys are queued at
+//! [`LOW_PRIORITY`] too (`source.rs`), and a reconcile's retries keep the priority its key came
+//! with (`controller.rs`).
 
 use std::sync::Arc;
 
@@ -129,9 +139,37 @@ pub(crate) struct EnqueueHandler<K> {
     /// This source's own predicates (typed).
     pub(crate) source_predicates: Filters<K>,
     pub(crate) mapping: Mapping<K>,
+    /// The drain label's key if this is a sharded controller's primary source
+    /// (`drain.shard.kinformer.io/<ring>`): its changes are queued whatever the filters say.
+    pub(crate) drain_label: Option<String>,
 }
 
 impl<K: Resource> EnqueueHandler<K> {
+    /// The value of the drain label on `meta` (`None`: not sharded, or no such label).
+    fn drain_value<'m>(&self, meta: &'m ObjectMeta) -> Option<&'m String> {
+        meta.labels.as_ref()?.get(self.drain_label.as_deref()?)
+    }
+
+    /// Whether the drain label differs between `old` and `new` (a drain requested or withdrawn):
+    /// the shard must take the key to acknowledge it, whatever the filters say.
+    fn drain_changed(&self, old: &ObjectMeta, new: &ObjectMeta) -> bool {
+        self.drain_label.is_some() && self.drain_value(old) != self.drain_value(new)
+    }
+
+    /// Enqueues the keys of an update: the new object's, and for a mapping that may change
+    /// between the two states, the old one's.
+    fn enqueue_update(&self, old: &K, new: &K, priority: i32) {
+        match &self.mapping {
+            // The key cannot change between old and new.
+            Mapping::Object => self.enqueue(new, priority),
+            // The queue merges the two adds when both give the same key.
+            Mapping::Owner(_) | Mapping::Func(_) => {
+                self.enqueue(old, priority);
+                self.enqueue(new, priority);
+            }
+        }
+    }
+
     fn enqueue(&self, obj: &K, priority: i32) {
         let add = |key| self.queue.add_with_priority(key, priority);
         match &self.mapping {
@@ -148,7 +186,11 @@ impl<K: Resource> EnqueueHandler<K> {
 
 impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHandler<K> {
     fn on_add(&self, obj: &Arc<K>, is_in_initial_list: bool) {
-        if self.predicates.create(obj.meta()) && self.source_predicates.create(obj) {
+        // Already draining when this shard first sees it (listed after a restart): the drain
+        // waits for this shard's acknowledgement, not behind the initial list.
+        if self.drain_value(obj.meta()).is_some() {
+            self.enqueue(obj, NORMAL_PRIORITY);
+        } else if self.predicates.create(obj.meta()) && self.source_predicates.create(obj) {
             let priority = if is_in_initial_list {
                 LOW_PRIORITY
             } else {
@@ -159,6 +201,10 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHan
     }
 
     fn on_update(&self, old: &Arc<K>, new: &Arc<K>) {
+        if self.drain_changed(old.meta(), new.meta()) {
+            self.enqueue_update(old, new, NORMAL_PRIORITY);
+            return;
+        }
         if !(self.predicates.update(old.meta(), new.meta()) && self.source_predicates.update(old, new)) {
             return;
         }
@@ -168,15 +214,7 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHan
         } else {
             NORMAL_PRIORITY
         };
-        match &self.mapping {
-            // The key cannot change between old and new.
-            Mapping::Object => self.enqueue(new, priority),
-            // The queue merges the two adds when both give the same key.
-            Mapping::Owner(_) | Mapping::Func(_) => {
-                self.enqueue(old, priority);
-                self.enqueue(new, priority);
-            }
-        }
+        self.enqueue_update(old, new, priority);
     }
 
     fn on_delete(&self, obj: DeletedObject<K>) {
@@ -305,6 +343,7 @@ mod tests {
             predicates: EventFilters(Vec::new()),
             source_predicates: Filters::default(),
             mapping: Mapping::Object,
+            drain_label: None,
         };
         let cm = |name: &str, rv: &str| {
             Arc::new(ConfigMap {
@@ -337,6 +376,79 @@ mod tests {
         assert_eq!(got, expected.map(|(name, priority)| (name.to_owned(), priority)));
     }
 
+    /// Passes nothing.
+    struct Nothing;
+
+    impl crate::predicate::Predicate for Nothing {
+        fn create(&self, _: &ObjectMeta) -> bool {
+            false
+        }
+        fn update(&self, _: &ObjectMeta, _: &ObjectMeta) -> bool {
+            false
+        }
+        fn delete(&self, _: &ObjectMeta) -> bool {
+            false
+        }
+    }
+
+    /// A sharded primary's handler queues a drain label's change (and an object listed while
+    /// draining) at `NORMAL_PRIORITY` although the filters reject every notification; other
+    /// changes stay filtered.
+    #[tokio::test]
+    async fn drain_label_changes_bypass_the_filters() {
+        let queue = WorkQueue::new(
+            true,
+            Box::new(workqueue::default_controller_rate_limiter()),
+            workqueue::QueueConfig::default(),
+        );
+        let drain = "drain.shard.kinformer.io/ring".to_owned();
+        let handler = EnqueueHandler::<ConfigMap> {
+            queue: queue.clone(),
+            predicates: EventFilters(vec![Arc::new(Nothing)]),
+            source_predicates: Filters::default(),
+            mapping: Mapping::Object,
+            drain_label: Some(drain.clone()),
+        };
+        let cm = |name: &str, rv: &str, draining: bool| {
+            let labels = draining.then(|| [(drain.clone(), "true".to_owned())].into());
+            Arc::new(ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    namespace: Some("ns".into()),
+                    resource_version: Some(rv.into()),
+                    labels,
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            })
+        };
+        handler.on_add(&cm("listed", "1", false), true);
+        handler.on_add(&cm("created", "1", false), false);
+        handler.on_update(&cm("changed", "1", false), &cm("changed", "2", false));
+        handler.on_update(&cm("still-draining", "1", true), &cm("still-draining", "2", true));
+        handler.on_delete(DeletedObject::Object(cm("deleted", "1", true)));
+        assert!(queue.is_empty(), "filtered");
+        handler.on_update(&cm("drained", "1", false), &cm("drained", "2", true));
+        handler.on_update(&cm("withdrawn", "1", true), &cm("withdrawn", "2", false));
+        handler.on_add(&cm("listed-draining", "1", true), true);
+        let mut got = Vec::new();
+        while let Some((key, priority)) = queue.get().now_or_never().flatten() {
+            queue.done(&key);
+            got.push((key.name, priority));
+        }
+        let expected = ["drained", "withdrawn", "listed-draining"].map(|name| (name.to_owned(), NORMAL_PRIORITY));
+        assert_eq!(got, expected);
+
+        // Not sharded: the same label is just a label, filtered.
+        let plain = EnqueueHandler {
+            drain_label: None,
+            ..handler
+        };
+        plain.on_update(&cm("drained", "1", false), &cm("drained", "2", true));
+        plain.on_add(&cm("listed-draining", "1", true), true);
+        assert!(queue.is_empty());
+    }
+
     #[tokio::test]
     async fn updates_enqueue_old_and_new_owners_and_predicates_filter() {
         let queue = WorkQueue::new(
@@ -354,6 +466,7 @@ mod tests {
                 namespaced: true,
                 only_controller: true,
             }),
+            drain_label: None,
         };
         let mut old = ConfigMap {
             metadata: owned("Foo", "example.com/v1", true),

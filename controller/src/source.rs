@@ -25,7 +25,7 @@ use crate::handler::{EnqueueHandler, Enqueuer, Mapping};
 use crate::object_key::ObjectKey;
 use crate::predicate::{EventFilters, Filters};
 use crate::reconciler::{Gvk, gvk};
-use crate::work_queue::WorkQueue;
+use crate::work_queue::{LOW_PRIORITY, WorkQueue};
 
 /// Why a source could not be registered (the builder turns it into a `ControllerError`).
 #[derive(Debug)]
@@ -74,6 +74,9 @@ pub(crate) struct Source<C> {
     /// This source's own predicates (`SourceOptions::predicate`).
     pub(crate) predicates: Filters<C>,
     pub(crate) key: SourceKey,
+    /// A sharded controller's drain label, on its primary source only: its changes bypass
+    /// the filters (see [`EnqueueHandler`]).
+    pub(crate) drain_label: Option<String>,
 }
 
 /// How a source's notifications reach the queue.
@@ -143,6 +146,7 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
                     predicates: predicates.clone(),
                     source_predicates: self.predicates.clone(),
                     mapping: mapping.clone(),
+                    drain_label: self.drain_label.clone(),
                 },
                 HandlerOptions::default().name(controller),
             )?,
@@ -275,10 +279,14 @@ impl ErasedSource for Trigger {
                 };
                 match signal {
                     Some(Signal::Key(key)) => queue.add(key),
+                    // Every cached object, as a resync: at low priority, so a real change is
+                    // not stuck behind the whole cache (a sharder's re-examination after a
+                    // membership change is one).
                     Some(Signal::All) => {
                         let keys = keys();
                         debug!(controller = %controller, keys = keys.len(), "trigger: reconciling every primary");
-                        keys.into_iter().for_each(|key| queue.add(key));
+                        keys.into_iter()
+                            .for_each(|key| queue.add_with_priority(key, LOW_PRIORITY));
                     }
                     None => {
                         warn!(controller = %controller, "trigger stream ended: no more external reconciles");
@@ -341,5 +349,43 @@ impl ErasedRegistration for TriggerRegistration {
 impl Drop for TriggerRegistration {
     fn drop(&mut self) {
         self.stop.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+    use crate::work_queue::NORMAL_PRIORITY;
+
+    /// `reconcile_on`'s keys are queued as changes (`NORMAL_PRIORITY`); `reconcile_all_on`'s
+    /// every-primary signal (a sharder's re-examination after a membership change) at
+    /// `LOW_PRIORITY`, behind real changes.
+    #[tokio::test]
+    async fn a_signal_for_every_primary_queues_at_low_priority() {
+        let queue = WorkQueue::new(
+            true,
+            Box::new(workqueue::default_controller_rate_limiter()),
+            workqueue::QueueConfig::default(),
+        );
+        let signals = futures::stream::iter([Signal::All, Signal::Key(ObjectKey::namespaced("ns", "changed"))]);
+        let trigger = Trigger {
+            name: "test",
+            signals: std::sync::Mutex::new(Some(signals.boxed())),
+            primary_keys: Arc::new(|| vec![ObjectKey::namespaced("ns", "a"), ObjectKey::namespaced("ns", "b")]),
+        };
+        let registration = trigger
+            .register("controller", &queue, &EventFilters(Vec::new()))
+            .unwrap();
+        // The stream ends after its two signals, and the task with it.
+        registration.take_task().expect("a task").await.unwrap();
+        let mut got = Vec::new();
+        while let Some((key, priority)) = queue.get().now_or_never().flatten() {
+            queue.done(&key);
+            got.push((key.name, priority));
+        }
+        let expected = [("changed", NORMAL_PRIORITY), ("a", LOW_PRIORITY), ("b", LOW_PRIORITY)];
+        assert_eq!(got, expected.map(|(name, priority)| (name.to_owned(), priority)));
     }
 }

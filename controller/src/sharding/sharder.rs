@@ -12,14 +12,15 @@
 //! another shard.
 
 use std::any::TypeId;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use factory::{CacheOptions, FactoryResource, PartialObjectMeta, SharedInformerFactory};
+use futures::StreamExt;
 use futures::future::BoxFuture;
-use informer_core::Indexer;
+use informer_core::{IndexError, IndexFunc, Indexer, Indexers, InformerError, SharedIndexInformer};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
@@ -28,7 +29,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, 
 use serde_json::{Map, Value};
 use tracing::{debug, info};
 
-use super::membership::{Fence, RingMembership, gone_shards, next_expiry};
+use super::membership::{Fence, RingMembership, gone_shards, is_fenced, next_expiry};
 use super::{RING_LABEL, ShardingConfig, ring};
 use crate::builder::Controller;
 use crate::controller::{BuiltController, ControllerError};
@@ -104,20 +105,20 @@ impl ShardingMetrics {
 /// The sharder's workers unless [`Sharder::workers`] says otherwise.
 pub const DEFAULT_WORKERS: usize = 4;
 
-/// Labels the children of one owner: `(ctx, owner uid, owner namespace, shard)`.
-type LabelChildren<K> = Arc<
-    dyn Fn(
-            &Context<PartialObjectMeta<K>>,
-            String,
-            Option<String>,
-            Option<String>,
-        ) -> BoxFuture<'static, Result<(), kube::Error>>
-        + Send
-        + Sync,
->;
+/// Labels the children of one owner: `(client, owner uid, shard)`.
+type LabelChildren =
+    Arc<dyn Fn(&Client, &str, Option<String>) -> BoxFuture<'static, Result<(), kube::Error>> + Send + Sync>;
 
-/// Adds a child type's source to the sharder's controller.
-type AddChild<K> = Box<dyn FnOnce(Controller<PartialObjectMeta<K>>) -> Controller<PartialObjectMeta<K>> + Send>;
+/// Adds a child type's source to the sharder's controller, indexes the child type's informer
+/// by controller owner ([`Sharder::OWNER_UID_INDEX`]), and returns the labeller of one
+/// owner's children.
+type AddChild<K> = Box<
+    dyn FnOnce(
+            Controller<PartialObjectMeta<K>>,
+            &SharedInformerFactory,
+        ) -> Result<(Controller<PartialObjectMeta<K>>, LabelChildren), ControllerError>
+        + Send,
+>;
 
 /// Builds the sharder of a ring whose primary type is `K`:
 /// `Sharder::<K>::new(manager.leader_factory(), &config).owns::<C>().build()`, then add it to
@@ -128,7 +129,7 @@ pub struct Sharder<K> {
     config: ShardingConfig,
     metrics: Option<Metrics>,
     workers: usize,
-    children: Vec<(AddChild<K>, LabelChildren<K>)>,
+    children: Vec<AddChild<K>>,
     _k: PhantomData<fn() -> K>,
 }
 
@@ -163,43 +164,62 @@ impl<K: FactoryResource> Sharder<K> {
         self
     }
 
+    /// The index of the sharder's cache of each [owned](Self::owns) type: a child is indexed
+    /// under the uid of its controller owner (the ownerReference with `controller: true`), so
+    /// the children of one owner are a lookup, not a scan of every child (which would make
+    /// relabelling N owners cost N × the children cached). On the factory's shared metadata
+    /// informer of the child type, so a controller on the same factory may use it too.
+    pub const OWNER_UID_INDEX: &'static str = "sharding.kinformer.io/controller-uid";
+
     /// Objects of type `C` follow their controller owner's shard label (the shards' controllers
-    /// `owns::<C>()` them).
+    /// `owns::<C>()` them). The sharder finds an owner's children by
+    /// [`OWNER_UID_INDEX`](Self::OWNER_UID_INDEX).
     pub fn owns<C>(mut self) -> Self
     where
         C: Resource<DynamicType = (), Scope: 'static> + Clone + std::fmt::Debug + Send + Sync + 'static,
     {
-        let resource = ApiResource::erase::<C>(&());
-        let namespaced = TypeId::of::<C::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
         let shard_label = self.config.shard_label();
-        let label: LabelChildren<K> = Arc::new(move |ctx, uid, _namespace, shard| {
-            let children: Vec<Arc<PartialObjectMeta<C>>> = ctx
-                .indexer_for::<PartialObjectMeta<C>>()
-                .map(|indexer| indexer.list())
-                .unwrap_or_default();
-            let client = ctx.client().clone();
-            let (resource, shard_label) = (resource.clone(), shard_label.clone());
-            Box::pin(async move {
-                for child in children {
-                    let meta = &child.metadata;
-                    let owned = meta
+        let add: AddChild<K> = Box::new(move |controller, factory| {
+            let controller = controller.owns_metadata::<C>().writes::<C>(&[Verb::Patch]);
+            // The informer `owns_metadata` reads: the factory's shared one of `C`.
+            let informer = factory.metadata_informer_for::<C>()?;
+            add_index(
+                &informer,
+                Self::OWNER_UID_INDEX,
+                Arc::new(|child: &PartialObjectMeta<C>| {
+                    child
+                        .metadata
                         .owner_references
                         .iter()
                         .flatten()
-                        .any(|r| r.controller == Some(true) && r.uid == uid);
-                    let current = meta.labels.as_ref().and_then(|l| l.get(&shard_label));
-                    if !owned || current == shard.as_ref() {
-                        continue;
+                        .filter(|r| r.controller == Some(true))
+                        .map(|r| r.uid.clone())
+                        .collect()
+                }),
+            )?;
+            let children = informer.indexer().clone();
+            let resource = ApiResource::erase::<C>(&());
+            let namespaced = TypeId::of::<C::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>();
+            let label: LabelChildren = Arc::new(move |client, uid, shard| {
+                // Registered above, so the lookup cannot fail.
+                let children = children.by_index(Self::OWNER_UID_INDEX, uid).unwrap_or_default();
+                let (client, resource, shard_label) = (client.clone(), resource.clone(), shard_label.clone());
+                Box::pin(async move {
+                    for child in children {
+                        let meta = &child.metadata;
+                        if meta.labels.as_ref().and_then(|l| l.get(&shard_label)) == shard.as_ref() {
+                            continue;
+                        }
+                        let mut labels = Map::new();
+                        labels.insert(shard_label.clone(), shard.clone().map_or(Value::Null, Value::String));
+                        patch_labels(&client, &resource, namespaced, meta, labels).await?;
                     }
-                    let mut labels = Map::new();
-                    labels.insert(shard_label.clone(), shard.clone().map_or(Value::Null, Value::String));
-                    patch_labels(&client, &resource, namespaced, meta, labels).await?;
-                }
-                Ok(())
-            })
+                    Ok(())
+                })
+            });
+            Ok((controller, label))
         });
-        let add: AddChild<K> = Box::new(|controller| controller.owns_metadata::<C>().writes::<C>(&[Verb::Patch]));
-        self.children.push((add, label));
+        self.children.push(add);
         self
     }
 
@@ -221,23 +241,35 @@ impl<K: FactoryResource> Sharder<K> {
                 .labels(format!("{RING_LABEL}={}", config.ring)),
         )?;
         let primary = factory.metadata_informer_for::<K>()?;
+        // The primary objects by their shard label's value (the index is named by the label
+        // key, so each ring's sharder has its own): the membership check's counts and its
+        // "any object labelled for this shard?" are lookups, not scans.
+        let shard_label = config.shard_label();
+        add_index(
+            &primary,
+            &config.shard_label(),
+            Arc::new(move |obj: &PartialObjectMeta<K>| {
+                obj.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(&shard_label))
+                    .map(|shard| vec![shard.clone()])
+                    .unwrap_or_default()
+            }),
+        )?;
         let registry = match &metrics {
             Some(m) => m.registry().clone(),
             None => Registry::new(),
         };
         let sharding_metrics = ShardingMetrics::new(&registry)?;
-        let memory = Arc::new(RingMembership::new(
-            factory.client().clone(),
-            &config,
-            &ApiResource::erase::<K>(&()),
-        ));
-        let changes = membership_changes(
-            memory.clone(),
-            lease_informer.indexer().clone(),
-            primary.indexer().clone(),
-            config.clone(),
-            sharding_metrics.clone(),
-        );
+        let view = Arc::new(RingView {
+            memory: RingMembership::new(factory.client().clone(), &config, &ApiResource::erase::<K>(&())),
+            leases: lease_informer.indexer().clone(),
+            objects: primary.indexer().clone(),
+            config: config.clone(),
+            first_sight: OnceLock::new(),
+        });
+        let changes = membership_changes(view.clone(), sharding_metrics.clone());
         let mut builder = Controller::new(format!("sharder-{}", config.ring), &factory);
         if let Some(metrics) = metrics {
             builder = builder.metrics(metrics);
@@ -256,21 +288,23 @@ impl<K: FactoryResource> Sharder<K> {
                 |_: &Lease| Vec::new(),
             )
             .reconcile_all_on(changes)
+            // Queued once, when built: reconciled first thing in the term, so the membership
+            // check tends the ring's Leases (fences, gone shards) even with no object to label.
+            .reconcile_on(futures::stream::once(async { term_key() }).chain(futures::stream::pending()))
             // Its label writes, for the RBAC rules of its permissions.
             .writes::<K>(&[Verb::Patch])
             // Fences (a create if the Lease is absent) and deleting a gone shard's Lease.
             .writes::<Lease>(&[Verb::Create, Verb::Patch, Verb::Delete]);
         let mut labellers = Vec::new();
-        for (add, label) in children {
-            controller = add(controller);
+        for add in children {
+            let (with_child, label) = add(controller, &factory)?;
+            controller = with_child;
             labellers.push(label);
         }
         controller.build(SharderReconciler {
-            leases: lease_informer.indexer().clone(),
-            memory,
+            view,
             resource: ApiResource::erase::<K>(&()),
             namespaced: TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
-            config,
             metrics: sharding_metrics,
             drains: Mutex::new(HashMap::new()),
             children: labellers,
@@ -278,42 +312,178 @@ impl<K: FactoryResource> Sharder<K> {
     }
 }
 
-/// A signal each time the set of live shards changes, checked from the Lease cache every
-/// `membership_check_interval` and at the instant the first live Lease would expire; it also
-/// refreshes `kinformer_sharding_objects`; while the sharder runs (its reconciles' term is
-/// valid) it takes over the fences another sharder left, and lifts the fences whose shards its
-/// cache shows no object labelled for ([`RingMembership::lift`] confirms with a LIST).
-fn membership_changes<K: Resource + Send + Sync + 'static>(
-    memory: Arc<RingMembership>,
+/// Adds the index `name` of `func` to `informer`; one already there under that name is taken
+/// to be the same (every sharder names its indexes by what they index).
+fn add_index<T: Resource + Send + Sync + 'static>(
+    informer: &SharedIndexInformer<T>,
+    name: &str,
+    func: IndexFunc<T>,
+) -> Result<(), ControllerError> {
+    match informer.add_indexers(Indexers::from([(name.to_owned(), func)])) {
+        Err(InformerError::Index(IndexError::Conflict(taken))) if taken == name => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// The key the sharder's controller reconciles once at the start of its term, for the term
+/// alone (see [`RingMembership::running_under`]): no object has it (a name holds no `/`).
+fn term_key() -> ObjectKey {
+    ObjectKey::cluster_scoped("sharding.kinformer.io/term")
+}
+
+/// The sharder's view of its ring, shared by its reconciles and its membership check: the
+/// Lease cache, the primary objects' metadata, what it remembers of the Leases
+/// ([`RingMembership`]), and the grace it gave the shards it found when its term began.
+struct RingView<K> {
+    memory: RingMembership,
     leases: Indexer<Lease>,
+    /// Indexed by the shard label's value (its index named by the label key).
     objects: Indexer<PartialObjectMeta<K>>,
     config: ShardingConfig,
+    /// Each shard's expiry by first sight: set once, when the sharder first judges the ring in
+    /// its term (its caches synced). See [`RingView::live`].
+    first_sight: OnceLock<HashMap<String, jiff::Timestamp>>,
+}
+
+impl<K: Resource + 'static> RingView<K> {
+    /// The live shards at `now`, with `leases` the Lease cache's content: those of
+    /// [`RingMembership::live`], and, for a lease duration from when this sharder's term
+    /// first judged the ring, every shard it found then (named by a Lease, or by an object's
+    /// label) unless its Lease has since been seen released or fenced.
+    ///
+    /// Why: client-go's elector gives a Lease it has just observed a full lease duration
+    /// before taking it over, since it has seen no renewal yet; so does a new sharder. By the
+    /// `renewTime`s alone, a sharder that just took over would fence at once a shard whose
+    /// Lease looks expired by its clock (a shard whose clock lags, or one whose vanished Lease
+    /// the previous sharder was keeping live until its remembered expiry, which died with
+    /// it), and move objects off a shard that may still be reconciling them.
+    fn live(&self, leases: &[Arc<Lease>], now: jiff::Timestamp) -> Vec<String> {
+        let mut live = self.memory.live(leases, &self.config.ring, now);
+        let first_sight = if self.memory.is_running() {
+            Some(self.first_sight.get_or_init(|| self.seed(leases, now)))
+        } else {
+            self.first_sight.get()
+        };
+        let Some(first_sight) = first_sight else {
+            return live;
+        };
+        let ended = self.ended(leases);
+        live.extend(
+            first_sight
+                .iter()
+                .filter(|(shard, until)| **until > now && !ended.contains(shard.as_str()))
+                .map(|(shard, _)| shard.clone()),
+        );
+        live.sort_unstable();
+        live.dedup();
+        live
+    }
+
+    /// The shards whose Lease among `leases` is released or fenced: gone, whatever the grace.
+    fn ended<'a>(&self, leases: &'a [Arc<Lease>]) -> HashSet<&'a str> {
+        let prefix = format!("{}-", self.config.ring);
+        leases
+            .iter()
+            .filter(|lease| {
+                let held = lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.as_deref())
+                    .is_some_and(|h| !h.is_empty());
+                !held || is_fenced(lease)
+            })
+            .filter_map(|lease| lease.metadata.name.as_deref()?.strip_prefix(&prefix))
+            .collect()
+    }
+
+    /// Every shard named by a Lease among `leases` or by an object's label, not released or
+    /// fenced, live until `now + lease_duration` at least.
+    fn seed(&self, leases: &[Arc<Lease>], now: jiff::Timestamp) -> HashMap<String, jiff::Timestamp> {
+        let prefix = format!("{}-", self.config.ring);
+        let until = jiff::SignedDuration::try_from(self.config.lease_duration)
+            .ok()
+            .and_then(|d| now.checked_add(d).ok())
+            .unwrap_or(now);
+        let ended = self.ended(leases);
+        let mut shards: HashSet<String> = self
+            .objects
+            .list_index_func_values(&self.config.shard_label())
+            .into_iter()
+            .collect();
+        shards.extend(
+            leases
+                .iter()
+                .filter_map(|lease| lease.metadata.name.as_deref()?.strip_prefix(&prefix))
+                .map(str::to_owned),
+        );
+        shards.retain(|shard| !ended.contains(shard.as_str()));
+        info!(ring = %self.config.ring, shards = ?shards, until = %until,
+            "sharder's term began: each shard it found is live for a lease duration at least");
+        shards.into_iter().map(|shard| (shard, until)).collect()
+    }
+
+    /// How long until the first grace of [`live`](Self::live) ends, if one still runs.
+    fn next_grace_end(&self, now: jiff::Timestamp) -> Option<Duration> {
+        self.first_sight
+            .get()?
+            .values()
+            .filter(|until| **until > now)
+            .filter_map(|until| Duration::try_from(now.duration_until(*until)).ok())
+            .min()
+    }
+
+    /// Whether the sharder's cache shows an object labelled for `shard`.
+    fn labelled_for(&self, shard: &str) -> bool {
+        self.objects
+            .index_keys(&self.config.shard_label(), shard)
+            .is_ok_and(|keys| !keys.is_empty())
+    }
+
+    /// Sets `kinformer_sharding_objects` for each of the `live` shards.
+    fn count_objects(&self, live: &[String], metrics: &ShardingMetrics) {
+        let label = self.config.shard_label();
+        metrics.objects.reset();
+        for shard in live {
+            let count = self.objects.index_keys(&label, shard).map_or(0, |keys| keys.len());
+            metrics
+                .objects
+                .with_label_values(&[&self.config.ring, shard])
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// A signal each time the set of live shards changes, checked from the Lease cache every
+/// `membership_check_interval`, at the instant the first live Lease would expire, and when a
+/// grace of a new term ends ([`RingView::live`]); it also refreshes
+/// `kinformer_sharding_objects`. While the sharder runs (its term, which the sharder's first
+/// reconcile records, is valid) it takes over the fences another sharder left, lifts the
+/// fences whose shards its cache shows no object labelled for ([`RingMembership::lift`]
+/// confirms with a LIST), and deletes the Leases of shards gone longer than the grace.
+fn membership_changes<K: Resource + Send + Sync + 'static>(
+    view: Arc<RingView<K>>,
     metrics: ShardingMetrics,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
     futures::stream::unfold(None::<Vec<String>>, move |mut last| {
-        let (memory, leases, objects, config, metrics) = (
-            memory.clone(),
-            leases.clone(),
-            objects.clone(),
-            config.clone(),
-            metrics.clone(),
-        );
+        let (view, metrics) = (view.clone(), metrics.clone());
         async move {
+            let (memory, config) = (&view.memory, &view.config);
             loop {
                 let now = jiff::Timestamp::now();
-                let current = leases.list();
-                let live = memory.live(&current, &config.ring, now);
-                count_objects(&objects, &config, &live, &metrics);
+                let current = view.leases.list();
+                let live = view.live(&current, now);
+                view.count_objects(&live, &metrics);
                 // This check runs on every replica; only the one whose sharder runs writes.
                 if memory.is_running() {
                     memory.adopt_fences(&current).await;
                     for shard in memory.fenced_shards().await {
-                        if !labelled_for(&objects, &config, &shard) {
+                        if !view.labelled_for(&shard) {
                             memory.lift(&shard).await;
                         }
                     }
-                    for shard in gone_shards(&current, &config, now) {
-                        if !labelled_for(&objects, &config, &shard) {
+                    for shard in gone_shards(&current, config, now) {
+                        // Not one the grace of a new term keeps live.
+                        if !live.contains(&shard) && !view.labelled_for(&shard) {
                             memory.delete_gone(&shard).await;
                         }
                     }
@@ -327,7 +497,10 @@ fn membership_changes<K: Resource + Send + Sync + 'static>(
                 }
                 // A tiny margin past the expiry, so the check after it sees the lease expired.
                 let wait = next_expiry(&current, now)
-                    .map(|d| d + std::time::Duration::from_millis(5))
+                    .into_iter()
+                    .chain(view.next_grace_end(now))
+                    .min()
+                    .map(|d| d + Duration::from_millis(5))
                     .map_or(config.membership_check_interval, |d| {
                         d.min(config.membership_check_interval)
                     });
@@ -335,45 +508,6 @@ fn membership_changes<K: Resource + Send + Sync + 'static>(
             }
         }
     })
-}
-
-/// Whether the sharder's cache shows an object labelled for `shard`.
-fn labelled_for<K: Resource + 'static>(
-    objects: &Indexer<PartialObjectMeta<K>>,
-    config: &ShardingConfig,
-    shard: &str,
-) -> bool {
-    let label = config.shard_label();
-    objects.list().iter().any(|obj| {
-        obj.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(&label))
-            .map(String::as_str)
-            == Some(shard)
-    })
-}
-
-fn count_objects<K: Resource + 'static>(
-    objects: &Indexer<PartialObjectMeta<K>>,
-    config: &ShardingConfig,
-    live: &[String],
-    metrics: &ShardingMetrics,
-) {
-    let label = config.shard_label();
-    let mut counts: BTreeMap<&str, i64> = live.iter().map(|s| (s.as_str(), 0)).collect();
-    let all = objects.list();
-    for obj in &all {
-        if let Some(shard) = obj.metadata.labels.as_ref().and_then(|l| l.get(&label))
-            && let Some(count) = counts.get_mut(shard.as_str())
-        {
-            *count += 1;
-        }
-    }
-    metrics.objects.reset();
-    for (shard, count) in counts {
-        metrics.objects.with_label_values(&[&config.ring, shard]).set(count);
-    }
 }
 
 /// A merge patch of `labels` (a `null` removes one) on the object `meta` names, conditional on
@@ -403,17 +537,15 @@ fn is_conflict(e: &kube::Error) -> bool {
 /// The sharder's reconciler: assigns, drains and moves one object (see the
 /// [module docs](super)).
 pub struct SharderReconciler<K> {
-    leases: Indexer<Lease>,
-    /// The last known expiry of each shard's Lease and the fences (shared with the membership
-    /// check).
-    memory: Arc<RingMembership>,
+    /// The Lease cache, the objects' metadata, the last known expiry of each shard's Lease and
+    /// the fences (shared with the membership check).
+    view: Arc<RingView<K>>,
     resource: ApiResource,
     namespaced: bool,
-    config: ShardingConfig,
     metrics: ShardingMetrics,
     /// When each drain this sharder started began (for the drain duration).
     drains: Mutex<HashMap<ObjectKey, Instant>>,
-    children: Vec<LabelChildren<K>>,
+    children: Vec<LabelChildren>,
 }
 
 impl<K: FactoryResource> SharderReconciler<K> {
@@ -421,13 +553,12 @@ impl<K: FactoryResource> SharderReconciler<K> {
     /// the writes move the object from without a drain (only under this sharder's fence on
     /// that shard's Lease).
     fn decide(&self, key: &ObjectKey, meta: &ObjectMeta) -> Decision {
-        let (shard_label, drain_label) = (self.config.shard_label(), self.config.drain_label());
+        let config = &self.view.config;
+        let (shard_label, drain_label) = (config.shard_label(), config.drain_label());
         let labels = meta.labels.clone().unwrap_or_default();
         let current = labels.get(&shard_label).cloned();
         let draining = labels.get(&drain_label).is_some_and(|v| v == "true");
-        let live = self
-            .memory
-            .live(&self.leases.list(), &self.config.ring, jiff::Timestamp::now());
+        let live = self.view.live(&self.view.leases.list(), jiff::Timestamp::now());
         let desired = ring::assign(&live, &key.cache_key()).map(str::to_owned);
         // The shard label set to `to` (removed if `None`), the drain label removed.
         let assign = |to: &Option<String>| {
@@ -449,12 +580,9 @@ impl<K: FactoryResource> SharderReconciler<K> {
                 if let Some(started) = drains().remove(key) {
                     self.metrics
                         .drain_duration
-                        .with_label_values(&[&self.config.ring])
+                        .with_label_values(&[&config.ring])
                         .observe(started.elapsed().as_secs_f64());
-                    self.metrics
-                        .moves
-                        .with_label_values(&[&self.config.ring, "drained"])
-                        .inc();
+                    self.metrics.moves.with_label_values(&[&config.ring, "drained"]).inc();
                 }
                 let desired = Some(desired);
                 Decision {
@@ -467,7 +595,7 @@ impl<K: FactoryResource> SharderReconciler<K> {
             // on the gone shard can be lifted, and its next incarnation can take them).
             (Some(current), desired) if !live.contains(&current) => {
                 drains().remove(key);
-                debug!(ring = %self.config.ring, key = %key, from = %current, to = ?desired, "moving from a shard that is gone");
+                debug!(ring = %config.ring, key = %key, from = %current, to = ?desired, "moving from a shard that is gone");
                 Decision {
                     patch: Some(assign(&desired)),
                     shard: desired,
@@ -477,7 +605,7 @@ impl<K: FactoryResource> SharderReconciler<K> {
             (Some(current), Some(desired)) if current == desired || draining => keep(Some(current)),
             (Some(current), Some(desired)) => {
                 drains().entry(key.clone()).or_insert_with(Instant::now);
-                debug!(ring = %self.config.ring, key = %key, from = %current, to = %desired, "draining");
+                debug!(ring = %config.ring, key = %key, from = %current, to = %desired, "draining");
                 let mut patch = Map::new();
                 patch.insert(drain_label, Value::String("true".into()));
                 Decision {
@@ -506,7 +634,11 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
     type Error = BoxError;
 
     async fn reconcile(&self, req: Request, ctx: &Context<PartialObjectMeta<K>>) -> Result<Action, BoxError> {
-        self.memory.running_under(ctx.leadership());
+        self.view.memory.running_under(ctx.leadership());
+        if req == term_key() {
+            // Its work is the line above: the membership check now tends the Leases.
+            return Ok(Action::Done);
+        }
         let Some(obj) = ctx.get(&req)? else {
             self.drains.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
             return Ok(Action::Done);
@@ -519,7 +651,7 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
         // A gone shard's objects move without a drain only under this sharder's fence on its
         // Lease, held until the writes are done: no incarnation of that shard reconciles then.
         let _fence = match &from_gone {
-            Some(gone) => match self.memory.fenced(gone).await? {
+            Some(gone) => match self.view.memory.fenced(gone).await? {
                 held @ Fence::Held { .. } => Some(held),
                 Fence::NotYet(wait) => return Ok(Action::RequeueAfter(wait)),
             },
@@ -531,7 +663,7 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
         // children keep its current shard, so this order moves nothing early.
         let uid = obj.metadata.uid.clone().unwrap_or_default();
         for label in &self.children {
-            match label(ctx, uid.clone(), obj.metadata.namespace.clone(), shard.clone()).await {
+            match label(ctx.client(), &uid, shard.clone()).await {
                 Ok(()) => {}
                 Err(e) if is_conflict(&e) => return Ok(Action::Requeue),
                 Err(e) => return Err(e.into()),
@@ -542,7 +674,7 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
                 Ok(()) if from_gone.is_some() => {
                     self.metrics
                         .moves
-                        .with_label_values(&[&self.config.ring, "expired"])
+                        .with_label_values(&[&self.view.config.ring, "expired"])
                         .inc();
                 }
                 Ok(()) => {}

@@ -850,7 +850,8 @@ fn fanout_workload(events: usize, rounds: usize) -> Result<(String, Option<f64>)
     Ok((out, stalled_ratio))
 }
 
-/// P4: the workqueue's interleaved ratio from its criterion bench (`-- zzz` skips the groups).
+/// P4: the workqueue's and the priority queue's interleaved ratios from the workqueue's criterion
+/// bench (`-- zzz` skips the groups).
 fn workqueue_workload() -> Result<String, BoxError> {
     let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args([
@@ -872,8 +873,11 @@ fn workqueue_workload() -> Result<String, BoxError> {
     let mut out = String::from(
         "\n#### P4 workqueue (`cargo bench -p kinformer-workqueue --bench throughput -- zzz`)\n\n\
          Median of 101 interleaved rounds of 10k keys, against one tokio mpsc channel per worker \
-         (the smallest hand-off, no dedup). kube-runtime's controller has no standalone \
-         rate-limited queue to run in this rig.\n\n| workers | line |\n|---|---|\n",
+         (the smallest hand-off, no dedup): `ratio` is the workqueue's (`Queue`, FIFO) throughput \
+         over the channel's; the priority queue (`PriorityQueue`, every key at priority 0, as real \
+         changes are added) runs in the same rounds, and `x workqueue` is its throughput over the \
+         FIFO queue's. kube-runtime's controller has no standalone rate-limited queue to run in \
+         this rig.\n\n| workers | line |\n|---|---|\n",
     );
     for line in text.lines().filter(|l| l.contains("worker(s):")) {
         let (workers, rest) = line.trim().split_once(':').unwrap_or(("?", line));

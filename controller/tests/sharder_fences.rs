@@ -59,6 +59,15 @@ struct SharderManager {
 
 impl SharderManager {
     fn start(env: &envtest::Server, children: bool) -> Self {
+        Self::start_with(env, children, |sharder| sharder)
+    }
+
+    /// As [`start`](Self::start), with the sharder's settings changed by `configure`.
+    fn start_with(
+        env: &envtest::Server,
+        children: bool,
+        configure: impl FnOnce(Sharder<ConfigMap>) -> Sharder<ConfigMap>,
+    ) -> Self {
         let election = LeaderElectionConfig::new(NAMESPACE, "sharder-fences-test", "replica-0")
             .lease_duration(LEASE)
             .renew_deadline(RENEW)
@@ -67,7 +76,7 @@ impl SharderManager {
         let sharder =
             Sharder::<ConfigMap>::new(manager.leader_factory(), &sharding()).metrics(manager.metrics().clone());
         let sharder = if children { sharder.owns::<Secret>() } else { sharder };
-        manager.add(sharder.build().unwrap());
+        manager.add(configure(sharder).build().unwrap());
         let (status, leader_factory) = (manager.status(), manager.leader_factory().clone());
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(manager.run(shutdown.clone()));
@@ -384,6 +393,66 @@ async fn children_are_found_by_their_owners_uid() {
     assert_eq!(other.labels().get(&shard_label()), None);
 
     renewing.cancel();
+    sharder.stop().await;
+    env.shutdown().await;
+}
+
+/// The deletion grace is a setting ([`Sharder::deletion_grace`]): with four lease durations, a
+/// released Lease outlives the default grace (two) and is deleted after four; a grace not longer
+/// than the lease duration is refused when the sharder is built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_deletion_grace_is_a_setting() {
+    init_tracing();
+    let env = envtest::Server::start(envtest::Config::default())
+        .await
+        .expect("envtest");
+    let client = env.client();
+    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let refused = Sharder::<ConfigMap>::new(&factory, &sharding())
+        .deletion_grace(LEASE)
+        .build()
+        .err()
+        .expect("a grace of one lease duration is refused");
+    assert!(
+        matches!(&refused, controller::ControllerError::InvalidConfig(why) if why.contains("deletion grace")),
+        "{refused}"
+    );
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let name = format!("{RING}-shard-x");
+    let grace = 4 * LEASE;
+    let sharder = SharderManager::start_with(&env, false, |sharder| sharder.deletion_grace(grace));
+    common::until_leading(WAIT, &sharder.status).await;
+    // Taken first: the Lease is free from `released`, which is not before `released_at`.
+    let released_at = Instant::now();
+    write_lease(&leases, "shard-x", "", jiff::Timestamp::now(), None).await;
+    // Kept past the default grace.
+    let past_default = released_at + 2 * LEASE + CHECK + SLACK;
+    while Instant::now() < past_default {
+        assert!(
+            leases.get_opt(&name).await.unwrap().is_some(),
+            "{name} deleted {:?} after its release, before the grace of {grace:?}",
+            released_at.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Deleted after the configured one.
+    let deadline = released_at + grace + CHECK + SLACK;
+    while leases.get_opt(&name).await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "{name} not deleted within {:?}",
+            deadline - released_at
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elapsed = released_at.elapsed();
+    eprintln!("released Lease deleted {elapsed:?} after its release (grace {grace:?})");
+    assert!(
+        elapsed >= grace,
+        "deleted after {elapsed:?}, before the grace of {grace:?}"
+    );
+
     sharder.stop().await;
     env.shutdown().await;
 }

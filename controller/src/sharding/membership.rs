@@ -21,8 +21,9 @@
 //!
 //! # Deleting gone shards' Leases
 //! A shard id may never come back (a restarted pod's name). So the running sharder deletes a
-//! shard Lease once it has been released or expired for longer than [`deletion_grace`] (twice
-//! the lease duration), carries no fence, and no object is labelled for its shard (its cache,
+//! shard Lease once it has been released or expired for longer than its deletion grace
+//! ([`Sharder::deletion_grace`](super::Sharder::deletion_grace), by default twice the lease
+//! duration), carries no fence, and no object is labelled for its shard (its cache,
 //! then a LIST), conditional on the resourceVersion it read: a shard that acquires the Lease
 //! meanwhile keeps it, and one that comes back later creates it again.
 
@@ -133,6 +134,9 @@ pub(crate) struct RingMembership {
     /// The ring's primary type, for the LIST that precedes lifting a fence.
     objects: Api<DynamicObject>,
     config: ShardingConfig,
+    /// How long a shard Lease must have been free before it is deleted (longer than the lease
+    /// duration: checked by the [`Sharder`](super::Sharder)).
+    deletion_grace: Duration,
     /// The term the sharder's reconciles last ran under: the membership check, which runs on
     /// every replica, takes over and lifts fences only while it is valid.
     term: Mutex<Option<Leadership>>,
@@ -171,16 +175,34 @@ pub(crate) enum Fence<'a> {
 }
 
 impl RingMembership {
-    /// The membership of `config`'s ring, whose primary type is `resource`.
-    pub(crate) fn new(client: Client, config: &ShardingConfig, resource: &ApiResource) -> Self {
+    /// The membership of `config`'s ring, whose primary type is `resource`, deleting the Leases
+    /// of shards gone for longer than `deletion_grace`.
+    pub(crate) fn new(
+        client: Client,
+        config: &ShardingConfig,
+        resource: &ApiResource,
+        deletion_grace: Duration,
+    ) -> Self {
         RingMembership {
             expiries: Mutex::default(),
             fences: RwLock::default(),
             leases: Api::namespaced(client.clone(), &config.namespace),
             objects: Api::all_with(client, resource),
             config: config.clone(),
+            deletion_grace,
             term: Mutex::default(),
         }
+    }
+
+    /// The shards among `leases` whose Lease has been free for longer than the deletion grace at
+    /// `now` and carries no fence: candidates for [`delete_gone`](Self::delete_gone).
+    pub(crate) fn gone_shards(&self, leases: &[Arc<Lease>], now: jiff::Timestamp) -> Vec<String> {
+        let prefix = format!("{}-", self.config.ring);
+        leases
+            .iter()
+            .filter(|lease| gone_longer_than(lease, self.deletion_grace, now))
+            .filter_map(|lease| Some(lease.metadata.name.as_deref()?.strip_prefix(&prefix)?.to_owned()))
+            .collect()
     }
 
     /// Records the term the sharder's reconciles run under (each reconcile calls it).
@@ -431,7 +453,7 @@ impl RingMembership {
     }
 
     /// Deletes `shard`'s Lease if, on the server, it has been free for longer than the
-    /// [`deletion_grace`], carries no fence, and no object of the ring's primary type is
+    /// deletion grace, carries no fence, and no object of the ring's primary type is
     /// labelled for the shard (a LIST): a shard id that does not come back (a restarted pod's
     /// name) leaves no Lease behind. Holds the fences alone (no fence is written meanwhile) and
     /// deletes conditional on the resourceVersion read, so a shard acquiring the Lease meanwhile
@@ -454,7 +476,7 @@ impl RingMembership {
                 return;
             }
         };
-        if !gone_longer_than(&lease, deletion_grace(&self.config), jiff::Timestamp::now()) {
+        if !gone_longer_than(&lease, self.deletion_grace, jiff::Timestamp::now()) {
             return;
         }
         let params = DeleteParams {
@@ -477,12 +499,6 @@ impl RingMembership {
         }
         drop(fences);
     }
-}
-
-/// How long after a shard Lease was released or expired the sharder deletes it: twice the
-/// lease duration.
-pub(crate) fn deletion_grace(config: &ShardingConfig) -> Duration {
-    config.lease_duration * 2
 }
 
 /// Whether `lease` has been free (released, or expired by its `renewTime`; a Lease with no
@@ -515,19 +531,6 @@ fn gone_longer_than(lease: &Lease, grace: Duration, now: jiff::Timestamp) -> boo
         .checked_add(jiff::SignedDuration::from_secs(i64::from(duration)))
         .and_then(|free| free.checked_add(grace))
         .is_ok_and(|deadline| deadline < now)
-}
-
-/// The shards among `leases` of `ring` whose Lease has been free for longer than the
-/// [`deletion_grace`] at `now` and carries no fence: candidates for
-/// [`RingMembership::delete_gone`].
-pub(crate) fn gone_shards(leases: &[Arc<Lease>], config: &ShardingConfig, now: jiff::Timestamp) -> Vec<String> {
-    let prefix = format!("{}-", config.ring);
-    let grace = deletion_grace(config);
-    leases
-        .iter()
-        .filter(|lease| gone_longer_than(lease, grace, now))
-        .filter_map(|lease| Some(lease.metadata.name.as_deref()?.strip_prefix(&prefix)?.to_owned()))
-        .collect()
 }
 
 /// The earliest instant one of the live `leases` expires, if none is renewed before.

@@ -29,7 +29,7 @@ use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, 
 use serde_json::{Map, Value};
 use tracing::{debug, info};
 
-use super::membership::{Fence, RingMembership, gone_shards, is_fenced, next_expiry};
+use super::membership::{Fence, RingMembership, is_fenced, next_expiry};
 use super::{RING_LABEL, ShardingConfig, ring};
 use crate::builder::Controller;
 use crate::controller::{BuiltController, ControllerError};
@@ -129,6 +129,7 @@ pub struct Sharder<K> {
     config: ShardingConfig,
     metrics: Option<Metrics>,
     workers: usize,
+    deletion_grace: Duration,
     children: Vec<AddChild<K>>,
     _k: PhantomData<fn() -> K>,
 }
@@ -144,6 +145,7 @@ impl<K: FactoryResource> Sharder<K> {
             config: config.clone(),
             metrics: None,
             workers: DEFAULT_WORKERS,
+            deletion_grace: config.lease_duration * 2,
             children: Vec::new(),
             _k: PhantomData,
         }
@@ -161,6 +163,19 @@ impl<K: FactoryResource> Sharder<K> {
     /// queue gives a key to one worker at a time, so no object is labelled twice at once.
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers;
+        self
+    }
+
+    /// How long a shard Lease must have been free (released, or expired by its `renewTime`)
+    /// before the sharder deletes it, once it carries no fence and no object is labelled for its
+    /// shard (default twice the config's `lease_duration`): a shard id that never comes back (a
+    /// restarted pod's name) leaves no Lease behind, and one that comes back later creates its
+    /// Lease again. It must be longer than the lease duration ([`build`](Self::build) fails
+    /// with [`ControllerError::InvalidConfig`] otherwise): a shard id gets at least the time a
+    /// silent shard gets to renew before its Lease, the record `kubectl get leases` shows of it,
+    /// is gone.
+    pub fn deletion_grace(mut self, grace: Duration) -> Self {
+        self.deletion_grace = grace;
         self
     }
 
@@ -231,10 +246,17 @@ impl<K: FactoryResource> Sharder<K> {
             config,
             metrics,
             workers,
+            deletion_grace,
             children,
             ..
         } = self;
         config.validate().map_err(ControllerError::InvalidConfig)?;
+        if deletion_grace <= config.lease_duration {
+            return Err(ControllerError::InvalidConfig(format!(
+                "sharding: the deletion grace ({deletion_grace:?}) must be longer than the lease duration ({:?})",
+                config.lease_duration
+            )));
+        }
         let lease_informer = factory.informer_for_with::<Lease>(
             CacheOptions::default()
                 .namespace(&config.namespace)
@@ -263,7 +285,12 @@ impl<K: FactoryResource> Sharder<K> {
         };
         let sharding_metrics = ShardingMetrics::new(&registry)?;
         let view = Arc::new(RingView {
-            memory: RingMembership::new(factory.client().clone(), &config, &ApiResource::erase::<K>(&())),
+            memory: RingMembership::new(
+                factory.client().clone(),
+                &config,
+                &ApiResource::erase::<K>(&()),
+                deletion_grace,
+            ),
             leases: lease_informer.indexer().clone(),
             objects: primary.indexer().clone(),
             config: config.clone(),
@@ -481,7 +508,7 @@ fn membership_changes<K: Resource + Send + Sync + 'static>(
                             memory.lift(&shard).await;
                         }
                     }
-                    for shard in gone_shards(&current, config, now) {
+                    for shard in memory.gone_shards(&current, now) {
                         // Not one the grace of a new term keeps live.
                         if !live.contains(&shard) && !view.labelled_for(&shard) {
                             memory.delete_gone(&shard).await;

@@ -45,9 +45,10 @@ use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderEl
 use crate::leadership::Leadership;
 use crate::reconciler::BoxError;
 
-/// Whether this replica's shard is ready: it holds its shard Lease, by its own clock. Plug it
-/// into the Manager's `/readyz` with `manager.add_readyz_check("shard", move ||
-/// readiness.check())`. Cheap to clone; every clone sees the same state.
+/// Whether this replica's shard is ready: it holds its shard Lease, unfenced, by its own clock.
+/// `Manager::add` serves it as the `/readyz` check `shard-<ring>` of a sharded controller; a
+/// program without a Manager can poll [`ShardReadiness::check`] itself. Cheap to clone; every
+/// clone sees the same state.
 #[derive(Clone, Default)]
 pub struct ShardReadiness(Arc<Mutex<Option<Leadership>>>);
 

@@ -37,10 +37,15 @@ const LEASE: Duration = Duration::from_secs(2);
 const RENEW: Duration = Duration::from_millis(1500);
 const RETRY: Duration = Duration::from_millis(300);
 const CHECK: Duration = Duration::from_millis(100);
-/// Scheduling, HTTP and the survivors' reconciles on a busy 2-core machine (debug build): the
-/// "drain" part of the takeover bound.
+/// Scheduling and HTTP on a busy 2-core machine (debug build): the margin of the deadlines no
+/// setting bounds alone (a gone Lease's deletion, a Manager's failure after its Lease is taken).
 const SLACK: Duration = Duration::from_millis(2500);
 const WAIT: Duration = Duration::from_secs(60);
+/// The requests from a released shard Lease to the first reconcile of one of its objects by
+/// another shard, which no setting bounds: the Lease's watch event to the sharder, the fence
+/// write, the first label patch and its watch event to the new shard (four requests; 100 ms
+/// each on a busy 2-core machine, debug build).
+const HOPS: Duration = Duration::from_millis(400);
 
 fn init_tracing() {
     let _ = tracing_subscriber::fmt()
@@ -79,7 +84,13 @@ struct TrackerInner {
     by_key: HashMap<(String, String), usize>,
     /// Every reconcile entered: when, of which key, by which shard.
     entries: Vec<(Instant, String, String)>,
+    /// Every reconcile exited (returned or aborted): when, of which key, by which shard.
+    exits: Vec<(Instant, String, String)>,
 }
+
+/// What [`Tracker::seen`] holds for a key whose last reconcile found no object in the cache
+/// (deleted, or not its shard's).
+const ABSENT: &str = "<absent>";
 
 impl Tracker {
     /// Records a reconcile entering; it exits when the guard is dropped (also when its future is
@@ -106,6 +117,7 @@ impl Tracker {
 
     fn exit(&self, key: &str, shard: &str) {
         let mut t = self.0.lock().unwrap();
+        t.exits.push((Instant::now(), key.to_owned(), shard.to_owned()));
         if t.in_flight.get(key).is_some_and(|s| s == shard) {
             t.in_flight.remove(key);
         }
@@ -155,6 +167,23 @@ impl Tracker {
         keys.iter().map(|key| first.get(key.as_str()).copied()).collect()
     }
 
+    /// When the last reconcile of `key` entered, if one did.
+    fn last_entry(&self, key: &str) -> Option<Instant> {
+        let t = self.0.lock().unwrap();
+        t.entries.iter().rev().find(|(_, k, _)| k == key).map(|(at, _, _)| *at)
+    }
+
+    /// When `shard`'s last reconcile of `key` exited, if it reconciled `key`.
+    fn last_exit(&self, key: &str, shard: &str) -> Option<Instant> {
+        let t = self.0.lock().unwrap();
+        t.exits
+            .iter()
+            .rev()
+            .find(|(_, k, s)| k == key && s == shard)
+            .map(|(at, _, _)| *at)
+    }
+
+    /// The `data.v` `key`'s last reconcile saw ([`ABSENT`]: the object was not cached).
     fn seen(&self, key: &str) -> Option<String> {
         self.0.lock().unwrap().seen.get(key).cloned()
     }
@@ -228,7 +257,10 @@ fn start_shard_as(env: &envtest::Server, id: &str, name: &str, tracker: &Tracker
                 // Every reconcile is recorded, of absent objects too (a handed-over key's
                 // delete notification must not reach here).
                 let cached = ctx.get(&req)?;
-                let value = cached.as_ref().and_then(|cm| cm.data.as_ref()?.get("v").cloned());
+                let value = match &cached {
+                    Some(cm) => cm.data.as_ref().and_then(|data| data.get("v").cloned()),
+                    None => Some(ABSENT.to_owned()),
+                };
                 let in_flight = tracker.enter(&req.name, &tracked, value.as_deref());
                 // The invariant, read from the server: while this shard reconciles an object,
                 // the object carries this shard's label (only this shard's own drain
@@ -424,6 +456,61 @@ async fn until_converged(client: &kube::Client, tracker: &Tracker, shards: &[&st
     }
 }
 
+/// The columns of the `kubectl get leases` view of a ring's shards that sharding's module docs
+/// and ARCHITECTURE.md give: the shard's Lease, its holder (`<shard-id>_<uuid>`), its last
+/// renewal and the sharder's fence (`<none>` when not fenced).
+const KUBECTL_COLUMNS: &str = "SHARD:.metadata.name,HOLDER:.spec.holderIdentity,RENEWED:.spec.renewTime,\
+                               FENCED:.metadata.annotations.sharding\\.kinformer\\.io/fenced";
+
+/// Runs the documented view, `kubectl get leases -n <namespace> -l
+/// sharding.kinformer.io/ring=<ring> -o custom-columns=<KUBECTL_COLUMNS>`, against `env`: its
+/// rows by Lease name (`None`: kubectl is not installed, nothing checked).
+async fn kubectl_leases(env: &envtest::Server) -> Option<BTreeMap<String, Vec<String>>> {
+    static RUN: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "kinformer-sharding-kubectl-{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::SeqCst)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    env.write_kubeconfig(&kubeconfig).unwrap();
+    let selector = format!("sharding.kinformer.io/ring={RING}");
+    let columns = format!("custom-columns={KUBECTL_COLUMNS}");
+    let output = tokio::process::Command::new("kubectl")
+        .args(["get", "leases", "-n", NAMESPACE, "-l", &selector, "-o", &columns])
+        .arg("--request-timeout=30s")
+        .env("HOME", &dir)
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let output = match output {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("kubectl is not installed: the kubectl view of the shard Leases is not checked");
+            return None;
+        }
+        output => output.expect("run kubectl"),
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "kubectl failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!("{stdout}");
+    let mut lines = stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["SHARD", "HOLDER", "RENEWED", "FENCED"], "{stdout}");
+    Some(
+        lines
+            .map(|line| line.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+            .filter(|row| !row.is_empty())
+            .map(|row| (row[0].clone(), row))
+            .collect(),
+    )
+}
+
 async fn scenario(n: usize) {
     let (env, client, tracker) = setup(n).await;
 
@@ -433,6 +520,18 @@ async fn scenario(n: usize) {
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
     for shard in &shards {
         assert!(shard.config.readiness.check().is_ok(), "{} ready", shard.id);
+    }
+    // The documented `kubectl get leases` view shows each live shard: its Lease, held by a run
+    // of that shard, renewed, not fenced.
+    if let Some(rows) = kubectl_leases(&env).await {
+        assert_eq!(rows.len(), shards.len(), "{rows:?}");
+        for shard in &shards {
+            let row = &rows[&shard.config.lease_name()];
+            assert_eq!(row.len(), 4, "{row:?}");
+            assert!(row[1].starts_with(&format!("{}_", shard.id)), "{row:?}");
+            assert!(row[2].parse::<jiff::Timestamp>().is_ok(), "{row:?}");
+            assert_eq!(row[3], "<none>", "{row:?}");
+        }
     }
 
     // Each shard's cache holds its own objects only: about a third each (within 20%).
@@ -495,21 +594,65 @@ async fn scenario(n: usize) {
 
     // A shard shut down gracefully hands its objects over; it is no longer ready.
     let mut graceful = shards.remove(others.remove(0));
+    let on_graceful = labelled_for(&assignment(&client).await, &graceful.id);
+    assert!(!on_graceful.is_empty());
     let stopped = Instant::now();
     graceful.stop().await;
+    let returned = Instant::now();
     assert!(graceful.config.readiness.check().is_err());
     // Released by the time its run returned, not left to expire.
     let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let released = leases.get(&graceful.config.lease_name()).await.unwrap();
     let holder = released.spec.and_then(|s| s.holder_identity).unwrap_or_default();
     assert_eq!(holder, "", "{}'s Lease not released when its run returned", graceful.id);
-    // The Lease is released after its workers drained: the gap is its drain, the sharder's
-    // membership check and the survivors' reconciles (SLACK), not a lease duration.
-    until_converged(&client, &tracker, &ids_of(&shards), n, CHECK + RETRY + SLACK).await;
+    until_converged(&client, &tracker, &ids_of(&shards), n, WAIT).await;
+    // No object goes unreconciled for longer than the drain. An object's gap runs from when its
+    // shard could no longer reconcile it (its last reconcile's exit, or the shutdown if that
+    // came later) to a survivor's first reconcile of it; the instants are the reconciles' own.
+    // The terms of the bound:
+    // - the shutdown's own drain (`returned - stopped`): the shard finishes the reconciles in
+    //   flight, then releases its Lease (its run returned);
+    // - CHECK: the sharder sees the released Lease at its next membership check;
+    // - the handover's drain: the sharder fences the Lease and relabels the shard's objects
+    //   (4 workers), each reconciled by its new shard as its label arrives: from the survivors'
+    //   first reconcile of one of them to their last. (These moves are from a gone shard, so
+    //   the sharder's drain histogram, which times drain labels, does not see them: the
+    //   tracker measures this drain.)
+    // - HOPS: the requests between the release and the first relabel's reconcile (the Lease's
+    //   watch event, the fence write, the first label patch and its watch event to the new
+    //   shard), which no setting bounds. Not a lease duration.
+    let taken_over: Vec<Instant> = tracker
+        .first_reconciles(&on_graceful, &ids_of(&shards), stopped)
+        .into_iter()
+        .zip(&on_graceful)
+        .map(|(at, name)| at.unwrap_or_else(|| panic!("{name} not reconciled by a survivor")))
+        .collect();
+    let (first, last) = (taken_over.iter().min().unwrap(), taken_over.iter().max().unwrap());
+    let (shutdown_drain, handover_drain) = (returned - stopped, *last - *first);
+    let bound = shutdown_drain + CHECK + handover_drain + HOPS;
+    let gaps: Vec<(Duration, &String)> = on_graceful
+        .iter()
+        .zip(&taken_over)
+        .map(|(name, at)| {
+            let from = tracker
+                .last_exit(name, &graceful.id)
+                .map_or(stopped, |exit| exit.max(stopped));
+            (at.saturating_duration_since(from), name)
+        })
+        .collect();
+    let (gap, name) = gaps.iter().max().unwrap();
     eprintln!(
-        "{} shut down: its objects reconciled by the survivors after {:?}",
+        "{} shut down: its {} objects reconciled by the survivors after {:?}; largest gap {gap:?} ({name}), \
+         bound {bound:?} (shutdown {shutdown_drain:?} + check {CHECK:?} + handover {handover_drain:?} + hops {HOPS:?})",
         graceful.id,
-        stopped.elapsed()
+        on_graceful.len(),
+        *last - stopped,
+    );
+    assert!(
+        *gap <= bound,
+        "{name} unreconciled for {gap:?} after {} shut down: more than its drain {shutdown_drain:?} + the \
+         membership check {CHECK:?} + the handover {handover_drain:?} + {HOPS:?} of requests",
+        graceful.id
     );
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
 
@@ -889,9 +1032,10 @@ async fn owned_objects_follow_their_owner() {
     env.shutdown().await;
 }
 
-/// Shards killed, restarted and shut down on a seeded schedule while objects churn; then: every
-/// object on its live shard, its last reconcile saw its final state, and no two shards ever
-/// reconciled one object at once. The Manager that leads (runs the sharder) is killed or shut
+/// Shards killed, restarted and shut down on a seeded schedule while objects churn (updated,
+/// created and deleted); then: every object on its live shard, its last reconcile saw its final
+/// state (a deleted object's, that it is gone), and no two shards ever reconciled one object at
+/// once. The Manager that leads (runs the sharder) is killed or shut
 /// down like the others (the sharder fails over mid-drain: a killed Manager's election task
 /// dies with it, so its lease expires and another Manager leads).
 async fn chaos(seed: u64, steps: usize, n: usize) {
@@ -904,14 +1048,56 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         .map(|id| Some(start_shard(&env, id, &tracker, false)))
         .collect();
     let mut leader_kills = 0;
-    let mut finals: HashMap<String, String> = (0..n).map(|i| (format!("obj-{i}"), "1".to_owned())).collect();
+    // The objects that exist (by name), their final `data.v`, and the ones deleted.
+    let mut names: Vec<String> = (0..n).map(|i| format!("obj-{i}")).collect();
+    let mut finals: HashMap<String, String> = names.iter().map(|name| (name.clone(), "1".to_owned())).collect();
+    let mut deleted: Vec<(String, Instant)> = Vec::new();
+    // Each deleted object's shard as the deletion found it ("draining", "none"), and whether
+    // that shard was running then.
+    let mut deleted_on: HashMap<String, (String, bool)> = HashMap::new();
+    let (mut created, mut next) = (0, n);
     for step in 0..steps {
-        // Churn: a few objects change every step.
+        // Churn: a few objects change every step; one change in ten creates an object, one in
+        // ten deletes one. The choices come from the draws the schedule always made (an index,
+        // a value), so a seed's kills and restarts are the same as with updates only.
         for _ in 0..5 {
-            let name = format!("obj-{}", rng.random_range(0..n));
-            let value = format!("{seed}-{step}-{}", rng.random_range(0..1000));
-            set_v(&api, &name, &value).await;
-            finals.insert(name, value);
+            let pick = rng.random_range(0..n);
+            let draw = rng.random_range(0..1000);
+            let value = format!("{seed}-{step}-{draw}");
+            match draw % 10 {
+                0 => {
+                    let name = format!("obj-{next}");
+                    next += 1;
+                    created += 1;
+                    let object = common::configmap(NAMESPACE, &name, &value);
+                    api.create(&PostParams::default(), &object).await.unwrap();
+                    names.push(name.clone());
+                    finals.insert(name, value);
+                }
+                1 if names.len() > 1 => {
+                    let name = names.swap_remove(pick % names.len());
+                    let labels = api.get(&name).await.unwrap().metadata.labels.unwrap_or_default();
+                    let on = match (
+                        labels.get(&format!("shard.kinformer.io/{RING}")),
+                        labels.get(&format!("drain.shard.kinformer.io/{RING}")),
+                    ) {
+                        (_, Some(_)) => "draining".to_owned(),
+                        (Some(shard), None) => shard.clone(),
+                        (None, None) => "none".to_owned(),
+                    };
+                    let running = slots.iter().flatten().any(|s| s.id == on);
+                    deleted_on.insert(name.clone(), (on, running));
+                    let at = Instant::now();
+                    api.delete(&name, &Default::default()).await.unwrap();
+                    finals.remove(&name);
+                    deleted.push((name, at));
+                }
+                _ => {
+                    let name = names[pick % names.len()].clone();
+                    set_v(&api, &name, &value).await;
+                    finals.insert(name, value);
+                }
+            }
         }
         let slot = rng.random_range(0..ids.len());
         let leads = slots[slot].as_ref().is_some_and(|s| s.status.is_leader());
@@ -940,16 +1126,33 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
     if slots.iter().all(Option::is_none) {
         slots[0] = Some(start_shard(&env, ids[0], &tracker, false));
     }
-    eprintln!("seed {seed}: {leader_kills} leading Managers killed");
+    eprintln!(
+        "seed {seed}: {leader_kills} leading Managers killed, {created} objects created, {} deleted",
+        deleted.len()
+    );
     let live: Vec<&str> = slots.iter().flatten().map(|s| s.id.as_str()).collect();
     let live: Vec<&str> = ids.iter().copied().filter(|id| live.contains(id)).collect();
-    until_converged(&client, &tracker, &live, n, WAIT).await;
+    // Every object that exists, the created ones too, labelled for its live shard and last
+    // reconciled by it (the deleted ones are gone from the server's list).
+    until_converged(&client, &tracker, &live, names.len(), WAIT).await;
     let deadline = Instant::now() + WAIT;
     loop {
+        // A live object's last reconcile saw its final value. A deleted object reconciled after
+        // its deletion was last reconciled absent: a reconcile that still found it cached (its
+        // shard's watch had not delivered the deletion yet) is followed by one of the deletion.
+        // A deletion no reconcile followed is not failed here, only counted below: one made
+        // while its shard was dead, fenced or restarting, or while the object was unlabelled
+        // mid-handover, reaches no shard that confirmed the object (as a deletion made while an
+        // unsharded controller is down; a finalizer is how a controller is sure to see one).
         let stale: Vec<&String> = finals
             .iter()
             .filter(|(k, v)| tracker.seen(k).as_ref() != Some(*v))
             .map(|(k, _)| k)
+            .chain(deleted.iter().map(|(k, _)| k).filter(|k| {
+                let after = tracker.last_entry(k).zip(deleted.iter().find(|(d, _)| d == *k));
+                after.is_some_and(|(entered, (_, at))| entered > *at)
+                    && tracker.seen(k).is_some_and(|seen| seen != ABSENT)
+            }))
             .collect();
         if stale.is_empty() {
             break;
@@ -960,6 +1163,20 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // How many deletions a reconcile saw, and of the others how many were of an object
+    // labelled for a shard whose Manager ran then (perhaps a restarted incarnation that had not
+    // confirmed it, or was fenced).
+    let unseen: Vec<&(String, bool)> = deleted
+        .iter()
+        .filter(|(k, _)| tracker.seen(k).as_deref() != Some(ABSENT))
+        .map(|(k, _)| &deleted_on[k])
+        .collect();
+    eprintln!(
+        "seed {seed}: {} of {} deletions reconciled; of the others, {} of an object labelled for a running shard",
+        deleted.len() - unseen.len(),
+        deleted.len(),
+        unseen.iter().filter(|(_, running)| *running).count()
+    );
     assert_eq!(tracker.overlaps(), Vec::<String>::new(), "seed {seed}");
     stop_all(slots.into_iter().flatten()).await;
     env.shutdown().await;
@@ -1026,11 +1243,13 @@ async fn a_shard_restarted_while_fenced_waits_for_the_sharder() {
     let on_victim = labelled_for(&assignment(&client).await, &id);
     // Counted once the killed Manager is dropped (its workers with it): a reconcile it was
     // entering as it was aborted is not the restarted shard's.
+    let killed = Instant::now();
     victim.kill().await;
     let reconciled_before = tracker.count(&id);
 
-    // Once its Lease expired, the sharder fences it and moves its objects.
-    let deadline = Instant::now() + LEASE + RETRY + SLACK;
+    // Once its Lease expired, the sharder fences it and moves its objects (how soon is asserted
+    // below, from the survivor's reconciles).
+    let deadline = Instant::now() + WAIT;
     loop {
         let now = assignment(&client).await;
         if on_victim.iter().any(|name| now[name].as_deref() != Some(id.as_str())) {
@@ -1063,6 +1282,28 @@ async fn a_shard_restarted_while_fenced_waits_for_the_sharder() {
 
     // The fence lifted, the sharder assigns the restarted shard its share again.
     until_converged(&client, &tracker, &["shard-0", "shard-1"], n, WAIT).await;
+    // The survivor reconciled the first of the killed shard's objects within a lease duration
+    // and a retry period of the kill, as in the scenario: the Lease expires at most a lease
+    // duration after the kill (its last renewal came before), the sharder's membership check is
+    // timed for that expiry, and the fence write, the first relabel and its reconcile fit in
+    // the retry period. The instant is the reconcile's own, not when the test polled.
+    let survivors: Vec<&str> = shards.iter().map(|s| s.id.as_str()).filter(|s| *s != id).collect();
+    let first = tracker
+        .first_reconciles(&on_victim, &survivors, killed)
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("the survivor reconciled none of the killed shard's objects");
+    eprintln!(
+        "{id} killed: the survivor reconciled its first object after {:?}",
+        first - killed
+    );
+    assert!(
+        first - killed <= LEASE + RETRY,
+        "{id}'s first object reconciled by a survivor {:?} after the kill: more than the lease duration \
+         {LEASE:?} + one retry period {RETRY:?}",
+        first - killed
+    );
     stop_churn.cancel();
     let last = churn.await.unwrap().to_string();
     let deadline = Instant::now() + WAIT;

@@ -41,8 +41,18 @@
 //! last known expiry: a Lease that vanished keeps its shard live until then, so the shard
 //! notices first.
 //! A Lease carrying the sharder's fence ([`FENCE_ANNOTATION`], see the handover below) is not
-//! live, even held: its holder waits for the sharder to lift it. `kubectl get leases -l
-//! sharding.kinformer.io/ring=<ring>` lists the shards and their holders.
+//! live, even held: its holder waits for the sharder to lift it.
+//!
+//! A person reads the ring's membership with
+//!
+//! ```text
+//! kubectl get leases -n <namespace> -l sharding.kinformer.io/ring=<ring> \
+//!   -o custom-columns='SHARD:.metadata.name,HOLDER:.spec.holderIdentity,RENEWED:.spec.renewTime,FENCED:.metadata.annotations.sharding\.kinformer\.io/fenced'
+//! ```
+//!
+//! one row per shard: its Lease `<ring>-<shard-id>`, the holder `<shard-id>_<uuid>` (empty once
+//! released), its last renewal (gone once older than `leaseDurationSeconds`) and when the
+//! sharder fenced it (`<none>`: not fenced). (`tests/sharding.rs` runs this command.)
 //!
 //! # Assignment (`ring.rs`, `sharder.rs`)
 //! The sharder watches the ring's primary type (metadata only) and the shard Leases, and
@@ -58,9 +68,12 @@
 //! Invariant: **at no instant do two shards reconcile the same object.**
 //! 1. To move an object from a live shard, the sharder only adds
 //!    `drain.shard.kinformer.io/<ring>: "true"`.
-//! 2. The old shard's worker takes the key (the drain label is an update, so it is queued;
-//!    one worker per key, so no reconcile of it runs then), does not reconcile it, and removes
-//!    both labels, conditional on the resourceVersion it read. It remembers the key as handed
+//! 2. The old shard's worker takes the key (the drain label's change is queued, at normal
+//!    priority, whatever the controller's event filters and its source's predicates say: it is
+//!    a label-only change that `GenerationChanged` and most update filters reject, and
+//!    filtered out the object would stay draining; one worker per key, so no reconcile of it
+//!    runs then), does not reconcile it, and removes both labels, conditional on the
+//!    resourceVersion it read. It remembers the key as handed
 //!    over: a later retry or delete notification of it is not reconciled.
 //! 3. The object leaves the old shard's label selector (its watch sends a delete) and the
 //!    sharder, seeing it unlabelled, assigns the new shard.
@@ -91,6 +104,17 @@
 //! Every label write carries the resourceVersion it was computed from: a concurrent change
 //! makes it fail with a conflict and it is computed again. No home-made consensus: Leases,
 //! labels, annotations, optimistic concurrency and watches only.
+//!
+//! # Only the controller writes the labels
+//! The invariant assumes that only the sharder and the shards write
+//! `shard.kinformer.io/<ring>` and `drain.shard.kinformer.io/<ring>`. A person or tool that
+//! removes or changes an object's shard label (a `kubectl label`, an apply of a manifest
+//! without it, a copy of another object's labels) makes the object leave its shard's label
+//! selector with no drain: the shard may still be reconciling it while the sharder, seeing it
+//! unlabelled or labelled for another shard, hands it to that shard, and the two overlap.
+//! Restrict who may write these labels to the controller's ServiceAccount, e.g. with a
+//! ValidatingAdmissionPolicy that rejects a create or update which sets, changes or removes
+//! either label unless the request's user is that ServiceAccount.
 //!
 //! # Metrics
 //! `kinformer_sharding_objects{ring,shard}` (objects labelled per shard, as the sharder sees

@@ -1144,6 +1144,10 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         // while its shard was dead, fenced or restarting, or while the object was unlabelled
         // mid-handover, reaches no shard that confirmed the object (as a deletion made while an
         // unsharded controller is down; a finalizer is how a controller is sure to see one).
+        // So does, today, one of an object assigned (or returned) to a running shard and
+        // deleted before that shard's first reconcile of it: the shard's informer saw both, but
+        // the key is absent and was never confirmed by this run, so it is skipped ("deleted,
+        // but never confirmed"), where an unsharded controller would reconcile it once.
         let stale: Vec<&String> = finals
             .iter()
             .filter(|(k, v)| tracker.seen(k).as_ref() != Some(*v))
@@ -1164,8 +1168,8 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // How many deletions a reconcile saw, and of the others how many were of an object
-    // labelled for a shard whose Manager ran then (perhaps a restarted incarnation that had not
-    // confirmed it, or was fenced).
+    // labelled for a shard whose Manager ran then (fenced, or that had not reconciled it since
+    // it was assigned: see above).
     let unseen: Vec<&(String, bool)> = deleted
         .iter()
         .filter(|(k, _)| tracker.seen(k).as_deref() != Some(ABSENT))

@@ -49,11 +49,14 @@
 //! (controller-runtime's only shuts down).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
+use std::future::Future;
 use std::hash::Hash;
-use std::pin::pin;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::pin::{Pin, pin};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -131,8 +134,6 @@ struct Shared<T> {
     /// `""` for an unnamed queue.
     name: String,
     state: Mutex<State<T>>,
-    /// An item became ready (one `notify_one` per item), or the queue shut down (`notify_waiters`).
-    available: Notify,
     /// Wakes `shut_down_with_drain` when the queue becomes idle or the drain is cancelled.
     drained: Notify,
     /// Wakes the timer task when the earliest waiting item changed.
@@ -147,19 +148,35 @@ struct Shared<T> {
 /// Every item present has one [`Item`] in `items`; where else it is follows from it:
 /// - queued with a ready time (`Queued::ready_at` is `Some(t)`): in `waiting` under
 ///   `(t, counter)`, and nowhere else;
-/// - queued, ready, not being processed: in `ready` under `(Reverse(priority), counter)`, so the
-///   first entry is the highest priority's oldest item;
-/// - queued, ready, and being processed (added again while a worker holds it): in neither map,
-///   *held*; `done` puts it into `ready` under the key it was added with;
-/// - being processed and not queued: in neither map.
+/// - queued, ready, not being processed: *live* in `ready`, as `(counter, item)` in the line of
+///   its priority (`ready[Reverse(priority)]`), so the first live entry of the first line is the
+///   highest priority's oldest item;
+/// - queued, ready, and being processed (added again while a worker holds it): live in neither
+///   map, *held*; `done` puts it into its line at the place (counter) it was added with;
+/// - being processed and not queued: live in neither map.
 ///
-/// Further invariants: `processing` counts the items with `Item::processing`; counters are unique
-/// (`next_counter` only grows), so no two entries share a key; once `shutting_down`, no item
-/// enters `items` and nothing moves from `waiting` to `ready` (waiting items are dropped, but
-/// stay in `items` so `unfinished` lists them).
+/// A line is one `VecDeque` per priority (priorities are few), sorted by counter: adds push to
+/// its back, `get` pops its front. An entry is live iff the item's [`Item`] says it is queued,
+/// ready, not processing, at that priority with that counter; an item raised to a higher
+/// priority leaves a *stale* entry in its old line (not removed from the middle of the line),
+/// skipped by `get` and swept from a line whose stale entries outnumber its live ones.
+///
+/// Further invariants: `processing` counts the items with `Item::processing`; `ready_len` and
+/// each `Line::live` count the live entries; counters are unique (`next_counter` only grows), so
+/// no two entries share a key; once `shutting_down`, no item enters `items` and nothing moves
+/// from `waiting` to `ready` (waiting items are dropped, but stay in `items` so `unfinished`
+/// lists them).
+///
+/// Waking `get`s is the plain [`Queue`](crate::Queue)'s: a `get` parks (enters `parked`) only
+/// under the lock and only when it found nothing ready; every item made ready unparks the oldest
+/// parked `get` and wakes it once the lock is released, shutdown unparks them all, and a `get`
+/// dropped after its wake-up passes it on if items are ready. While every worker is busy, an
+/// add wakes nobody.
 struct State<T> {
     items: HashMap<T, Item, foldhash::fast::RandomState>,
-    ready: BTreeMap<(Reverse<i32>, u64), T>,
+    ready: BTreeMap<Reverse<i32>, Line<T>>,
+    /// Live entries in `ready`.
+    ready_len: usize,
     waiting: BTreeMap<(Instant, u64), T>,
     next_counter: u64,
     processing: usize,
@@ -167,6 +184,46 @@ struct State<T> {
     /// Set by `shut_down_with_drain`, cleared by `shut_down`.
     drain: bool,
     metrics: Option<QueueMetrics<T>>,
+    /// `get` calls waiting for an item, oldest first, by id (ids increase, so this is sorted).
+    parked: VecDeque<(u64, Waker)>,
+    /// The id the next parked `get` gets.
+    next_parked_id: u64,
+}
+
+/// The ready items of one priority, by counter (see [`State`]).
+struct Line<T> {
+    entries: VecDeque<(u64, T)>,
+    /// How many of `entries` are live (the others are stale).
+    live: usize,
+}
+
+impl<T> Default for Line<T> {
+    fn default() -> Self {
+        Self {
+            entries: VecDeque::new(),
+            live: 0,
+        }
+    }
+}
+
+/// Empty lines kept in `State::ready` (so that a queue that keeps emptying does not reallocate
+/// its lines); past this many lines, empty ones are dropped.
+const KEPT_LINES: usize = 8;
+
+/// A line's stale entries are swept once they are more than this many and more than its live ones.
+const MIN_STALE_SWEEP: usize = 32;
+
+/// Whether the entry `(counter, item)` of the line of `priority` is live (see [`State`]).
+fn is_live(entry: Option<&Item>, priority: i32, counter: u64) -> bool {
+    entry.is_some_and(|entry| {
+        !entry.processing
+            && entry.queued
+                == Some(Queued {
+                    priority,
+                    counter,
+                    ready_at: None,
+                })
+    })
 }
 
 /// One item's state.
@@ -221,14 +278,16 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
             state: Mutex::new(State {
                 items: HashMap::default(),
                 ready: BTreeMap::new(),
+                ready_len: 0,
                 waiting: BTreeMap::new(),
                 next_counter: 0,
                 processing: 0,
                 shutting_down: false,
                 drain: false,
                 metrics,
+                parked: VecDeque::new(),
+                next_parked_id: 0,
             }),
-            available: Notify::new(),
             drained: Notify::new(),
             earliest_changed: Notify::new(),
             shutdown: CancellationToken::new(),
@@ -299,17 +358,20 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
                 after = limited;
             }
         }
-        let now = Instant::now();
-        let ready_at = (!after.is_zero()).then(|| now.checked_add(after).unwrap_or(now + FAR_FUTURE));
+        let ready_at = (!after.is_zero()).then(|| {
+            let now = Instant::now();
+            now.checked_add(after).unwrap_or(now + FAR_FUTURE)
+        });
         let priority = opts.priority.unwrap_or(0);
         let mut state = self.shared.lock();
         if state.shutting_down {
             return;
         }
         let added = state.add(item, priority, ready_at);
+        let waker = if added.ready { state.unpark_one() } else { None };
         drop(state);
-        if added.ready {
-            self.shared.available.notify_one();
+        if let Some(waker) = waker {
+            waker.wake();
         }
         if added.earliest_changed {
             self.shared.earliest_changed.notify_one();
@@ -329,17 +391,11 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
     /// [`Queue::get`](crate::Queue::get) does. Cancel safe: dropping the future takes nothing
     /// from the queue, and a wake-up it received passes to another `get`.
     pub async fn get_with_priority(&self) -> Option<(T, i32)> {
-        loop {
-            let mut notified = pin!(self.shared.available.notified());
-            // Registered before looking, so an add between the look and the wait is not lost.
-            notified.as_mut().enable();
-            match self.shared.lock().next() {
-                Next::Item(item, priority) => return Some((item, priority)),
-                Next::ShutDown => return None,
-                Next::Wait => {}
-            }
-            notified.await;
+        Get {
+            shared: &self.shared,
+            parked: None,
         }
+        .await
     }
 
     /// Marks `item`, handed out by `get`, as processed. If it was added again meanwhile (without
@@ -349,8 +405,11 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
         let mut state = self.shared.lock();
         match state.done(item) {
             Done::Requeued => {
+                let waker = state.unpark_one();
                 drop(state);
-                self.shared.available.notify_one();
+                if let Some(waker) = waker {
+                    waker.wake();
+                }
             }
             Done::Finished if state.drain && state.is_idle() => {
                 drop(state);
@@ -373,7 +432,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
     /// Number of items ready to be handed out (not those waiting for their time, being
     /// processed, or held until their `done`).
     pub fn len(&self) -> usize {
-        self.shared.lock().ready.len()
+        self.shared.lock().ready_len
     }
 
     /// Whether no item is ready to be handed out.
@@ -384,14 +443,12 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
     /// Number of items ready to be handed out at each priority, highest first.
     pub fn len_by_priority(&self) -> Vec<(i32, usize)> {
         let state = self.shared.lock();
-        let mut counts: Vec<(i32, usize)> = Vec::new();
-        for (Reverse(priority), _) in state.ready.keys() {
-            match counts.last_mut() {
-                Some((last, count)) if last == priority => *count += 1,
-                _ => counts.push((*priority, 1)),
-            }
-        }
-        counts
+        state
+            .ready
+            .iter()
+            .filter(|(_, line)| line.live > 0)
+            .map(|(Reverse(priority), line)| (*priority, line.live))
+            .collect()
     }
 
     /// Shuts the queue down without waiting: later adds are ignored, items waiting for their
@@ -440,14 +497,17 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
     }
 
     fn shut_down_inner(&self, drain: bool) {
-        {
+        let parked = {
             let mut state = self.shared.lock();
             state.shutting_down = true;
             state.drain = drain;
-        }
+            std::mem::take(&mut state.parked)
+        };
         tracing::debug!(queue = %self.shared.name, drain, "shutting down priority work queue");
         self.shared.shutdown.cancel();
-        self.shared.available.notify_waiters();
+        for (_, waker) in parked {
+            waker.wake();
+        }
         self.shared.drained.notify_waiters();
     }
 
@@ -469,7 +529,7 @@ impl<T> fmt::Debug for PriorityQueue<T> {
         let state = self.shared.lock();
         f.debug_struct("PriorityQueue")
             .field("name", &self.shared.name)
-            .field("ready", &state.ready.len())
+            .field("ready", &state.ready_len)
             .field("waiting", &state.waiting.len())
             .field("processing", &state.processing)
             .field("shutting_down", &state.shutting_down)
@@ -477,8 +537,29 @@ impl<T> fmt::Debug for PriorityQueue<T> {
     }
 }
 
+/// As `Queue`'s: failed `try_lock`s before [`Shared::lock`] blocks, and the longest pause
+/// between two, in `spin_loop` hints.
+const LOCK_RETRIES: u32 = 12;
+const MAX_BACKOFF_SPINS: u32 = 256;
+
 impl<T> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // As in `Queue`: under contention, back off before retrying rather than grabbing the
+        // lock the moment it is released (the holder then takes it again while its cache lines
+        // are local); after a bounded spin, wait as usual.
+        let mut backoff = 1;
+        for _ in 0..LOCK_RETRIES {
+            match self.state.try_lock() {
+                Ok(guard) => return guard,
+                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    for _ in 0..backoff {
+                        std::hint::spin_loop();
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF_SPINS);
+                }
+            }
+        }
         // As in `Queue`: a panic under the lock comes from `T`'s trait impls or a metrics
         // implementation; keep serving the other items rather than panicking in every caller.
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -497,9 +578,15 @@ async fn waiting_loop<T: Clone + Eq + Hash>(shared: Arc<Shared<T>>, stop: Cancel
     loop {
         let mut earliest_changed = pin!(shared.earliest_changed.notified());
         earliest_changed.as_mut().enable();
-        let (moved, next) = shared.lock().move_ready(Instant::now());
-        for _ in 0..moved {
-            shared.available.notify_one();
+        let (wakers, next) = {
+            let mut state = shared.lock();
+            let (moved, next) = state.move_ready(Instant::now());
+            let unparked = moved.min(state.parked.len());
+            let wakers: Vec<Waker> = state.parked.drain(..unparked).map(|(_, waker)| waker).collect();
+            (wakers, next)
+        };
+        for waker in wakers {
+            waker.wake();
         }
         let sleep = tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + FAR_FUTURE));
         tokio::select! {
@@ -535,6 +622,84 @@ struct Added {
     earliest_changed: bool,
 }
 
+/// The future of [`PriorityQueue::get_with_priority`], as `Queue`'s: the first poll takes an
+/// item under the lock if one is ready, so a busy worker never parks; otherwise it parks in
+/// `State::parked`. Making an item ready unparks it (removes it from `parked`) before waking it,
+/// so a poll that finds itself still parked was not woken for an item and refreshes its waker.
+struct Get<'a, T> {
+    shared: &'a Shared<T>,
+    /// Our id in `State::parked`, from parking until we see we were unparked.
+    parked: Option<u64>,
+}
+
+impl<T: Clone + Eq + Hash> Future for Get<'_, T> {
+    type Output = Option<(T, i32)>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut state = this.shared.lock();
+        if let Some(id) = this.parked {
+            if let Some(waker) = state.parked_waker(id) {
+                waker.clone_from(cx.waker());
+                return Poll::Pending;
+            }
+            this.parked = None;
+        }
+        match state.next() {
+            Next::Item(item, priority) => Poll::Ready(Some((item, priority))),
+            Next::ShutDown => Poll::Ready(None),
+            Next::Wait => {
+                this.parked = Some(state.park(cx.waker().clone()));
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T> Drop for Get<'_, T> {
+    fn drop(&mut self) {
+        let Some(id) = self.parked else {
+            return;
+        };
+        let mut state = self.shared.lock();
+        let Some(index) = state.parked_index(id) else {
+            // Unparked for an item we will never take: pass the wake-up on.
+            let waker = if state.ready_len == 0 { None } else { state.unpark_one() };
+            drop(state);
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+            return;
+        };
+        state.parked.remove(index);
+    }
+}
+
+impl<T> State<T> {
+    /// Registers a parked `get`; returns its id.
+    fn park(&mut self, waker: Waker) -> u64 {
+        let id = self.next_parked_id;
+        self.next_parked_id += 1;
+        self.parked.push_back((id, waker));
+        id
+    }
+
+    /// Unparks the oldest parked `get`, if any; the caller wakes it after releasing the lock.
+    fn unpark_one(&mut self) -> Option<Waker> {
+        self.parked.pop_front().map(|(_, waker)| waker)
+    }
+
+    fn parked_index(&self, id: u64) -> Option<usize> {
+        self.parked.binary_search_by_key(&id, |(parked, _)| *parked).ok()
+    }
+
+    /// The waker of the parked `get` `id`, if it is still parked.
+    fn parked_waker(&mut self, id: u64) -> Option<&mut Waker> {
+        let index = self.parked_index(id)?;
+        Some(&mut self.parked[index].1)
+    }
+}
+
 /// What `get` should do.
 enum Next<T> {
     Item(T, i32),
@@ -563,6 +728,37 @@ impl<T: Clone + Eq + Hash> State<T> {
         self.waiting.first_key_value().map(|((at, _), _)| *at)
     }
 
+    /// Puts `item` into the line of `priority` at `counter`'s place (the back, unless `done`
+    /// requeues a held item at the place it was added at). The caller makes its [`Item`] say so.
+    fn push_ready(&mut self, priority: i32, counter: u64, item: T) {
+        let line = self.ready.entry(Reverse(priority)).or_default();
+        match line.entries.back() {
+            Some((last, _)) if *last > counter => {
+                let at = line.entries.partition_point(|(other, _)| *other < counter);
+                line.entries.insert(at, (counter, item));
+            }
+            _ => line.entries.push_back((counter, item)),
+        }
+        line.live += 1;
+        self.ready_len += 1;
+    }
+
+    /// The live entry `(priority, counter)` is about to go stale (its item is raised to another
+    /// priority; the caller updates its [`Item`]). Sweeps the line if stale entries dominate it.
+    fn unready(&mut self, priority: i32, counter: u64) {
+        let Some(line) = self.ready.get_mut(&Reverse(priority)) else {
+            return;
+        };
+        line.live -= 1;
+        self.ready_len -= 1;
+        let stale = line.entries.len() - line.live;
+        if stale > MIN_STALE_SWEEP && stale > line.live {
+            let items = &self.items;
+            line.entries
+                .retain(|(other, item)| *other != counter && is_live(items.get(item), priority, *other));
+        }
+    }
+
     /// Adds `item` at `priority`, ready now (`ready_at` `None`) or at `ready_at`.
     fn add(&mut self, item: T, priority: i32, ready_at: Option<Instant>) -> Added {
         let mut added = Added {
@@ -576,10 +772,36 @@ impl<T: Clone + Eq + Hash> State<T> {
         }
         let earliest_before = self.earliest();
         let counter = self.counter();
-        let mut entry = self.items.get(&item).copied().unwrap_or(Item {
-            processing: false,
-            queued: None,
-        });
+        // The common case, an item not present: one lookup.
+        let item = match self.items.entry(item) {
+            Entry::Vacant(vacant) => {
+                let item = vacant.key().clone();
+                vacant.insert(Item {
+                    processing: false,
+                    queued: Some(Queued {
+                        priority,
+                        counter,
+                        ready_at,
+                    }),
+                });
+                match ready_at {
+                    Some(at) => {
+                        self.waiting.insert((at, counter), item);
+                    }
+                    None => {
+                        if let Some(metrics) = &mut self.metrics {
+                            metrics.add_at(&item, priority);
+                        }
+                        self.push_ready(priority, counter, item);
+                        added.ready = true;
+                    }
+                }
+                added.earliest_changed = self.earliest() != earliest_before;
+                return added;
+            }
+            Entry::Occupied(occupied) => (occupied.key().clone(), *occupied.get()),
+        };
+        let (item, mut entry) = item;
         let new = match entry.queued {
             // New, or being processed and not yet added again.
             None => {
@@ -597,7 +819,7 @@ impl<T: Clone + Eq + Hash> State<T> {
                             metrics.add_at(&item, priority);
                         }
                         if !entry.processing {
-                            self.ready.insert((Reverse(priority), counter), item.clone());
+                            self.push_ready(priority, counter, item.clone());
                             added.ready = true;
                         }
                     }
@@ -637,8 +859,8 @@ impl<T: Clone + Eq + Hash> State<T> {
                     metrics.reprioritize(old.priority, priority);
                 }
                 if !processing {
-                    self.ready.remove(&(Reverse(old.priority), old.counter));
-                    self.ready.insert((Reverse(priority), counter), item.clone());
+                    self.unready(old.priority, old.counter);
+                    self.push_ready(priority, counter, item.clone());
                 }
                 Queued {
                     priority,
@@ -653,7 +875,7 @@ impl<T: Clone + Eq + Hash> State<T> {
                     metrics.add_at(item, priority);
                 }
                 if !processing {
-                    self.ready.insert((Reverse(priority), counter), item.clone());
+                    self.push_ready(priority, counter, item.clone());
                     added.ready = true;
                 }
                 Queued {
@@ -680,13 +902,9 @@ impl<T: Clone + Eq + Hash> State<T> {
 
     /// Hands out the first ready item, if any.
     fn next(&mut self) -> Next<T> {
-        let Some(((Reverse(priority), _), item)) = self.ready.pop_first() else {
+        let Some((item, priority)) = self.pop_ready() else {
             return if self.shutting_down { Next::ShutDown } else { Next::Wait };
         };
-        if let Some(entry) = self.items.get_mut(&item) {
-            entry.processing = true;
-            entry.queued = None;
-        }
         self.processing += 1;
         if let Some(metrics) = &mut self.metrics {
             metrics.get_at(&item, priority);
@@ -694,34 +912,63 @@ impl<T: Clone + Eq + Hash> State<T> {
         Next::Item(item, priority)
     }
 
+    /// Takes the first live entry of the first line with one, marking its item processing.
+    fn pop_ready(&mut self) -> Option<(T, i32)> {
+        if self.ready_len == 0 {
+            return None;
+        }
+        let items = &mut self.items;
+        let mut found = None;
+        for (Reverse(priority), line) in &mut self.ready {
+            if line.live == 0 {
+                line.entries.clear();
+                continue;
+            }
+            while let Some((counter, item)) = line.entries.pop_front() {
+                let Some(entry) = items.get_mut(&item) else { continue };
+                if !is_live(Some(entry), *priority, counter) {
+                    continue;
+                }
+                entry.processing = true;
+                entry.queued = None;
+                line.live -= 1;
+                found = Some((item, *priority));
+                break;
+            }
+            break;
+        }
+        let found = found?;
+        self.ready_len -= 1;
+        if self.ready.len() > KEPT_LINES {
+            self.ready.retain(|_, line| line.live > 0);
+        }
+        Some(found)
+    }
+
     fn done(&mut self, item: &T) -> Done {
-        let Some(entry) = self.items.get_mut(item) else {
+        // One lookup on the common path: remove, and put back only if the item stays.
+        let Some((item, mut entry)) = self.items.remove_entry(item) else {
             return Done::NotProcessing;
         };
         if !entry.processing {
+            self.items.insert(item, entry);
             return Done::NotProcessing;
         }
-        entry.processing = false;
-        let queued = entry.queued;
         self.processing -= 1;
         if let Some(metrics) = &mut self.metrics {
-            metrics.done(item);
+            metrics.done(&item);
         }
-        match queued {
-            None => {
-                self.items.remove(item);
-                Done::Finished
-            }
-            Some(Queued {
-                priority,
-                counter,
-                ready_at: None,
-            }) => {
-                self.ready.insert((Reverse(priority), counter), item.clone());
-                Done::Requeued
-            }
-            Some(_) => Done::Finished,
+        let Some(queued) = entry.queued else {
+            return Done::Finished;
+        };
+        entry.processing = false;
+        if queued.ready_at.is_some() {
+            self.items.insert(item, entry);
+            return Done::Finished;
         }
+        self.items.insert(item.clone(), entry);
+        self.push_ready(queued.priority, queued.counter, item);
+        Done::Requeued
     }
 
     /// Moves the items whose time has come (at `now`) to `ready`; returns how many became
@@ -747,7 +994,7 @@ impl<T: Clone + Eq + Hash> State<T> {
                 metrics.add_at(&item, priority);
             }
             if !processing {
-                self.ready.insert((Reverse(priority), counter), item);
+                self.push_ready(priority, counter, item);
                 moved += 1;
             }
         }
@@ -756,7 +1003,7 @@ impl<T: Clone + Eq + Hash> State<T> {
 
     /// Nothing ready and nothing being processed: a drain is complete.
     fn is_idle(&self) -> bool {
-        self.ready.is_empty() && self.processing == 0
+        self.ready_len == 0 && self.processing == 0
     }
 
     #[cfg(test)]
@@ -778,14 +1025,35 @@ impl<T: Clone + Eq + Hash> State<T> {
                 None if entry.processing => {}
                 None => {
                     ready += 1;
+                    let line = &self.ready[&Reverse(queued.priority)];
                     assert!(
-                        self.ready.get(&(Reverse(queued.priority), queued.counter)) == Some(item),
+                        line.entries
+                            .iter()
+                            .any(|(counter, it)| *counter == queued.counter && it == item),
                         "ready entry"
                     );
                 }
             }
         }
-        assert_eq!(ready, self.ready.len(), "ready holds an item not ready");
+        let mut live = 0;
+        for (Reverse(priority), line) in &self.ready {
+            assert!(
+                line.entries
+                    .iter()
+                    .zip(line.entries.iter().skip(1))
+                    .all(|(a, b)| a.0 < b.0),
+                "line not sorted by counter"
+            );
+            let line_live = line
+                .entries
+                .iter()
+                .filter(|(counter, item)| is_live(self.items.get(item), *priority, *counter))
+                .count();
+            assert_eq!(line_live, line.live, "live count of line {priority}");
+            live += line_live;
+        }
+        assert_eq!(ready, live, "ready holds an item not ready");
+        assert_eq!(ready, self.ready_len, "ready_len");
         assert_eq!(waiting, self.waiting.len(), "waiting holds an item not waiting");
         assert_eq!(processing, self.processing, "processing count");
     }

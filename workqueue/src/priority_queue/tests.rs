@@ -724,3 +724,25 @@ proptest! {
         })?;
     }
 }
+
+/// Raising most of a line's items leaves stale entries in it; once they outnumber its live
+/// ones they are swept, and neither the order nor the counts change.
+#[tokio::test(start_paused = true)]
+async fn raising_most_of_a_backlog_keeps_order_and_counts() {
+    let queue = queue();
+    for key in 0..100 {
+        queue.add_with_priority(key, -1);
+    }
+    for key in 0..60 {
+        queue.add_with_priority(key, 1);
+        queue.check_invariants();
+    }
+    assert_eq!(queue.len(), 100);
+    assert_eq!(queue.len_by_priority(), vec![(1, 60), (-1, 40)]);
+    let expected: Vec<(i32, i32)> = (0..60)
+        .map(|key| (key, 1))
+        .chain((60..100).map(|key| (key, -1)))
+        .collect();
+    assert_eq!(drain_ready(&queue), expected);
+    assert!(queue.is_empty());
+}

@@ -29,7 +29,7 @@ use crate::predicate::{EventFilters, Filters, Predicate, TypedPredicate};
 use crate::rbac::{Permissions, Verb};
 use crate::reconciler::{Action, Context, ContextInner, Reconciler};
 use crate::runnable::hostname;
-use crate::sharding::{ShardGate, ShardingConfig};
+use crate::sharding::{Deletions, ShardGate, ShardingConfig};
 use crate::source::{
     ErasedRegistration, ErasedSource, Handling, MakeHandler, PrimaryKeys, Signal, Source, SourceError, SourceKey,
     Trigger, dynamic_source, typed_source,
@@ -389,6 +389,8 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
         };
         // A shard must see its objects' drain requests whatever the filters say.
         let drain_label = common.sharding.as_ref().map(ShardingConfig::drain_label);
+        // And record the deletions of its objects, so that it reconciles them.
+        let deletions = common.sharding.as_ref().map(|config| Arc::new(Deletions::new(config)));
         Controller {
             common,
             primary: Source {
@@ -398,6 +400,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 predicates,
                 key,
                 drain_label,
+                deletions,
             },
             primary_type,
             primary_resource,
@@ -423,6 +426,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 predicates,
                 key,
                 drain_label: None,
+                deletions: None,
             })),
             Err(e) => {
                 self.error.get_or_insert(e.into());
@@ -885,12 +889,17 @@ impl<K: Resource + Clone + Send + Sync + 'static> Controller<K> {
                 let key = if namespaced { key.cache_key() } else { key.name.clone() };
                 indexer.get_by_key(&key).map(|obj| obj.meta().clone())
             });
+            let deletions = primary
+                .deletions
+                .clone()
+                .unwrap_or_else(|| Arc::new(Deletions::new(&config)));
             Arc::new(ShardGate::new(
                 config,
                 lookup,
                 common.factory.client().clone(),
                 primary_resource,
                 namespaced,
+                deletions,
             ))
         });
         debug!(controller = %common.name, sources = registrations.len(), sharded = sharding.is_some(), "controller built");

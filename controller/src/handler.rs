@@ -17,7 +17,10 @@
 //! `GenerationChanged` and most update filters reject, and the shard must take the key to
 //! acknowledge the drain: filtered out, the object would stay draining forever and the shard
 //! taking it over would never get it. (The worker hands a draining object over without
-//! reconciling it.)
+//! reconciling it.) That handler also records each delete it queues whose object is labelled
+//! for the shard and not draining (a tombstone, before the key is queued): the shard reconciles
+//! the deletion of its object even if no worker took the key while the object was cached (see
+//! sharding's drain handling for why that is safe).
 //!
 //! Handlers declare themselves non-blocking ([`ResourceEventHandler::is_non_blocking`]), so the informer calls
 //! them inline, on its own task, right after each batch reached the cache (no buffer, no thread):
@@ -41,6 +44,7 @@ use kube::api::ObjectMeta;
 
 use crate::object_key::ObjectKey;
 use crate::predicate::{EventFilters, Filters, Predicate, TypedPredicate};
+use crate::sharding::Deletions;
 use crate::work_queue::{LOW_PRIORITY, NORMAL_PRIORITY, WorkQueue};
 
 /// A mapper of [`watches`](crate::Controller::watches): the primary keys an object concerns.
@@ -142,6 +146,9 @@ pub(crate) struct EnqueueHandler<K> {
     /// The drain label's key if this is a sharded controller's primary source
     /// (`drain.shard.kinformer.io/<ring>`): its changes are queued whatever the filters say.
     pub(crate) drain_label: Option<String>,
+    /// A sharded controller's primary source: where a queued delete of an object labelled for
+    /// this shard is recorded, so the shard reconciles the deletion (see [`Deletions`]).
+    pub(crate) deletions: Option<Arc<Deletions>>,
 }
 
 impl<K: Resource> EnqueueHandler<K> {
@@ -220,6 +227,13 @@ impl<K: Resource + Send + Sync + 'static> ResourceEventHandler<K> for EnqueueHan
     fn on_delete(&self, obj: DeletedObject<K>) {
         let obj = obj.object();
         if self.predicates.delete(obj.meta()) && self.source_predicates.delete(obj) {
+            // A sharded primary's deletion of this shard's object is the shard's to reconcile,
+            // even if no worker took its key before (recorded before the key is queued).
+            if let (Some(deletions), Mapping::Object) = (&self.deletions, &self.mapping)
+                && let Some(key) = ObjectKey::from_object(&**obj)
+            {
+                deletions.record(key, obj.meta());
+            }
             self.enqueue(obj, NORMAL_PRIORITY);
         }
     }
@@ -344,6 +358,7 @@ mod tests {
             source_predicates: Filters::default(),
             mapping: Mapping::Object,
             drain_label: None,
+            deletions: None,
         };
         let cm = |name: &str, rv: &str| {
             Arc::new(ConfigMap {
@@ -408,6 +423,7 @@ mod tests {
             source_predicates: Filters::default(),
             mapping: Mapping::Object,
             drain_label: Some(drain.clone()),
+            deletions: None,
         };
         let cm = |name: &str, rv: &str, draining: bool| {
             let labels = draining.then(|| [(drain.clone(), "true".to_owned())].into());
@@ -442,6 +458,7 @@ mod tests {
         // Not sharded: the same label is just a label, filtered.
         let plain = EnqueueHandler {
             drain_label: None,
+            deletions: None,
             ..handler
         };
         plain.on_update(&cm("drained", "1", false), &cm("drained", "2", true));
@@ -467,6 +484,7 @@ mod tests {
                 only_controller: true,
             }),
             drain_label: None,
+            deletions: None,
         };
         let mut old = ConfigMap {
             metadata: owned("Foo", "example.com/v1", true),

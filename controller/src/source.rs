@@ -25,6 +25,7 @@ use crate::handler::{EnqueueHandler, Enqueuer, Mapping};
 use crate::object_key::ObjectKey;
 use crate::predicate::{EventFilters, Filters};
 use crate::reconciler::{Gvk, gvk};
+use crate::sharding::Deletions;
 use crate::work_queue::{LOW_PRIORITY, WorkQueue};
 
 /// Why a source could not be registered (the builder turns it into a `ControllerError`).
@@ -77,6 +78,9 @@ pub(crate) struct Source<C> {
     /// A sharded controller's drain label, on its primary source only: its changes bypass
     /// the filters (see [`EnqueueHandler`]).
     pub(crate) drain_label: Option<String>,
+    /// A sharded controller's tombstones, on its primary source only: its handler records the
+    /// deletions of the shard's objects (see [`Deletions`]).
+    pub(crate) deletions: Option<Arc<Deletions>>,
 }
 
 /// How a source's notifications reach the queue.
@@ -147,6 +151,7 @@ impl<C: Resource + Send + Sync + 'static> ErasedSource for Source<C> {
                     source_predicates: self.predicates.clone(),
                     mapping: mapping.clone(),
                     drain_label: self.drain_label.clone(),
+                    deletions: self.deletions.clone(),
                 },
                 HandlerOptions::default().name(controller),
             )?,

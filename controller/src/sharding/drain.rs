@@ -9,8 +9,9 @@
 //! the label selector) a retry or a delete notification of it is dropped rather than
 //! reconciled as a deletion (the first such drop forgets it, so deleted keys do not pile up).
 //! Any other key absent from the cache is reconciled only if the server has no such object and
-//! this run had confirmed the key (its deletion), or has it labelled for this shard (a GET): a
-//! moved object's children are labelled for the new shard before the object, and their
+//! its deletion is this shard's (the key was confirmed by this run, or its deletion was; see
+//! [Deletions](#deletions)), or the server has it labelled for this shard (a GET): a moved
+//! object's children are labelled for the new shard before the object, and their
 //! notifications queue its key early; a stray notification of an object deleted after it left
 //! this shard is the deletion of the shard that had it.
 //!
@@ -37,8 +38,37 @@
 //! with one request per page instead of one per object. resourceVersions are compared as
 //! numbers (etcd's revisions, as the informers compare them); if one is not a number, a GET of
 //! the key confirms it.
+//!
+//! # Deletions
+//! A key is confirmed when a worker first admits it, so an object that arrived in this shard
+//! (assigned, or moved in) and was deleted before the shard's first reconcile of it would be
+//! absent and unconfirmed at its deletion: skipped, where an unsharded controller reconciles the
+//! deletion once. Its deletion is confirmed instead, from the notification: when the primary
+//! informer delivers a delete that the controller queues, its handler records a *tombstone*
+//! (key and the delivered state's resourceVersion, [`Deletions::record`]) if that state is
+//! labelled for this shard and not draining. When the key is admitted and absent from the cache
+//! and the server has no such object, a tombstone newer than the run's LIST (`R`) confirms the
+//! deletion, as a cached copy newer than `R` confirms a key. A label-selector watch also sends
+//! a delete when an object leaves the selector by a label change, with the object's *previous*
+//! state at the change's resourceVersion, so a tombstone is either a deletion or a departure;
+//! neither one newer than `R` can be a departure to another shard: after the run joined, an
+//! object labelled for this shard leaves it only by this shard's acknowledgement, whose
+//! previous state is draining (no tombstone) and whose key is handed over (skipped before its
+//! tombstone is looked at). A departure under a fence of an earlier incarnation precedes the
+//! fence's lifting, hence the join and `R`: its tombstone is ignored, also if the object is
+//! deleted later on another shard. So a tombstone newer than `R` of an object the server no
+//! longer has says: the server had it labelled for this shard, not draining, after the run
+//! joined (at its deletion, or for a `DeletedFinalStateUnknown` at the last cached copy, the
+//! GET deciding that it is gone), and it was deleted without leaving: no other shard had it
+//! since, nor confirmed it, so no other shard reconciles it or its deletion, and the
+//! no-overlap invariant holds as for a confirmed key. A tombstone not newer than `R` (or when
+//! either resourceVersion is not a number) proves nothing about this run and is ignored: an
+//! object deleted while its shard was dead or not yet joined is reconciled by no shard (as a
+//! deletion made while an unsharded controller is down). Tombstones stay bounded: one is
+//! recorded only with its key queued, and the admission of the key removes it (a failed
+//! admission that retries the key keeps it).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -74,6 +104,56 @@ struct Listed {
     resource_version: Option<u64>,
 }
 
+/// Deletions of this shard's objects that its primary informer delivered and its workers have
+/// not admitted yet: the *tombstones* of the [module docs](self#deletions). Shared by the
+/// primary's event handler, which records them, and the [`ShardGate`], which decides on them.
+pub(crate) struct Deletions {
+    shard_label: String,
+    drain_label: String,
+    shard_id: String,
+    /// Key -> the delivered state's resourceVersion (`None` if it is not a number).
+    tombstones: Mutex<HashMap<ObjectKey, Option<u64>>>,
+}
+
+impl Deletions {
+    pub(crate) fn new(config: &ShardingConfig) -> Self {
+        Deletions {
+            shard_label: config.shard_label(),
+            drain_label: config.drain_label(),
+            shard_id: config.shard_id.clone(),
+            tombstones: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn tombstones(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Option<u64>>> {
+        self.tombstones.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the deletion of `key`, delivered with state `meta`, if that state is labelled for
+    /// this shard and not draining. The primary's handler calls it for a delete it queues,
+    /// before queueing the key (the admission that takes the key finds the tombstone).
+    pub(crate) fn record(&self, key: ObjectKey, meta: &ObjectMeta) {
+        let Some(labels) = meta.labels.as_ref() else { return };
+        let ours = labels.get(&self.shard_label) == Some(&self.shard_id);
+        let draining = labels.get(&self.drain_label).is_some_and(|v| v == "true");
+        if ours && !draining {
+            let rv = meta.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
+            self.tombstones().insert(key, rv);
+        }
+    }
+
+    /// Removes `key`'s tombstone: `Some(rv)` if it had one.
+    fn take(&self, key: &ObjectKey) -> Option<Option<u64>> {
+        self.tombstones().remove(key)
+    }
+
+    /// Puts back a tombstone taken by an admission that retries the key (a newer one recorded
+    /// meanwhile stays).
+    fn restore(&self, key: &ObjectKey, rv: Option<u64>) {
+        self.tombstones().entry(key.clone()).or_insert(rv);
+    }
+}
+
 /// A sharded controller's drain handling; see the [module docs](self).
 pub(crate) struct ShardGate {
     pub(crate) config: ShardingConfig,
@@ -89,6 +169,8 @@ pub(crate) struct ShardGate {
     /// The LIST of this shard's objects, made by the run's first admission (see the
     /// [module docs](self)).
     listed: OnceCell<Listed>,
+    /// The tombstones the primary's handler records (see the [module docs](self#deletions)).
+    deletions: Arc<Deletions>,
 }
 
 impl ShardGate {
@@ -98,6 +180,7 @@ impl ShardGate {
         client: Client,
         resource: ApiResource,
         namespaced: bool,
+        deletions: Arc<Deletions>,
     ) -> Self {
         ShardGate {
             config,
@@ -108,6 +191,7 @@ impl ShardGate {
             handed_over: Mutex::new(HashSet::new()),
             confirmed: Mutex::new(HashSet::new()),
             listed: OnceCell::new(),
+            deletions,
         }
     }
 
@@ -175,19 +259,30 @@ impl ShardGate {
     }
 
     /// A key whose object is not in this shard's cache: reconciled only if the object is gone
-    /// from the server and this run had confirmed the key (a deletion of this shard's object),
-    /// or the server has it labelled for this shard (the cache is behind). A key this shard
-    /// never confirmed, or handed over, is not its deletion to reconcile: the shard that had
-    /// the object does. An object being assigned to this shard has its children labelled
-    /// first, so their notifications may queue its key before the object itself arrives: that
-    /// is not a deletion, and its own notification queues the key again.
-    async fn absent(&self, controller: &str, key: &ObjectKey) -> Admit {
-        if let Err(admit) = self.listed(controller).await {
-            return admit;
-        }
+    /// from the server and its deletion is this shard's (this run had confirmed the key, or
+    /// `tombstone`, the resourceVersion of a deletion of it labelled for this shard, is newer
+    /// than the run's LIST: see the [module docs](self#deletions)), or the server has it
+    /// labelled for this shard (the cache is behind). A key this shard never confirmed, or
+    /// handed over, is not its deletion to reconcile: the shard that had the object does. An
+    /// object being assigned to this shard has its children labelled first, so their
+    /// notifications may queue its key before the object itself arrives: that is not a
+    /// deletion, and its own notification queues the key again.
+    async fn absent(&self, controller: &str, key: &ObjectKey, tombstone: Option<Option<u64>>) -> Admit {
+        let snapshot = match self.listed(controller).await {
+            Ok(listed) => listed.resource_version,
+            Err(admit) => return admit,
+        };
         match self.api(key).get_metadata_opt(&key.name).await {
             Ok(None) => {
+                let deleted_here = tombstone
+                    .flatten()
+                    .zip(snapshot)
+                    .is_some_and(|(deletion, snapshot)| deletion > snapshot);
                 if self.confirmed().remove(key) {
+                    Admit::Reconcile
+                } else if deleted_here {
+                    debug!(controller, key = %key, ring = %self.config.ring, shard = %self.config.shard_id,
+                        "deleted while labelled for this shard after the run's LIST: its deletion reconciled here");
                     Admit::Reconcile
                 } else {
                     debug!(controller, key = %key, ring = %self.config.ring,
@@ -274,6 +369,11 @@ impl ShardGate {
     /// Decides what the worker does with `key` (see [`Admit`]); writes the acknowledgement of a
     /// draining object.
     pub(crate) async fn admit(&self, controller: &str, key: &ObjectKey) -> Admit {
+        // Taken before the cache is read: the handler records a tombstone after its deletion
+        // reached the cache, so a tombstone taken here while the object is still cached is of
+        // an earlier deletion (the object was created again), and a later one stays for the
+        // key's next admission.
+        let tombstone = self.deletions.take(key);
         let Some(cached) = (self.lookup)(key) else {
             if self.handed_over().remove(key) {
                 // Forgotten here: the notification of its departure is the last one this shard
@@ -282,7 +382,11 @@ impl ShardGate {
                 debug!(controller, key = %key, ring = %self.config.ring, "handed over to another shard: not reconciled");
                 return Admit::Skip;
             }
-            return self.absent(controller, key).await;
+            let admit = self.absent(controller, key, tombstone).await;
+            if let (Admit::Retry, Some(rv)) = (&admit, tombstone) {
+                self.deletions.restore(key, rv);
+            }
+            return admit;
         };
         let meta = match self.trusted(controller, key, cached).await {
             Ok(meta) => meta,
@@ -332,5 +436,53 @@ impl ShardGate {
                 Admit::Retry
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn meta(labels: &[(String, &str)], rv: &str) -> ObjectMeta {
+        ObjectMeta {
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), (*v).to_owned()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            resource_version: Some(rv.to_owned()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_tombstone_is_recorded_for_this_shards_object_not_draining() {
+        let config = ShardingConfig::new("cms", "shard-0");
+        let (shard, drain) = (config.shard_label(), config.drain_label());
+        let deletions = Deletions::new(&config);
+        let key = |name: &str| ObjectKey::namespaced("ns", name);
+        deletions.record(key("ours"), &meta(&[(shard.clone(), "shard-0")], "12"));
+        deletions.record(key("other"), &meta(&[(shard.clone(), "shard-1")], "13"));
+        deletions.record(
+            key("draining"),
+            &meta(&[(shard.clone(), "shard-0"), (drain, "true")], "14"),
+        );
+        deletions.record(key("unlabelled"), &meta(&[], "15"));
+        deletions.record(key("opaque"), &meta(&[(shard, "shard-0")], "x"));
+        assert_eq!(deletions.take(&key("ours")), Some(Some(12)));
+        assert_eq!(deletions.take(&key("ours")), None, "taken once");
+        for name in ["other", "draining", "unlabelled"] {
+            assert_eq!(deletions.take(&key(name)), None, "{name}");
+        }
+        assert_eq!(deletions.take(&key("opaque")), Some(None));
+        // A retried admission puts its tombstone back, but not over a newer one.
+        deletions.restore(&key("ours"), Some(12));
+        assert_eq!(deletions.take(&key("ours")), Some(Some(12)));
+        deletions.tombstones().insert(key("ours"), Some(20));
+        deletions.restore(&key("ours"), Some(12));
+        assert_eq!(deletions.take(&key("ours")), Some(Some(20)));
     }
 }

@@ -130,7 +130,7 @@ mod sharder;
 
 use std::time::Duration;
 
-pub(crate) use drain::{Admit, Lookup, ShardGate};
+pub(crate) use drain::{Admit, Deletions, Lookup, ShardGate};
 pub(crate) use membership::ShardMembership;
 pub use membership::{ShardReadiness, live_shards};
 pub use sharder::{DEFAULT_WORKERS, Sharder, SharderReconciler, ShardingMetrics};

@@ -23,7 +23,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, ResourceExt};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -46,6 +46,11 @@ const WAIT: Duration = Duration::from_secs(60);
 /// write, the first label patch and its watch event to the new shard (four requests; 100 ms
 /// each on a busy 2-core machine, debug build).
 const HOPS: Duration = Duration::from_millis(400);
+/// How long a running shard may take to reconcile the deletion of one of its objects (its
+/// watch delivers it, a worker takes its key at normal priority, ahead of any list backlog;
+/// four workers, reconciles of 3 to 50 ms): the chaos check requires the deletions made on a
+/// shard that ran on for this long after them.
+const TAKE: Duration = Duration::from_secs(1);
 
 fn init_tracing() {
     let _ = tracing_subscriber::fmt()
@@ -167,6 +172,16 @@ impl Tracker {
         keys.iter().map(|key| first.get(key.as_str()).copied()).collect()
     }
 
+    /// Whether `shard` entered a reconcile at or after `since`.
+    fn entered_since(&self, shard: &str, since: Instant) -> bool {
+        let t = self.0.lock().unwrap();
+        t.entries
+            .iter()
+            .rev()
+            .take_while(|(at, _, _)| *at >= since)
+            .any(|(_, _, s)| s == shard)
+    }
+
     /// When the last reconcile of `key` entered, if one did.
     fn last_entry(&self, key: &str) -> Option<Instant> {
         let t = self.0.lock().unwrap();
@@ -206,6 +221,8 @@ struct Shard {
     status: ManagerStatus,
     config: ShardingConfig,
     registry: prometheus::Registry,
+    /// When this incarnation was started (tells it apart from another with the same id).
+    started: Instant,
 }
 
 /// A Manager (leader election on one lease shared by all) with the sharded controller and the
@@ -311,6 +328,7 @@ fn start_shard_as(env: &envtest::Server, id: &str, name: &str, tracker: &Tracker
     let status = manager.status();
     let registry = manager.metrics().registry().clone();
     let shutdown = CancellationToken::new();
+    let started = Instant::now();
     let task = tokio::spawn(manager.run(shutdown.clone()));
     Shard {
         id: id.to_owned(),
@@ -321,6 +339,7 @@ fn start_shard_as(env: &envtest::Server, id: &str, name: &str, tracker: &Tracker
         status,
         config,
         registry,
+        started,
     }
 }
 
@@ -749,6 +768,64 @@ async fn a_gone_shards_lease_is_deleted_after_the_grace() {
     env.shutdown().await;
 }
 
+/// Objects assigned to a running shard and deleted before its first reconcile of them (created
+/// labelled for it, in a burst its workers are behind, and deleted at once) are each reconciled
+/// as deleted by that shard: the deletion of its object is the shard's even though no worker
+/// took the key while it was cached (a tombstone, drain.rs), as an unsharded controller
+/// reconciles it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deletion_before_the_shards_first_reconcile_is_reconciled() {
+    let n = 10;
+    let (env, client, tracker) = setup(n).await;
+    let ids = ["shard-0"];
+    let shards = start_shards(&env, &ids, &tracker);
+    until_converged(&client, &tracker, &ids, n, WAIT).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let names: Vec<String> = (0..40).map(|i| format!("brief-{i}")).collect();
+    futures::future::join_all(names.iter().map(|name| {
+        let mut object = common::configmap(NAMESPACE, name, "1");
+        object.metadata.labels = Some(BTreeMap::from([(
+            format!("shard.kinformer.io/{RING}"),
+            "shard-0".to_owned(),
+        )]));
+        let api = api.clone();
+        async move { api.create(&PostParams::default(), &object).await.unwrap() }
+    }))
+    .await;
+    let params = DeleteParams::default();
+    for deleted in futures::future::join_all(names.iter().map(|name| api.delete(name, &params))).await {
+        deleted.unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let stale: Vec<&String> = names
+            .iter()
+            .filter(|name| tracker.seen(name).as_deref() != Some(ABSENT))
+            .collect();
+        if stale.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "deletions not reconciled (last reconcile did not see them absent): {stale:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Reconciled once, absent: deleted before the shard's first reconcile of it.
+    let early = names
+        .iter()
+        .filter(|name| tracker.reconciles(name, "shard-0") == 1)
+        .count();
+    eprintln!(
+        "{early} of {} objects deleted before shard-0's first reconcile of them",
+        names.len()
+    );
+    assert_eq!(tracker.overlaps(), Vec::<String>::new());
+
+    stop_all(shards).await;
+    env.shutdown().await;
+}
+
 /// A stray notification of an object deleted on the server (here from a source every shard
 /// watches) is reconciled by no shard that had not confirmed it: not by the shard it never
 /// belonged to, nor again by the one that already reconciled its deletion.
@@ -1055,6 +1132,12 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
     // Each deleted object's shard as the deletion found it ("draining", "none"), and whether
     // that shard was running then.
     let mut deleted_on: HashMap<String, (String, bool)> = HashMap::new();
+    // The deletions a shard must reconcile: of an object labelled for it (not draining) at its
+    // deletion, made after the shard's incarnation (id, start) reconciled once (so after its
+    // run's LIST); required if that incarnation ran on for TAKE after it. When each incarnation
+    // was killed or shut down:
+    let mut owed: Vec<(String, Instant, String, Instant)> = Vec::new();
+    let mut ended: HashMap<(String, Instant), Instant> = HashMap::new();
     let (mut created, mut next) = (0, n);
     for step in 0..steps {
         // Churn: a few objects change every step; one change in ten creates an object, one in
@@ -1076,19 +1159,38 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
                 }
                 1 if names.len() > 1 => {
                     let name = names.swap_remove(pick % names.len());
-                    let labels = api.get(&name).await.unwrap().metadata.labels.unwrap_or_default();
-                    let on = match (
-                        labels.get(&format!("shard.kinformer.io/{RING}")),
-                        labels.get(&format!("drain.shard.kinformer.io/{RING}")),
-                    ) {
-                        (_, Some(_)) => "draining".to_owned(),
-                        (Some(shard), None) => shard.clone(),
-                        (None, None) => "none".to_owned(),
+                    // Deleted on the condition that it is as read: the labels read are its final
+                    // state's (the sharder may move it meanwhile; then read again).
+                    let (on, at) = loop {
+                        let metadata = api.get(&name).await.unwrap().metadata;
+                        let labels = metadata.labels.unwrap_or_default();
+                        let on = match (
+                            labels.get(&format!("shard.kinformer.io/{RING}")),
+                            labels.get(&format!("drain.shard.kinformer.io/{RING}")),
+                        ) {
+                            (_, Some(_)) => "draining".to_owned(),
+                            (Some(shard), None) => shard.clone(),
+                            (None, None) => "none".to_owned(),
+                        };
+                        let at = Instant::now();
+                        let params = DeleteParams {
+                            preconditions: Some(Preconditions {
+                                resource_version: metadata.resource_version,
+                                uid: None,
+                            }),
+                            ..DeleteParams::default()
+                        };
+                        match api.delete(&name, &params).await {
+                            Ok(_) => break (on, at),
+                            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                            Err(e) => panic!("deleting {name}: {e}"),
+                        }
                     };
-                    let running = slots.iter().flatten().any(|s| s.id == on);
-                    deleted_on.insert(name.clone(), (on, running));
-                    let at = Instant::now();
-                    api.delete(&name, &Default::default()).await.unwrap();
+                    let shard = slots.iter().flatten().find(|s| s.id == on);
+                    if let Some(shard) = shard.filter(|s| tracker.entered_since(&s.id, s.started)) {
+                        owed.push((name.clone(), at, shard.id.clone(), shard.started));
+                    }
+                    deleted_on.insert(name.clone(), (on, shard.is_some()));
                     finals.remove(&name);
                     deleted.push((name, at));
                 }
@@ -1109,10 +1211,12 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
                     if leads { " (leading)" } else { "" }
                 );
                 leader_kills += usize::from(leads);
+                ended.insert((shard.id.clone(), shard.started), Instant::now());
                 shard.task.abort();
             }
             (Some(mut shard), 1) => {
                 eprintln!("step {step}: shut down {}", shard.id);
+                ended.insert((shard.id.clone(), shard.started), Instant::now());
                 shard.stop().await;
             }
             (Some(shard), _) => slots[slot] = Some(shard),
@@ -1132,6 +1236,19 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
     );
     let live: Vec<&str> = slots.iter().flatten().map(|s| s.id.as_str()).collect();
     let live: Vec<&str> = ids.iter().copied().filter(|id| live.contains(id)).collect();
+    // The deletions owed by an incarnation that ran on for TAKE after them (or still runs).
+    let eligible = owed.len();
+    let owed: Vec<&String> = owed
+        .iter()
+        .filter(|(_, at, id, started)| match ended.get(&(id.clone(), *started)) {
+            Some(end) => *end >= *at + TAKE,
+            None => slots
+                .iter()
+                .flatten()
+                .any(|s| s.id == *id && s.started == *started && !s.task.is_finished()),
+        })
+        .map(|(name, _, _, _)| name)
+        .collect();
     // Every object that exists, the created ones too, labelled for its live shard and last
     // reconciled by it (the deleted ones are gone from the server's list).
     until_converged(&client, &tracker, &live, names.len(), WAIT).await;
@@ -1140,14 +1257,15 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         // A live object's last reconcile saw its final value. A deleted object reconciled after
         // its deletion was last reconciled absent: a reconcile that still found it cached (its
         // shard's watch had not delivered the deletion yet) is followed by one of the deletion.
-        // A deletion no reconcile followed is not failed here, only counted below: one made
-        // while its shard was dead, fenced or restarting, or while the object was unlabelled
-        // mid-handover, reaches no shard that confirmed the object (as a deletion made while an
-        // unsharded controller is down; a finalizer is how a controller is sure to see one).
-        // So does, today, one of an object assigned (or returned) to a running shard and
-        // deleted before that shard's first reconcile of it: the shard's informer saw both, but
-        // the key is absent and was never confirmed by this run, so it is skipped ("deleted,
-        // but never confirmed"), where an unsharded controller would reconcile it once.
+        // An object deleted while labelled (not draining) for a shard whose incarnation had
+        // reconciled since it started, and ran on for TAKE, was last reconciled absent: its
+        // deletion is that shard's, also of an object assigned (or returned) to it and deleted
+        // before its first reconcile of it (the deletion's tombstone, drain.rs). Any other
+        // deletion no reconcile followed is not failed here, only counted below: one made while
+        // its shard was dead, fenced or restarting (before its run's LIST), or killed or shut
+        // down right after it, or while the object was unlabelled or draining mid-handover,
+        // reaches no shard that can tell it is its own (as a deletion made while an unsharded
+        // controller is down; a finalizer is how a controller is sure to see one).
         let stale: Vec<&String> = finals
             .iter()
             .filter(|(k, v)| tracker.seen(k).as_ref() != Some(*v))
@@ -1157,6 +1275,11 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
                 after.is_some_and(|(entered, (_, at))| entered > *at)
                     && tracker.seen(k).is_some_and(|seen| seen != ABSENT)
             }))
+            .chain(
+                owed.iter()
+                    .copied()
+                    .filter(|k| tracker.seen(k).as_deref() != Some(ABSENT)),
+            )
             .collect();
         if stale.is_empty() {
             break;
@@ -1176,9 +1299,10 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         .map(|(k, _)| &deleted_on[k])
         .collect();
     eprintln!(
-        "seed {seed}: {} of {} deletions reconciled; of the others, {} of an object labelled for a running shard",
+        "seed {seed}: {} of {} deletions reconciled ({eligible} made on a shard that had reconciled since its start, {} owed: it ran on for {TAKE:?}, all reconciled); of the others, {} of an object labelled for a running shard",
         deleted.len() - unseen.len(),
         deleted.len(),
+        owed.len(),
         unseen.iter().filter(|(_, running)| *running).count()
     );
     assert_eq!(tracker.overlaps(), Vec::<String>::new(), "seed {seed}");

@@ -17,7 +17,7 @@ use crate::delta::{DeletedFinalStateUnknown, Delta, DeltaObject, DeltaType};
 use crate::fifo::{QueueItem, ReplacedAll};
 use crate::indexer::record_resource_version;
 use crate::listener::Notification;
-use crate::thread_safe_store::{Content, Inner as CacheState, Writer as CacheWriter};
+use crate::thread_safe_store::{Content, FastHash, Inner as CacheState, Items, Writer as CacheWriter};
 use crate::undecodable::{Undecodable, UndecodableChange};
 
 /// A notification and whether it is a resync (only for handlers due one).
@@ -173,7 +173,7 @@ fn diff_replaced_all<K: Resource>(
     replaced: &ReplacedAll<K>,
     initial: bool,
 ) -> (Content<K>, (Marks, Outgoing<K>)) {
-    let mut items: HashMap<String, Arc<K>> = HashMap::with_capacity(replaced.objects.len());
+    let mut items = Items::with_capacity_and_hasher(replaced.objects.len(), FastHash::default());
     for (key, obj) in &replaced.objects {
         items.insert(key.clone(), obj.clone());
     }

@@ -25,6 +25,16 @@ pub fn meta_namespace_index_func<K: Resource>(obj: &K) -> Vec<String> {
     vec![obj.meta().namespace.clone().unwrap_or_default()]
 }
 
+/// One value of an index that has exactly one per object, borrowed from the object: the
+/// cache compares an update's old and new values with it instead of calling the index function
+/// (which allocates its values) on both.
+pub(crate) type BorrowedIndexValue<K> = fn(&K) -> &str;
+
+/// [`meta_namespace_index_func`]'s one value, borrowed: the namespace, `""` for none.
+pub(crate) fn meta_namespace_index_value<K: Resource>(obj: &K) -> &str {
+    obj.meta().namespace.as_deref().unwrap_or_default()
+}
+
 /// Indexers holding only the namespace index, which every informer has.
 pub fn namespace_indexers<K: Resource + 'static>() -> Indexers<K> {
     let mut indexers: Indexers<K> = HashMap::new();

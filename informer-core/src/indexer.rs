@@ -24,14 +24,13 @@
 //! assert!(cache.get_by_key("prod/web-config").is_some());
 //! ```
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use kube::Resource;
 
-use crate::index::{Indexers, namespace_indexers};
+use crate::index::{Indexers, NAMESPACE_INDEX, meta_namespace_index_value, namespace_indexers};
 use crate::store::{KeyError, KnownObjects, Store, StoreError, meta_namespace_key};
-use crate::thread_safe_store::{IndexError, ThreadSafeStore};
+use crate::thread_safe_store::{FastHash, IndexError, Items, ThreadSafeStore};
 use crate::undecodable::{Lookup, Undecodable, type_name, warn_marked};
 
 /// A thread-safe cache of objects with named indexes. The namespace index is always present.
@@ -88,9 +87,16 @@ impl<K: Resource + 'static> Indexer<K> {
     /// An empty cache with the namespace index and `indexers`, and its store, which the
     /// informer writes a batch of changes to under one lock.
     pub(crate) fn with_store(indexers: Indexers<K>) -> (Self, Arc<ThreadSafeStore<K>>) {
+        // A namespace index of the caller's replaces the built-in one, whose value the store
+        // may then not take for the namespace.
+        let built_in_namespace_index = !indexers.contains_key(NAMESPACE_INDEX);
         let mut all = namespace_indexers::<K>();
         all.extend(indexers);
-        let store = Arc::new(ThreadSafeStore::new(all));
+        let mut store = ThreadSafeStore::new(all);
+        if built_in_namespace_index {
+            store = store.with_borrowed_index_value(NAMESPACE_INDEX, meta_namespace_index_value::<K>);
+        }
+        let store = Arc::new(store);
         (
             Indexer {
                 backing: Backing::One(store.clone()),
@@ -381,7 +387,7 @@ impl<K: Resource + Send + Sync + 'static> Store<K> for Indexer<K> {
                 return Ok(());
             }
         };
-        let mut items = HashMap::with_capacity(list.len());
+        let mut items = Items::with_capacity_and_hasher(list.len(), FastHash::default());
         for obj in list {
             items.insert(meta_namespace_key(obj.as_ref())?, obj);
         }

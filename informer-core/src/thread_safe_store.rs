@@ -63,7 +63,7 @@ use std::ops::{Deref, DerefMut};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::index::{IndexFunc, Indexers};
+use crate::index::{BorrowedIndexValue, IndexFunc, Indexers};
 use crate::undecodable::{Lookup, Undecodable};
 
 /// Errors from index queries and index registration.
@@ -78,10 +78,18 @@ pub enum IndexError {
     Conflict(String),
 }
 
+/// The hasher of the objects' and indexes' maps: foldhash, which hashes a short key several
+/// times faster than std's SipHash (every watch event looks its key up). It is not built to
+/// resist HashDoS as SipHash is; it need not be here: keys and index values come from the API
+/// server, a trusted peer (names and namespaces it validated), through index functions the
+/// program registered.
+pub(crate) type FastHash = foldhash::fast::RandomState;
+/// Key → object: the objects of a store.
+pub(crate) type Items<K> = HashMap<String, Arc<K>, FastHash>;
 /// A set of keys of objects that share an index value.
-type KeySet = HashSet<String>;
+type KeySet = HashSet<String, FastHash>;
 /// Index value → keys, for one index.
-type Index = HashMap<String, KeySet>;
+type Index = HashMap<String, KeySet, FastHash>;
 
 /// A thread-safe map from keys to `Arc<K>`, with named indexes kept in step with it.
 pub struct ThreadSafeStore<K> {
@@ -107,21 +115,34 @@ pub(crate) struct Writer<'a, K> {
 /// A whole content of the store: objects and the index of every index function. What a relist
 /// swaps in ([`Inner::replacement`]) and what it swaps out (dropped off the write lock).
 pub(crate) struct Content<K> {
-    items: HashMap<String, Arc<K>>,
+    items: Items<K>,
     indices: Vec<(String, Index)>,
 }
+
+/// An index function as the store holds it.
+struct IndexFn<K> {
+    func: IndexFunc<K>,
+    /// For an index with exactly one value per object, that value borrowed from the object
+    /// (the built-in namespace index, see [`ThreadSafeStore::with_borrowed_index_value`]): an
+    /// update that keeps it is told without calling `func`, which allocates, twice.
+    borrowed: Option<BorrowedIndexValue<K>>,
+}
+
+/// One index whose values change with a write: its name, the old values and the new ones.
+type IndexUpdate<'a> = (&'a str, Vec<String>, Vec<String>);
 
 /// The state under the lock.
 ///
 /// Invariants: for every index name in `indexers` there is an entry in `indices`; a key is in
 /// `indices[name][value]` exactly when `items[key]` exists and `indexers[name](items[key])`
-/// contains `value`; no value maps to an empty set. `undecodable` is independent of `items`:
+/// contains `value`; no value maps to an empty set; an index function with a borrowed value
+/// returns exactly that one value for every object. `undecodable` is independent of `items`:
 /// a marked key may or may not hold a decoded object, and marks are never indexed.
 pub(crate) struct Inner<K> {
-    items: HashMap<String, Arc<K>>,
+    items: Items<K>,
     /// Keys whose current version on the server does not decode.
     undecodable: HashMap<String, Undecodable>,
-    indexers: Indexers<K>,
+    indexers: HashMap<String, IndexFn<K>>,
     indices: HashMap<String, Index>,
     /// The resourceVersion of the last change or relist applied, or of the last bookmark
     /// (client-go `LastStoreSyncResourceVersion`); empty until the first one.
@@ -131,17 +152,34 @@ pub(crate) struct Inner<K> {
 impl<K> ThreadSafeStore<K> {
     /// An empty store with the given index functions.
     pub fn new(indexers: Indexers<K>) -> Self {
-        let indices = indexers.keys().map(|name| (name.clone(), Index::new())).collect();
+        let indices = indexers.keys().map(|name| (name.clone(), Index::default())).collect();
+        let indexers = indexers
+            .into_iter()
+            .map(|(name, func)| (name, IndexFn { func, borrowed: None }))
+            .collect();
         ThreadSafeStore {
             writers: Mutex::new(()),
             inner: RwLock::new(Inner {
-                items: HashMap::new(),
+                items: Items::default(),
                 undecodable: HashMap::new(),
                 indexers,
                 indices,
                 resource_version: String::new(),
             }),
         }
+    }
+
+    /// Declares that index `name`'s function returns exactly one value for every object,
+    /// `value(obj)` (borrowed): an update whose old and new objects give the same value then
+    /// costs that index nothing, where the function (which allocates its values) would be
+    /// called on both. The caller vouches for the two agreeing (`check_invariants` checks it).
+    /// No index `name`: nothing changes.
+    pub(crate) fn with_borrowed_index_value(mut self, name: &str, value: BorrowedIndexValue<K>) -> Self {
+        let inner = self.inner.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(index_fn) = inner.indexers.get_mut(name) {
+            index_fn.borrowed = Some(value);
+        }
+        self
     }
 
     // A panic while holding the lock cannot leave `Inner` half-updated in a way later readers
@@ -205,6 +243,7 @@ impl<K> ThreadSafeStore<K> {
     /// marked undecodable afterwards. The new indexes are built, and the old content dropped,
     /// without holding readers (see the module doc).
     pub fn replace(&self, items: HashMap<String, Arc<K>>) {
+        let items: Items<K> = items.into_iter().collect();
         let mut inner = self.write();
         inner.replace_off_lock(|current| (current.replacement(items, None), ()));
         inner.set_marks(HashMap::new());
@@ -253,7 +292,7 @@ impl<K> ThreadSafeStore<K> {
         let inner = self.read();
         let func = inner.index_func(index_name)?;
         let index = inner.index(index_name)?;
-        let mut keys: KeySet = HashSet::new();
+        let mut keys = KeySet::default();
         for value in func(obj) {
             if let Some(set) = index.get(&value) {
                 keys.extend(set.iter().cloned());
@@ -306,7 +345,7 @@ impl<K> ThreadSafeStore<K> {
         for (name, func) in new_indexers {
             let index = build_index(inner.items.iter(), &func);
             inner.indices.insert(name.clone(), index);
-            inner.indexers.insert(name, func);
+            inner.indexers.insert(name, IndexFn { func, borrowed: None });
         }
         Ok(())
     }
@@ -316,11 +355,22 @@ impl<K> ThreadSafeStore<K> {
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
         let inner = self.read();
-        for (name, func) in &inner.indexers {
-            let expected = build_index(inner.items.iter(), func);
+        for (name, index_fn) in &inner.indexers {
+            let expected = build_index(inner.items.iter(), &index_fn.func);
             let actual = inner.indices.get(name).ok_or_else(|| format!("index {name} missing"))?;
             if &expected != actual {
                 return Err(format!("index {name} is {actual:?}, expected {expected:?}"));
+            }
+            if let Some(value) = index_fn.borrowed {
+                for (key, obj) in &inner.items {
+                    let values = (index_fn.func)(obj);
+                    if values != [value(obj)] {
+                        return Err(format!(
+                            "index {name}: {key} has values {values:?}, its borrowed value is {:?}",
+                            value(obj)
+                        ));
+                    }
+                }
             }
         }
         Ok(())
@@ -383,7 +433,7 @@ impl<K> Drop for Writer<'_, K> {
 }
 
 fn build_index<'a, K: 'a>(items: impl Iterator<Item = (&'a String, &'a Arc<K>)>, func: &IndexFunc<K>) -> Index {
-    let mut index = Index::new();
+    let mut index = Index::default();
     for (key, obj) in items {
         for value in func(obj) {
             index.entry(value).or_default().insert(key.clone());
@@ -396,6 +446,7 @@ impl<K> Inner<K> {
     fn index_func(&self, name: &str) -> Result<&IndexFunc<K>, IndexError> {
         self.indexers
             .get(name)
+            .map(|index_fn| &index_fn.func)
             .ok_or_else(|| IndexError::NoSuchIndex(name.to_string()))
     }
 
@@ -480,11 +531,7 @@ impl<K> Inner<K> {
     /// are built walking it rather than the map: the objects were allocated in list order as
     /// they were decoded, so this reads memory in sequence instead of at random (at 100k
     /// objects, the map walk's cache misses made index building a sixth of a relist's CPU).
-    pub(crate) fn replacement(
-        &self,
-        items: HashMap<String, Arc<K>>,
-        listed: Option<&[(String, Arc<K>)]>,
-    ) -> Content<K> {
+    pub(crate) fn replacement(&self, items: Items<K>, listed: Option<&[(String, Arc<K>)]>) -> Content<K> {
         let indices = match listed {
             // A key listed twice: the map holds the last of each, so index from the map.
             Some(listed) if listed.len() == items.len() => self.rebuilt_indexes(|| listed.iter().map(|(k, o)| (k, o))),
@@ -501,7 +548,7 @@ impl<K> Inner<K> {
     {
         self.indexers
             .iter()
-            .map(|(name, func)| (name.clone(), build_index(items(), func)))
+            .map(|(name, index_fn)| (name.clone(), build_index(items(), &index_fn.func)))
             .collect()
     }
 
@@ -526,62 +573,103 @@ impl<K> Inner<K> {
         // (user code) then leaves the store as it was. Nothing reads between the two steps
         // (the caller holds the write lock), so the indexes may move first and the key is
         // then moved into the map, not cloned.
-        let updates = self.index_updates(self.items.get(&key).map(Arc::as_ref), Some(&obj));
-        self.apply_index_updates(updates, &key);
-        self.items.insert(key, obj);
+        let Inner {
+            items,
+            indexers,
+            indices,
+            ..
+        } = self;
+        let updates = index_updates(indexers, items.get(&key).map(Arc::as_ref), Some(&obj));
+        apply_index_updates(indices, updates, &key);
+        items.insert(key, obj);
     }
 
-    /// Inserts or replaces the object under `key`, returning the one it replaced. Allocates
-    /// the key only when it is new: the hot path of watch updates to existing objects.
+    /// Inserts or replaces the object under `key`, returning the one it replaced: the hot path
+    /// of watch events. The key is looked up once, and allocated only when it is new.
     pub(crate) fn upsert(&mut self, key: &str, obj: Arc<K>) -> Option<Arc<K>> {
-        let updates = self.index_updates(self.items.get(key).map(Arc::as_ref), Some(&obj));
-        self.apply_index_updates(updates, key);
-        match self.items.get_mut(key) {
-            Some(slot) => Some(std::mem::replace(slot, obj)),
+        let Inner {
+            items,
+            indexers,
+            indices,
+            ..
+        } = self;
+        match items.get_mut(key) {
+            Some(slot) => {
+                let updates = index_updates(indexers, Some(slot.as_ref()), Some(&obj));
+                apply_index_updates(indices, updates, key);
+                Some(std::mem::replace(slot, obj))
+            }
             None => {
-                self.items.insert(key.to_string(), obj);
+                let updates = index_updates(indexers, None, Some(&obj));
+                apply_index_updates(indices, updates, key);
+                items.insert(key.to_string(), obj);
                 None
             }
         }
     }
 
     pub(crate) fn remove(&mut self, key: &str) -> Option<Arc<K>> {
-        let updates = self.index_updates(Some(self.items.get(key)?.as_ref()), None);
-        let old = self.items.remove(key)?;
-        self.apply_index_updates(updates, key);
+        let Inner {
+            items,
+            indexers,
+            indices,
+            ..
+        } = self;
+        let updates = index_updates(indexers, Some(items.get(key)?.as_ref()), None);
+        let old = items.remove(key)?;
+        apply_index_updates(indices, updates, key);
         Some(old)
     }
+}
 
-    /// For every index whose values differ between `old` and `new`: (name, old values, new values).
-    fn index_updates(&self, old: Option<&K>, new: Option<&K>) -> Vec<(String, Vec<String>, Vec<String>)> {
-        let mut updates = Vec::new();
-        for (name, func) in &self.indexers {
-            let old_values = old.map(|o| func(o)).unwrap_or_default();
-            let new_values = new.map(|n| func(n)).unwrap_or_default();
-            if old_values != new_values {
-                updates.push((name.clone(), old_values, new_values));
+/// Every index whose values differ between `old` and `new`, with both sets of values. An
+/// index with a borrowed value whose old and new values are equal (an update of a namespaced
+/// object, for the namespace index) is skipped without calling its function.
+fn index_updates<'a, K>(
+    indexers: &'a HashMap<String, IndexFn<K>>,
+    old: Option<&K>,
+    new: Option<&K>,
+) -> Vec<IndexUpdate<'a>> {
+    let mut updates = Vec::new();
+    for (name, index_fn) in indexers {
+        if let (Some(value), Some(old), Some(new)) = (index_fn.borrowed, old, new)
+            && value(old) == value(new)
+        {
+            continue;
+        }
+        let old_values = old.map(|o| (index_fn.func)(o)).unwrap_or_default();
+        let new_values = new.map(|n| (index_fn.func)(n)).unwrap_or_default();
+        if old_values != new_values {
+            updates.push((name.as_str(), old_values, new_values));
+        }
+    }
+    updates
+}
+
+/// Moves `key` from each index's old values to its new ones. Sets that become empty are
+/// removed so no stale value lingers.
+fn apply_index_updates(indices: &mut HashMap<String, Index>, updates: Vec<IndexUpdate<'_>>, key: &str) {
+    for (name, old_values, new_values) in updates {
+        if !indices.contains_key(name) {
+            indices.insert(name.to_string(), Index::default());
+        }
+        let Some(index) = indices.get_mut(name) else {
+            continue;
+        };
+        for value in &old_values {
+            if new_values.contains(value) {
+                continue;
+            }
+            if let Some(set) = index.get_mut(value) {
+                set.remove(key);
+                if set.is_empty() {
+                    index.remove(value);
+                }
             }
         }
-        updates
-    }
-
-    /// Moves `key` from each index's old values to its new ones. Sets that become empty are
-    /// removed so no stale value lingers.
-    fn apply_index_updates(&mut self, updates: Vec<(String, Vec<String>, Vec<String>)>, key: &str) {
-        for (name, old_values, new_values) in updates {
-            let index = self.indices.entry(name).or_default();
-            for value in &old_values {
-                if new_values.contains(value) {
-                    continue;
-                }
-                if let Some(set) = index.get_mut(value) {
-                    set.remove(key);
-                    if set.is_empty() {
-                        index.remove(value);
-                    }
-                }
-            }
-            for value in new_values {
+        for value in new_values {
+            // A value it had already holds the key.
+            if !old_values.contains(&value) {
                 index.entry(value).or_default().insert(key.to_string());
             }
         }
@@ -669,6 +757,52 @@ mod tests {
         indexer.delete(cm("a", "x", &["db"])).unwrap();
         assert!(indexer.list_index_func_values("tier").is_empty());
         assert!(indexer.list_index_func_values(crate::NAMESPACE_INDEX).is_empty());
+        indexer.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn an_update_that_keeps_a_borrowed_index_value_does_not_call_the_index_function() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let mut indexers: Indexers<ConfigMap> = HashMap::new();
+        indexers.insert(
+            "ns".into(),
+            Arc::new(move |cm: &ConfigMap| {
+                counted.fetch_add(1, SeqCst);
+                crate::meta_namespace_index_func(cm)
+            }),
+        );
+        let store = ThreadSafeStore::new(indexers)
+            .with_borrowed_index_value("ns", crate::index::meta_namespace_index_value::<ConfigMap>);
+        assert!(store.writer().upsert("a/x", cm("a", "x", &[])).is_none());
+        assert_eq!(calls.swap(0, SeqCst), 1, "an add indexes the new object");
+        assert!(store.writer().upsert("a/x", cm("a", "x", &["web"])).is_some());
+        assert_eq!(
+            calls.load(SeqCst),
+            0,
+            "an update in the same namespace costs the index nothing"
+        );
+        assert_eq!(store.index_keys("ns", "a").unwrap(), ["a/x"]);
+        store.check_invariants().unwrap();
+        assert!(store.remove("a/x").is_some());
+        assert!(store.list_index_func_values("ns").is_empty());
+        store.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_namespace_index_of_the_callers_replaces_the_built_in_one() {
+        // Indexed by the tier label under the built-in index's name: updates must call it.
+        let mut indexers: Indexers<ConfigMap> = HashMap::new();
+        indexers.insert(
+            crate::NAMESPACE_INDEX.into(),
+            Arc::new(|cm: &ConfigMap| cm.metadata.labels.iter().flatten().map(|(_, v)| v.clone()).collect()),
+        );
+        let indexer = Indexer::new(indexers);
+        indexer.add(cm("a", "x", &["web"])).unwrap();
+        indexer.update(cm("a", "x", &["db"])).unwrap();
+        assert!(indexer.by_index(crate::NAMESPACE_INDEX, "web").unwrap().is_empty());
+        assert_eq!(names(indexer.by_index(crate::NAMESPACE_INDEX, "db").unwrap()), ["x"]);
         indexer.check_invariants().unwrap();
     }
 

@@ -220,6 +220,8 @@ struct Inner {
     strip_managed_fields: bool,
     page_size: u32,
     server_behind_check: Duration,
+    /// Every informer decodes on tokio's blocking pool (`decode_on_blocking_pool`).
+    decode_on_blocking_pool: bool,
     /// Each type's configured cache options (`by_object`).
     by_object: HashMap<TypeId, CacheOptions>,
     /// Parent of every informer's shutdown token.
@@ -265,6 +267,7 @@ pub struct SharedInformerFactoryBuilder {
     strip_managed_fields: bool,
     page_size: u32,
     server_behind_check: Duration,
+    decode_on_blocking_pool: bool,
     by_object: HashMap<TypeId, CacheOptions>,
 }
 
@@ -348,6 +351,17 @@ impl SharedInformerFactoryBuilder {
         self
     }
 
+    /// Decode every informer's list pages and watch events on tokio's blocking pool instead of
+    /// the informer's decoding thread (default `false`): for tests under tokio's paused clock
+    /// (`#[tokio::test(start_paused = true)]`), which advances while the decoding thread works
+    /// (it is not one of tokio's) but not while a blocking-pool task runs, so a timeout,
+    /// backoff or resync could fire in the middle of a decode. It costs the memory the thread
+    /// saves: see [`ApiListerWatcher::decode_on_blocking_pool`].
+    pub fn decode_on_blocking_pool(mut self, on: bool) -> Self {
+        self.decode_on_blocking_pool = on;
+        self
+    }
+
     /// The factory.
     pub fn build(self) -> SharedInformerFactory {
         SharedInformerFactory {
@@ -361,6 +375,7 @@ impl SharedInformerFactoryBuilder {
                 strip_managed_fields: self.strip_managed_fields,
                 page_size: self.page_size,
                 server_behind_check: self.server_behind_check,
+                decode_on_blocking_pool: self.decode_on_blocking_pool,
                 by_object: self.by_object.clone(),
                 stop: CancellationToken::new(),
                 state: Mutex::new(State {
@@ -397,6 +412,7 @@ impl SharedInformerFactory {
             strip_managed_fields: false,
             page_size: 500,
             server_behind_check: informer_core::reflector::DEFAULT_SERVER_BEHIND_CHECK,
+            decode_on_blocking_pool: false,
             by_object: HashMap::new(),
         }
     }
@@ -557,7 +573,8 @@ impl SharedInformerFactory {
             // A projection holds the fields it declares; `managedFields` is bookkeeping of
             // writers, and a projection is read-only.
             .skip_managed_fields(self.inner.strip_managed_fields || K::projection().is_some())
-            .compact(<K as InformerResource>::compact);
+            .compact(<K as InformerResource>::compact)
+            .decode_on_blocking_pool(self.inner.decode_on_blocking_pool);
         let partitions = self.partitions(
             &name,
             namespaces,
@@ -671,7 +688,8 @@ impl SharedInformerFactory {
         let base = ApiListerWatcher::<DynamicObject>::from_url_path(
             self.inner.client.clone(),
             DynamicObject::url_path(resource, None),
-        );
+        )
+        .decode_on_blocking_pool(self.inner.decode_on_blocking_pool);
         let partitions = self.partitions(
             &name,
             namespaces,

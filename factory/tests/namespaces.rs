@@ -248,3 +248,100 @@ async fn the_factorys_namespaces_apply_to_every_namespaced_type_without_its_own(
     shutdown.cancel();
     factory.shutdown().await;
 }
+
+/// Where a transform saw each object: its key, and the thread's name and id.
+type Sightings = Arc<Mutex<Vec<(String, Option<String>, std::thread::ThreadId)>>>;
+
+/// A transform that records, in `seen`, the thread each object passes it on.
+fn recorder<K: kube::Resource>(seen: &Sightings) -> impl Fn(K) -> K + Send + Sync + 'static {
+    let seen = seen.clone();
+    move |obj: K| {
+        let key = format!(
+            "{}/{}",
+            obj.meta().namespace.as_deref().unwrap_or(""),
+            obj.meta().name.as_deref().unwrap_or("")
+        );
+        let thread = std::thread::current();
+        seen.lock()
+            .unwrap()
+            .push((key, thread.name().map(str::to_owned), thread.id()));
+        obj
+    }
+}
+
+/// The threads `seen` names for `keys`, all of which it must hold.
+fn threads_of(seen: &Sightings, keys: &[&str]) -> Vec<(Option<String>, std::thread::ThreadId)> {
+    let seen = seen.lock().unwrap();
+    for key in keys {
+        assert!(seen.iter().any(|(k, ..)| k == key), "{key} not seen: {seen:?}");
+    }
+    seen.iter()
+        .filter(|(k, ..)| keys.contains(&k.as_str()))
+        .map(|(_, name, id)| (name.clone(), *id))
+        .fold(Vec::new(), |mut threads, thread| {
+            if !threads.contains(&thread) {
+                threads.push(thread);
+            }
+            threads
+        })
+}
+
+#[tokio::test]
+async fn an_informers_namespaces_are_decoded_on_one_thread_of_its_own() {
+    let env = envtest::Server::start(envtest::Config::default()).await.unwrap();
+    let client = env.client();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for name in ["a", "b"] {
+        create_namespace(&namespaces, name).await;
+        create(&client, name, "x", "web").await;
+    }
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), "a");
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: ObjectMeta {
+            name: Some("s".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    secrets.create(&PostParams::default(), &secret).await.unwrap();
+    // The transform runs where objects are decoded (on the informer's decoding thread, in
+    // the `Arc` it is cached in): it tells which thread decoded each object.
+    let (seen_configmaps, seen_secrets) = (Sightings::default(), Sightings::default());
+    let factory = SharedInformerFactory::builder(client.clone())
+        .namespaces(["a", "b"])
+        .transform::<ConfigMap>(recorder(&seen_configmaps))
+        .transform::<k8s_openapi::api::core::v1::Secret>(recorder(&seen_secrets))
+        .build();
+    let configmaps = factory.informer_for::<ConfigMap>().unwrap();
+    factory.informer_for::<k8s_openapi::api::core::v1::Secret>().unwrap();
+    let shutdown = CancellationToken::new();
+    factory.start(&shutdown);
+    let synced = factory.wait_for_cache_sync(&shutdown).await;
+    assert!(synced.values().all(|ok| *ok), "{synced:?}");
+
+    // Both namespaces' lists on one thread, the decoding thread; the other informer has its own.
+    let listed = threads_of(&seen_configmaps, &["a/x", "b/x"]);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let (name, listed_on) = listed.first().unwrap().clone();
+    assert_eq!(name.as_deref(), Some("kinformer-decode"));
+    let secrets_on = threads_of(&seen_secrets, &["a/s"]);
+    assert_eq!(secrets_on.len(), 1, "{secrets_on:?}");
+    assert_ne!(
+        secrets_on.first().unwrap().1,
+        listed_on,
+        "each informer has a thread of its own"
+    );
+
+    // Both namespaces' watch events on one thread too. (The thread ends after 10 s idle and the
+    // next job starts another, so the list's and the watch's threads are not compared.)
+    create(&client, "a", "w", "web").await;
+    create(&client, "b", "w", "web").await;
+    let lister = Lister::new(configmaps.indexer().clone());
+    eventually("a/w and b/w cached", || keys(&lister) == ["a/w", "a/x", "b/w", "b/x"]).await;
+    let watched = threads_of(&seen_configmaps, &["a/w", "b/w"]);
+    assert_eq!(watched.len(), 1, "{watched:?}");
+    assert_eq!(watched.first().unwrap().0.as_deref(), Some("kinformer-decode"));
+
+    shutdown.cancel();
+    factory.shutdown().await;
+}

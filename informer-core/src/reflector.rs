@@ -155,7 +155,11 @@ use crate::store::{Store, StoreError, meta_namespace_key};
 use crate::undecodable::Undecodable;
 
 /// Transforms each object before it enters the store (client-go `TransformFunc`), e.g. to
-/// drop `managedFields` and save memory.
+/// drop `managedFields` and save memory. The reflector hands it to its lister-watcher
+/// ([`ListerWatcher::list_shared`], [`ListerWatcher::watch_shared`]), which applies it as it
+/// puts each object in its `Arc`: an [`ApiListerWatcher`](crate::ApiListerWatcher) on its
+/// decoding thread, right after decoding the object, so a transform that panics costs that
+/// object's watch event (skipped as malformed) or its list page (the list is retried).
 pub type TransformFunc<K> = Arc<dyn Fn(K) -> K + Send + Sync>;
 
 /// Called with every list/watch error (client-go `WatchErrorHandler`).
@@ -677,17 +681,9 @@ where
         );
     }
 
-    fn transformed(&self, obj: K) -> Arc<K> {
-        match &self.transform {
-            Some(transform) => Arc::new(transform(obj)),
-            None => Arc::new(obj),
-        }
-    }
-
-    /// Transforms `obj` and keeps it if it has a key; an object without a name (which the
-    /// store could not hold) is logged, counted and skipped.
-    fn push_keyed(&self, items: &mut Vec<Arc<K>>, obj: K) {
-        let obj = self.transformed(obj);
+    /// Keeps `obj` (already transformed, by the lister-watcher) if it has a key; an object
+    /// without a name (which the store could not hold) is logged, counted and skipped.
+    fn push_keyed(&self, items: &mut Vec<Arc<K>>, obj: Arc<K>) {
         match meta_namespace_key(obj.as_ref()) {
             Ok(_) => items.push(obj),
             Err(e) => self.skip_malformed(&MalformedObject::new(e.to_string())),
@@ -819,7 +815,7 @@ where
         let mut undecodable = Vec::new();
         let mut paginated = false;
         loop {
-            let page = match self.lister_watcher.list(&params).await {
+            let page = match self.lister_watcher.list_shared(&params, self.transform.clone()).await {
                 Ok(page) => page,
                 Err(e) if e.is_resource_expired() && params.continue_token.is_some() => {
                     // The continue token expired mid-list (FullListIfExpired): a list slower
@@ -832,7 +828,7 @@ where
                         "continue token expired, listing in one request",
                     );
                     let whole = ListParams { limit: None, ..first };
-                    let page = self.lister_watcher.list(&whole).await?;
+                    let page = self.lister_watcher.list_shared(&whole, self.transform.clone()).await?;
                     items.clear();
                     undecodable.clear();
                     undecodable.extend(page.malformed.iter().filter_map(|m| self.undecodable(m)));
@@ -883,27 +879,27 @@ where
     }
 
     /// Streams the initial list. `Ok(None)`: the store is closed.
-    async fn watch_list(&self) -> Result<Option<(WatchStream<K>, String)>, ListWatchError> {
+    async fn watch_list(&self) -> Result<Option<(WatchStream<Arc<K>>, String)>, ListWatchError> {
         let mut params = self.watch_params();
         params.send_initial_events = true;
         ReflectorMetrics::inc(&self.metrics.watches);
-        let mut stream = self.lister_watcher.watch(&params, "").await?;
+        let mut stream = self
+            .lister_watcher
+            .watch_shared(&params, "", self.transform.clone())
+            .await?;
         let mut initial: HashMap<String, Arc<K>> = HashMap::new();
         let mut initial_undecodable: HashMap<String, Undecodable> = HashMap::new();
         while let Some(item) = stream.next().await {
             match item {
-                Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
-                    let obj = self.transformed(obj);
-                    match meta_namespace_key(obj.as_ref()) {
-                        Ok(key) => {
-                            initial_undecodable.remove(&key);
-                            initial.insert(key, obj);
-                        }
-                        Err(e) => self.skip_malformed(&MalformedObject::new(e.to_string())),
+                Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => match meta_namespace_key(obj.as_ref()) {
+                    Ok(key) => {
+                        initial_undecodable.remove(&key);
+                        initial.insert(key, obj);
                     }
-                }
+                    Err(e) => self.skip_malformed(&MalformedObject::new(e.to_string())),
+                },
                 Ok(WatchEvent::Deleted(obj)) => {
-                    if let Ok(key) = meta_namespace_key(&obj) {
+                    if let Ok(key) = meta_namespace_key(obj.as_ref()) {
                         initial_undecodable.remove(&key);
                         initial.remove(&key);
                     }
@@ -968,7 +964,9 @@ where
             // Until the server accepts the watch, it may go behind at any moment (a client
             // retrying its answers keeps the request open across a restart): checked until
             // answered. Once accepted, a restart would close the watch: checked once.
-            let watch = self.lister_watcher.watch(&params, &resource_version);
+            let watch = self
+                .lister_watcher
+                .watch_shared(&params, &resource_version, self.transform.clone());
             let mut stream = self
                 .unless_server_behind(&resource_version, Checks::UntilAnswered, watch)
                 .await?
@@ -1123,7 +1121,7 @@ where
     /// `eventReceivedBesidesAdded`).
     async fn consume_watch(
         &self,
-        stream: WatchStream<K>,
+        stream: WatchStream<Arc<K>>,
         mut resource_version: String,
         started: Instant,
         propagate_rv_from_start: bool,
@@ -1226,7 +1224,7 @@ where
                 if change != DeltaType::Added {
                     event_received_besides_added = true;
                 }
-                changes.push((change, self.transformed(obj)));
+                changes.push((change, obj));
                 // As client-go, an event's resourceVersion counts even if its object is then
                 // skipped: the server has moved past it.
                 if let Some(rv) = new_rv.filter(|rv| !rv.is_empty())
@@ -1260,7 +1258,7 @@ mod tests {
     use kube::core::watch::{Bookmark, BookmarkMeta};
 
     use super::*;
-    use crate::listwatch::ListPage;
+    use crate::listwatch::{ListPage, map_event};
 
     #[test]
     fn the_watch_timeout_is_drawn_from_min_to_twice_min_and_min_is_never_below_five_minutes() {
@@ -1552,7 +1550,7 @@ mod tests {
                 let updates = updates.clone();
                 Arc::new(move |rv: &str| updates.lock().unwrap().push(rv.to_string()))
             });
-        let stream = futures::stream::iter(events.into_iter().map(Ok)).boxed();
+        let stream = futures::stream::iter(events.into_iter().map(|e| Ok(map_event(e, Arc::new)))).boxed();
         let transition = reflector
             .consume_watch(stream, from.to_string(), Instant::now(), propagate_rv_from_start)
             .await;
@@ -1649,7 +1647,7 @@ mod tests {
         ])
         .chain(later(vec![WatchEvent::Modified(cm("a", "12"))]))
         .chain(later(vec![WatchEvent::Deleted(cm("a", "13")), gone]))
-        .map(Ok)
+        .map(|e| Ok(map_event(e, Arc::new)))
         .boxed();
         let transition = reflector.consume_watch(stream, "9".into(), Instant::now(), true).await;
         assert_eq!(

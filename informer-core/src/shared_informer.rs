@@ -571,7 +571,8 @@ where
         self.inner.processor.remove_listener(&registration.listener)
     }
 
-    /// Sets a transform applied to every object before it enters the queue. Before start only.
+    /// Sets a transform applied to every object before it enters the queue, where the object
+    /// is decoded (see [`TransformFunc`]). Before start only.
     pub fn set_transform(&self, transform: impl Fn(K) -> K + Send + Sync + 'static) -> Result<(), InformerError> {
         let mut settings = self.settings();
         if settings.started {

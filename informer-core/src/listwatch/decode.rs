@@ -7,6 +7,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures::AsyncBufReadExt;
 use kube::Resource;
@@ -18,6 +19,7 @@ use serde_json::value::RawValue;
 
 use super::decoder::panic_message;
 use super::{ListPage, ListWatchError, MalformedObject};
+use crate::reflector::TransformFunc;
 
 /// An object's metadata alone. It must decode whole for the object to be named: an object
 /// whose metadata does not decode is not one the cache could hold under a key.
@@ -88,6 +90,62 @@ pub(crate) fn decode_list<K: Resource + DeserializeOwned + Clone + 'static>(
             Ok(page(list, malformed))
         }
     }
+}
+
+/// What is done to every object right after it is decoded, on the decoding thread: `compact`
+/// (see [`ApiListerWatcher::compact`](super::ApiListerWatcher::compact)), then the reflector's
+/// transform if it asked for one; then the object is put in the `Arc` the cache keeps it in.
+pub(super) struct Finish<K> {
+    pub(super) compact: fn(&mut K),
+    pub(super) transform: Option<TransformFunc<K>>,
+}
+
+impl<K> Clone for Finish<K> {
+    fn clone(&self) -> Self {
+        Finish {
+            compact: self.compact,
+            transform: self.transform.clone(),
+        }
+    }
+}
+
+/// `obj` passed through `transform` (if any), in the `Arc` it is cached in.
+fn share<K>(obj: K, transform: Option<&TransformFunc<K>>) -> Arc<K> {
+    Arc::new(match transform {
+        Some(transform) => transform(obj),
+        None => obj,
+    })
+}
+
+/// `page` with `f` applied to each of its objects.
+pub(super) fn map_page<K, T>(page: ListPage<K>, f: impl FnMut(K) -> T) -> ListPage<T> {
+    ListPage {
+        items: page.items.into_iter().map(f).collect(),
+        resource_version: page.resource_version,
+        continue_token: page.continue_token,
+        malformed: page.malformed,
+    }
+}
+
+/// `page`'s objects passed through `transform` (if any), each in the `Arc` it is cached in.
+pub(super) fn share_page<K>(page: ListPage<K>, transform: Option<&TransformFunc<K>>) -> ListPage<Arc<K>> {
+    map_page(page, |obj| share(obj, transform))
+}
+
+/// `event` with `f` applied to its object, if it carries one.
+pub(crate) fn map_event<K, T>(event: WatchEvent<K>, f: impl FnOnce(K) -> T) -> WatchEvent<T> {
+    match event {
+        WatchEvent::Added(obj) => WatchEvent::Added(f(obj)),
+        WatchEvent::Modified(obj) => WatchEvent::Modified(f(obj)),
+        WatchEvent::Deleted(obj) => WatchEvent::Deleted(f(obj)),
+        WatchEvent::Bookmark(bookmark) => WatchEvent::Bookmark(bookmark),
+        WatchEvent::Error(status) => WatchEvent::Error(status),
+    }
+}
+
+/// `event`'s object passed through `transform` (if any), in the `Arc` it is cached in.
+pub(super) fn share_event<K>(event: WatchEvent<K>, transform: Option<&TransformFunc<K>>) -> WatchEvent<Arc<K>> {
+    map_event(event, |obj| share(obj, transform))
 }
 
 /// Why [`line_reads`] ended a stream early.
@@ -259,23 +317,48 @@ pub(super) fn decode_lines<T>(lines: &[u8], mut decode: impl FnMut(&[u8]) -> Opt
     out
 }
 
-/// Decodes one line of a watch stream; `None` for a blank line. A line whose decoding panics
-/// (a `compact` function's panic) is a [`MalformedObject`] like one that does not decode: the
-/// reflector counts and skips it, and the watch goes on.
+/// Decodes one line of a watch stream as the lister-watcher does
+/// ([`decode_shared_watch_line`]) but leaves its object unshared; for the fuzz targets and
+/// tests.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn decode_watch_line<K: Resource + DeserializeOwned + Clone + 'static>(
     line: &str,
     skip_managed_fields: bool,
     compact: fn(&mut K),
 ) -> Option<Result<WatchEvent<K>, ListWatchError>> {
+    decode_watch_line_then(line, skip_managed_fields, compact, |event| event)
+}
+
+/// Decodes one line of a watch stream, its object passed through `finish`'s transform and put
+/// in its `Arc`; `None` for a blank line. A line whose decoding panics (a `compact` function's
+/// or the transform's panic) is a [`MalformedObject`] like one that does not decode: the
+/// reflector counts and skips it, and the watch goes on.
+pub(super) fn decode_shared_watch_line<K: Resource + DeserializeOwned + Clone + 'static>(
+    line: &str,
+    skip_managed_fields: bool,
+    finish: &Finish<K>,
+) -> Option<Result<WatchEvent<Arc<K>>, ListWatchError>> {
+    decode_watch_line_then(line, skip_managed_fields, finish.compact, |event| {
+        share_event(event, finish.transform.as_ref())
+    })
+}
+
+/// Decodes one watch line, `then` applied to the decoded event under the same panic guard.
+fn decode_watch_line_then<K: Resource + DeserializeOwned + Clone + 'static, T>(
+    line: &str,
+    skip_managed_fields: bool,
+    compact: fn(&mut K),
+    then: impl FnOnce(WatchEvent<K>) -> WatchEvent<T>,
+) -> Option<Result<WatchEvent<T>, ListWatchError>> {
     if line.trim().is_empty() {
         return None;
     }
     let decoded = catch_unwind(AssertUnwindSafe(|| {
-        decode_event::<K>(line, skip_managed_fields, compact)
+        decode_event::<K>(line, skip_managed_fields, compact).map(then)
     }));
     Some(decoded.unwrap_or_else(|panic| {
         let error = format!(
-            "decoding panicked (a compact function?): {}",
+            "decoding panicked (a compact or transform function?): {}",
             panic_message(panic.as_ref())
         );
         Err(ListWatchError::Malformed(malformed_event(line, error)))

@@ -8,25 +8,26 @@
 //! objects that replace them came from different arenas: a listed object freed when an update
 //! replaced it went back to an arena the watch decoder never allocates from, and the process
 //! grew by one object per update until every listed object had been replaced (peak RSS 1.5–1.7×
-//! kube-runtime's). Decoded on one thread, the contents of a lister-watcher's objects (their
-//! strings, maps and lists: almost all of their bytes) come from one arena, and what an update
-//! frees is what the next update allocates. The `Arc` each object is cached in is allocated by
-//! the reflector, on a tokio worker: one small block per object, outside that arena.
+//! kube-runtime's). Decoded on one thread, a lister-watcher's objects come from one arena: their
+//! contents (strings, maps and lists: almost all of their bytes) and the `Arc` each is cached
+//! in, which the thread allocates right after decoding the object (with the reflector's
+//! transform, if it has one: `ListerWatcher::list_shared`, `watch_shared`). What an update frees
+//! (handed back with `ListerWatcher::release`) is what the next update allocates.
 //!
 //! The network stays on tokio: the requests, the reads of response bodies and the prefetch of
 //! list pages run as before, and hand their bytes to this thread. A page fetched ahead queues
 //! behind the page being decoded, so fetching still overlaps decoding; the watch stream reads
-//! the connection while the previous read is decoded (`ApiListerWatcher::watch`).
+//! the connection while the previous read is decoded (`ApiListerWatcher::watch_shared`).
 //!
 //! Lifetime: the first job starts the thread (`kinformer-decode`); it ends once it has been
 //! idle for [`IDLE`] (a quiet watch, a stopped informer) or its lister-watcher is gone (after
 //! running the jobs already queued), and the next job starts it again, so a stopped informer
 //! holds no thread. A job whose caller is gone (a watch dropped, a page's fetch aborted) is
-//! skipped. A job that panics (a user's `compact` function on a list page's object; a watch
-//! line's panic is caught on its own and skipped as a malformed object) is logged with its
-//! resource and the panic's message; its caller gets `None` (the list page fails and the list
-//! is retried, the watch ends and is resumed from its last resourceVersion) and the thread
-//! goes on.
+//! skipped. A job that panics (a user's `compact` function or the reflector's transform on a
+//! list page's object; a watch line's panic is caught on its own and skipped as a malformed
+//! object) is logged with its resource and the panic's message; its caller gets `None` (the
+//! list page fails and the list is retried, the watch ends and is resumed from its last
+//! resourceVersion) and the thread goes on.
 //!
 //! Jobs run on tokio's blocking pool instead (`spawn_blocking`, panics caught the same way) if
 //! a thread cannot be started (logged once; this `DecodeThread` does not try again) or if the
@@ -108,7 +109,7 @@ impl DecodeThread {
                 Err(panic) => error!(
                     resource = %resource,
                     panic = panic_message(panic.as_ref()),
-                    "a decoding job panicked (a compact function?): its list page fails, or its \
+                    "a decoding job panicked (a compact or transform function?): its list page fails, or its \
                      watch ends and is resumed from its last resourceVersion"
                 ),
             }

@@ -40,8 +40,10 @@
 //! not on tokio's workers or blocking pool: glibc's malloc gives a freed block back to the
 //! arena of the thread that allocated it, so objects decoded on one thread and replaced by
 //! objects decoded on another left the first arena's memory unused, and the process grew by
-//! one object per update. The informer hands what it is done with (replaced and deleted
-//! objects) back to be dropped there ([`ListerWatcher::release`]). The requests, body reads and
+//! one object per update. The thread also applies the reflector's transform and puts each
+//! object in the `Arc` the cache keeps it in ([`ListerWatcher::list_shared`],
+//! [`ListerWatcher::watch_shared`]), and the informer hands what it is done with (replaced and
+//! deleted objects) back to be dropped there ([`ListerWatcher::release`]). The requests, body reads and
 //! page prefetch stay on tokio; pages fetched ahead wait in the thread's queue, and a watch
 //! reads the connection while its previous read is decoded.
 //!
@@ -85,12 +87,18 @@ use kube::core::{Request, Status};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
+use crate::reflector::TransformFunc;
+
 mod decode;
 mod decoder;
 mod pipeline;
 
-use decode::{LinesEnd, LinesRead, ReadBuffers, decode_lines, line_reads};
-pub(crate) use decode::{decode_list, decode_watch_line};
+pub(crate) use decode::decode_list;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use decode::decode_watch_line;
+#[cfg(test)]
+pub(crate) use decode::map_event;
+use decode::{Finish, LinesEnd, LinesRead, ReadBuffers, decode_lines, decode_shared_watch_line, line_reads};
 use decoder::DecodeThread;
 pub use pipeline::DEFAULT_PAGES_AHEAD;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -373,6 +381,47 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
         })
     }
 
+    /// [`list`](Self::list) as the reflector takes it: every object passed through
+    /// `transform` (if any) and put in the `Arc` the cache keeps it in. The default does both
+    /// on the caller, after `list`; [`ApiListerWatcher`] does them on its decoding thread,
+    /// right after decoding the object, so that the `Arc` comes from the same thread (and
+    /// arena) as the object's contents (see the module doc). A transform that panics there
+    /// fails the page (the list is retried).
+    fn list_shared(
+        &self,
+        params: &ListParams,
+        transform: Option<TransformFunc<K>>,
+    ) -> BoxFuture<'_, Result<ListPage<Arc<K>>, ListWatchError>>
+    where
+        K: Send + 'static,
+    {
+        let page = self.list(params);
+        Box::pin(async move { Ok(decode::share_page(page.await?, transform.as_ref())) })
+    }
+
+    /// [`watch`](Self::watch) as the reflector takes it: every object passed through
+    /// `transform` (if any) and put in the `Arc` the cache keeps it in. The default does both
+    /// on the caller, as it reads the stream; [`ApiListerWatcher`] does them on its decoding
+    /// thread, right after decoding the event (see the module doc). A transform that panics
+    /// there makes its event a [`ListWatchError::Malformed`] one.
+    fn watch_shared(
+        &self,
+        params: &WatchParams,
+        resource_version: &str,
+        transform: Option<TransformFunc<K>>,
+    ) -> BoxFuture<'_, Result<WatchStream<Arc<K>>, ListWatchError>>
+    where
+        K: Send + 'static,
+    {
+        let watch = self.watch(params, resource_version);
+        Box::pin(async move {
+            let events = watch.await?;
+            Ok(events
+                .map(move |event| event.map(|event| decode::share_event(event, transform.as_ref())))
+                .boxed())
+        })
+    }
+
     /// Frees `garbage`: what the informer is done with after applying a batch of this
     /// lister-watcher's objects to its cache (the replaced and deleted objects among it). The
     /// default drops it on the caller; [`ApiListerWatcher`] drops it on its decoding thread,
@@ -599,7 +648,21 @@ where
     K: Resource + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
 {
     fn list(&self, params: &ListParams) -> BoxFuture<'_, Result<ListPage<K>, ListWatchError>> {
+        let page = self.list_shared(params, None);
+        // Each `Arc` was made for this page alone: unwrapping it never clones.
+        Box::pin(async move { Ok(decode::map_page(page.await?, Arc::unwrap_or_clone)) })
+    }
+
+    fn list_shared(
+        &self,
+        params: &ListParams,
+        transform: Option<TransformFunc<K>>,
+    ) -> BoxFuture<'_, Result<ListPage<Arc<K>>, ListWatchError>> {
         let params = params.clone();
+        let finish = Finish {
+            compact: self.compact,
+            transform,
+        };
         Box::pin(async move {
             // A page fetched ahead serves only the request it was made for. A request for any
             // other page (a new list, a token the decoded page disagreed on) drops them all.
@@ -620,7 +683,7 @@ where
                         self.fetcher.clone(),
                         params.clone(),
                         Arc::downgrade(&self.ahead),
-                        self.compact,
+                        finish.clone(),
                     )
                     .await?
                 }
@@ -630,7 +693,7 @@ where
             if params.limit.is_some()
                 && let Some(token) = &page.continue_token
             {
-                fetch_ahead(&self.fetcher, &params, token.clone(), &self.ahead, self.compact);
+                fetch_ahead(&self.fetcher, &params, token.clone(), &self.ahead, &finish);
             }
             Ok(page)
         })
@@ -647,7 +710,10 @@ where
             self.fetcher.clone(),
             ListParams::default().limit(1),
             Weak::new(),
-            self.compact,
+            Finish {
+                compact: self.compact,
+                transform: None,
+            },
         );
         Box::pin(async move { Ok(page.await?.resource_version) })
     }
@@ -657,10 +723,29 @@ where
         params: &WatchParams,
         resource_version: &str,
     ) -> BoxFuture<'_, Result<WatchStream<K>, ListWatchError>> {
+        let watch = self.watch_shared(params, resource_version, None);
+        Box::pin(async move {
+            // Each `Arc` was made for this event alone: unwrapping it never clones.
+            let events = watch.await?;
+            Ok(events
+                .map(|event| event.map(|event| decode::map_event(event, Arc::unwrap_or_clone)))
+                .boxed())
+        })
+    }
+
+    fn watch_shared(
+        &self,
+        params: &WatchParams,
+        resource_version: &str,
+        transform: Option<TransformFunc<K>>,
+    ) -> BoxFuture<'_, Result<WatchStream<Arc<K>>, ListWatchError>> {
         let request = Request::new(&*self.fetcher.url_path).watch(params, resource_version);
         let max_event_bytes = self.max_event_bytes;
         let skip_managed_fields = self.fetcher.skip_managed_fields;
-        let compact = self.compact;
+        let finish = Finish {
+            compact: self.compact,
+            transform,
+        };
         Box::pin(async move {
             let mut request = request.map_err(|e| ListWatchError::Request(e.to_string()))?;
             // One event per line must reach us as it is written: no compression on watches.
@@ -674,10 +759,6 @@ where
                     .insert(http::header::ACCEPT, http::HeaderValue::from_static(ACCEPT_METADATA));
             }
             let body = self.fetcher.client.request_stream(request).await?;
-            let decode = move |line: &[u8]| match std::str::from_utf8(line) {
-                Ok(text) => decode_watch_line::<K>(text, skip_managed_fields, compact),
-                Err(_) => decode_watch_line::<K>(&String::from_utf8_lossy(line), skip_managed_fields, compact),
-            };
             let end = move |end: LinesEnd| match end {
                 LinesEnd::TooLong => Some(Err(ListWatchError::TooLarge {
                     what: "watch event",
@@ -705,6 +786,13 @@ where
             let buffers = ReadBuffers::default();
             let events = line_reads(body, max_event_bytes, buffers.clone())
                 .map(move |LinesRead { lines, end: read_end }| {
+                    let finish = finish.clone();
+                    let decode = move |line: &[u8]| match std::str::from_utf8(line) {
+                        Ok(text) => decode_shared_watch_line(text, skip_managed_fields, &finish),
+                        Err(_) => {
+                            decode_shared_watch_line(&String::from_utf8_lossy(line), skip_managed_fields, &finish)
+                        }
+                    };
                     // Handed to the thread now; awaited in order by `buffered`.
                     let decoded = decoder.run(resource.clone(), move || (decode_lines(&lines, decode), lines));
                     let buffers = buffers.clone();
@@ -802,7 +890,8 @@ mod tests {
         assert!(ListWatchError::api(410, "Expired", "too old").is_resource_expired());
     }
 
-    /// An API server in memory: every request is answered with one list page of one ConfigMap.
+    /// An API server in memory: a list is answered with one page of one ConfigMap, a watch
+    /// with one ADDED event of another.
     #[derive(Clone)]
     struct OnePage;
 
@@ -815,9 +904,17 @@ mod tests {
             std::task::Poll::Ready(Ok(()))
         }
 
-        fn call(&mut self, _: http::Request<kube::client::Body>) -> Self::Future {
-            let page = r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","namespace":"default"}}]}"#;
-            std::future::ready(Ok(http::Response::new(page.as_bytes().to_vec().into())))
+        fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+            let watch = request
+                .uri()
+                .query()
+                .is_some_and(|query| query.split('&').any(|pair| pair == "watch=true"));
+            let body = if watch {
+                "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"b\",\"namespace\":\"default\",\"resourceVersion\":\"6\"}}}\n"
+            } else {
+                r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"a","namespace":"default"}}]}"#
+            };
+            std::future::ready(Ok(http::Response::new(body.as_bytes().to_vec().into())))
         }
     }
 
@@ -861,5 +958,54 @@ mod tests {
         let namespaced = lister_watcher.with_url_path("/api/v1/namespaces/default/configmaps");
         assert_eq!(namespaced.url_path(), "/api/v1/namespaces/default/configmaps");
         assert!(!timer_fired_during_the_list(&namespaced).await);
+    }
+
+    #[tokio::test]
+    async fn shared_objects_are_transformed_and_put_in_their_arc_on_the_decoding_thread() {
+        type ConfigMap = k8s_openapi::api::core::v1::ConfigMap;
+        let lister_watcher =
+            ApiListerWatcher::<ConfigMap>::from_url_path(Client::new(OnePage, "default"), "/api/v1/configmaps");
+        let on = Arc::new(Mutex::new(Vec::new()));
+        let seen = on.clone();
+        let transform: TransformFunc<ConfigMap> = Arc::new(move |mut cm: ConfigMap| {
+            seen.lock()
+                .unwrap()
+                .push(std::thread::current().name().map(str::to_owned));
+            cm.data = Some([("transformed".to_string(), "yes".to_string())].into());
+            cm
+        });
+        let transformed = |cm: &ConfigMap| cm.data.as_ref().is_some_and(|data| data.contains_key("transformed"));
+
+        let page = lister_watcher
+            .list_shared(&ListParams::default(), Some(transform.clone()))
+            .await
+            .unwrap();
+        assert!(matches!(page.items.as_slice(), [cm] if transformed(cm) && Arc::strong_count(cm) == 1));
+        let events: Vec<_> = lister_watcher
+            .watch_shared(&WatchParams::default(), "5", Some(transform))
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert!(
+            matches!(events.as_slice(), [Ok(WatchEvent::Added(cm))] if transformed(cm)),
+            "{events:?}"
+        );
+        assert_eq!(*on.lock().unwrap(), vec![Some("kinformer-decode".to_string()); 2]);
+
+        // Unshared, as a hand-written caller takes them: the same objects, untransformed.
+        let page = lister_watcher.list(&ListParams::default()).await.unwrap();
+        assert!(matches!(page.items.as_slice(), [cm] if cm.metadata.name.as_deref() == Some("a") && !transformed(cm)));
+        let events: Vec<_> = lister_watcher
+            .watch(&WatchParams::default(), "5")
+            .await
+            .unwrap()
+            .collect()
+            .await;
+        assert!(
+            matches!(events.as_slice(), [Ok(WatchEvent::Added(cm))] if cm.metadata.name.as_deref() == Some("b")),
+            "{events:?}"
+        );
+        assert_eq!(on.lock().unwrap().len(), 2);
     }
 }

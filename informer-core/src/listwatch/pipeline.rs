@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::decode::{Finish, share_page};
 use super::decoder::DecodeThread;
 use super::{ACCEPT_METADATA_LIST, ListPage, ListWatchError, continuation, decode_list, list_request};
 
@@ -92,8 +93,8 @@ impl PageBuffers {
 }
 
 /// Pages requested ahead of the reflector (see the module doc), fetched and decoded by their
-/// own tasks; dropping one aborts it.
-pub(super) type PagesAhead<K> = HashMap<String, AbortOnDropHandle<Result<ListPage<K>, ListWatchError>>>;
+/// own tasks (with the transform of the request they follow); dropping one aborts it.
+pub(super) type PagesAhead<K> = HashMap<String, AbortOnDropHandle<Result<ListPage<Arc<K>>, ListWatchError>>>;
 
 /// How many pages may be in flight ahead of the reflector by default: two keep both cores
 /// decoding while the next request is answered, and bound the memory a list holds beyond what
@@ -105,17 +106,18 @@ pub(super) fn lock_ahead<K>(ahead: &Mutex<PagesAhead<K>>) -> MutexGuard<'_, Page
     ahead.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Fetches and decodes the page `params` asks for. As soon as its bytes are in, the page after
-/// it is requested (see [`fetch_ahead`]) and this one is decoded meanwhile. A plain function
+/// Fetches and decodes the page `params` asks for, each object finished as `finish` says and
+/// in its `Arc`, on the decoding thread. As soon as its bytes are in, the page after it is
+/// requested (see [`fetch_ahead`]) and this one is decoded meanwhile. A plain function
 /// returning a boxed future, not an `async fn`: its tasks spawn more of it.
 pub(super) fn fetch_page<K>(
     fetcher: Arc<PageFetcher>,
     params: ListParams,
     ahead: Weak<Mutex<PagesAhead<K>>>,
-    compact: fn(&mut K),
-) -> BoxFuture<'static, Result<ListPage<K>, ListWatchError>>
+    finish: Finish<K>,
+) -> BoxFuture<'static, Result<ListPage<Arc<K>>, ListWatchError>>
 where
-    K: Resource + DeserializeOwned + Clone + Send + 'static,
+    K: Resource + DeserializeOwned + Clone + Send + Sync + 'static,
 {
     Box::pin(async move {
         let mut request = list_request(&fetcher.url_path, &params)?;
@@ -129,14 +131,16 @@ where
         if params.limit.is_some()
             && let (Some(token), Some(ahead)) = (peek_continue(&bytes), ahead.upgrade())
         {
-            fetch_ahead(&fetcher, &params, token, &ahead, compact);
+            fetch_ahead(&fetcher, &params, token, &ahead, &finish);
         }
         let skip = fetcher.skip_managed_fields;
-        // Every page, small ones too, so that the contents of all of a cache's objects come
-        // from one arena (their `Arc`s are allocated by the reflector, on tokio).
+        // Every page, small ones too, so that all of a cache's objects (their contents and
+        // their `Arc`s) come from one arena.
         let decoded = fetcher.decoder.run(fetcher.url_path.clone(), move || {
             let page = match std::str::from_utf8(&bytes) {
-                Ok(text) => decode_list::<K>(text, skip, compact),
+                Ok(text) => {
+                    decode_list::<K>(text, skip, finish.compact).map(|page| share_page(page, finish.transform.as_ref()))
+                }
                 Err(e) => Err(ListWatchError::Decode(e.to_string())),
             };
             (page, bytes)
@@ -161,16 +165,16 @@ pub(super) fn fetch_ahead<K>(
     params: &ListParams,
     token: String,
     ahead: &Arc<Mutex<PagesAhead<K>>>,
-    compact: fn(&mut K),
+    finish: &Finish<K>,
 ) where
-    K: Resource + DeserializeOwned + Clone + Send + 'static,
+    K: Resource + DeserializeOwned + Clone + Send + Sync + 'static,
 {
     let mut pages = lock_ahead(ahead);
     if pages.len() >= fetcher.pages_ahead || pages.contains_key(&token) {
         return;
     }
     let next = continuation(params, token.clone());
-    let task = tokio::spawn(fetch_page(fetcher.clone(), next, Arc::downgrade(ahead), compact));
+    let task = tokio::spawn(fetch_page(fetcher.clone(), next, Arc::downgrade(ahead), finish.clone()));
     pages.insert(token, AbortOnDropHandle::new(task));
 }
 

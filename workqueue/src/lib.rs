@@ -45,6 +45,7 @@
 pub mod default_rate_limiters;
 pub mod delaying_queue;
 pub mod metrics;
+mod parking;
 pub mod priority_queue;
 pub mod queue;
 pub mod rate_limiting_queue;

@@ -52,11 +52,9 @@ use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
-use std::future::Future;
 use std::hash::Hash;
-use std::pin::{Pin, pin};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
-use std::task::{Context, Poll, Waker};
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -65,6 +63,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::default_rate_limiters::RateLimiter;
 use crate::metrics::{QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
+use crate::parking::{Get, Handout, Next, Parking, wake_one};
 use crate::queue::QueueConfig;
 use crate::tasks::{OwnedTask, TaskPanicked, spawn_owned};
 
@@ -167,11 +166,9 @@ struct Shared<T> {
 /// from `waiting` to `ready` (waiting items are dropped, but stay in `items` so `unfinished`
 /// lists them).
 ///
-/// Waking `get`s is the plain [`Queue`](crate::Queue)'s: a `get` parks (enters `parked`) only
-/// under the lock and only when it found nothing ready; every item made ready unparks the oldest
-/// parked `get` and wakes it once the lock is released, shutdown unparks them all, and a `get`
-/// dropped after its wake-up passes it on if items are ready. While every worker is busy, an
-/// add wakes nobody.
+/// Waking `get`s is the plain [`Queue`](crate::Queue)'s (see [`crate::parking`]): a `get` parks
+/// (enters `parking`) only under the lock and only when it found nothing ready; every item made
+/// ready unparks the oldest parked `get`.
 struct State<T> {
     items: HashMap<T, Item, foldhash::fast::RandomState>,
     ready: BTreeMap<Reverse<i32>, Line<T>>,
@@ -184,10 +181,8 @@ struct State<T> {
     /// Set by `shut_down_with_drain`, cleared by `shut_down`.
     drain: bool,
     metrics: Option<QueueMetrics<T>>,
-    /// `get` calls waiting for an item, oldest first, by id (ids increase, so this is sorted).
-    parked: VecDeque<(u64, Waker)>,
-    /// The id the next parked `get` gets.
-    next_parked_id: u64,
+    /// `get` calls waiting for an item.
+    parking: Parking,
 }
 
 /// The ready items of one priority, by counter (see [`State`]).
@@ -285,8 +280,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
                 shutting_down: false,
                 drain: false,
                 metrics,
-                parked: VecDeque::new(),
-                next_parked_id: 0,
+                parking: Parking::new(),
             }),
             drained: Notify::new(),
             earliest_changed: Notify::new(),
@@ -368,10 +362,10 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
             return;
         }
         let added = state.add(item, priority, ready_at);
-        let waker = if added.ready { state.unpark_one() } else { None };
-        drop(state);
-        if let Some(waker) = waker {
-            waker.wake();
+        if added.ready {
+            wake_one(state);
+        } else {
+            drop(state);
         }
         if added.earliest_changed {
             self.shared.earliest_changed.notify_one();
@@ -391,11 +385,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
     /// [`Queue::get`](crate::Queue::get) does. Cancel safe: dropping the future takes nothing
     /// from the queue, and a wake-up it received passes to another `get`.
     pub async fn get_with_priority(&self) -> Option<(T, i32)> {
-        Get {
-            shared: &self.shared,
-            parked: None,
-        }
-        .await
+        Get::new(&self.shared.state).await
     }
 
     /// Marks `item`, handed out by `get`, as processed. If it was added again meanwhile (without
@@ -404,13 +394,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
     pub fn done(&self, item: &T) {
         let mut state = self.shared.lock();
         match state.done(item) {
-            Done::Requeued => {
-                let waker = state.unpark_one();
-                drop(state);
-                if let Some(waker) = waker {
-                    waker.wake();
-                }
-            }
+            Done::Requeued => wake_one(state),
             Done::Finished if state.drain && state.is_idle() => {
                 drop(state);
                 self.shared.drained.notify_waiters();
@@ -501,11 +485,11 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> PriorityQueue<T> {
             let mut state = self.shared.lock();
             state.shutting_down = true;
             state.drain = drain;
-            std::mem::take(&mut state.parked)
+            state.parking.unpark_all()
         };
         tracing::debug!(queue = %self.shared.name, drain, "shutting down priority work queue");
         self.shared.shutdown.cancel();
-        for (_, waker) in parked {
+        for waker in parked {
             waker.wake();
         }
         self.shared.drained.notify_waiters();
@@ -537,32 +521,9 @@ impl<T> fmt::Debug for PriorityQueue<T> {
     }
 }
 
-/// As `Queue`'s: failed `try_lock`s before [`Shared::lock`] blocks, and the longest pause
-/// between two, in `spin_loop` hints.
-const LOCK_RETRIES: u32 = 12;
-const MAX_BACKOFF_SPINS: u32 = 256;
-
 impl<T> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
-        // As in `Queue`: under contention, back off before retrying rather than grabbing the
-        // lock the moment it is released (the holder then takes it again while its cache lines
-        // are local); after a bounded spin, wait as usual.
-        let mut backoff = 1;
-        for _ in 0..LOCK_RETRIES {
-            match self.state.try_lock() {
-                Ok(guard) => return guard,
-                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    for _ in 0..backoff {
-                        std::hint::spin_loop();
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF_SPINS);
-                }
-            }
-        }
-        // As in `Queue`: a panic under the lock comes from `T`'s trait impls or a metrics
-        // implementation; keep serving the other items rather than panicking in every caller.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::parking::lock(&self.state)
     }
 
     fn own_task(&self, task: OwnedTask) {
@@ -581,9 +542,7 @@ async fn waiting_loop<T: Clone + Eq + Hash>(shared: Arc<Shared<T>>, stop: Cancel
         let (wakers, next) = {
             let mut state = shared.lock();
             let (moved, next) = state.move_ready(Instant::now());
-            let unparked = moved.min(state.parked.len());
-            let wakers: Vec<Waker> = state.parked.drain(..unparked).map(|(_, waker)| waker).collect();
-            (wakers, next)
+            (state.parking.unpark(moved), next)
         };
         for waker in wakers {
             waker.wake();
@@ -620,91 +579,6 @@ struct Added {
     ready: bool,
     /// The earliest waiting time changed: re-arm the timer.
     earliest_changed: bool,
-}
-
-/// The future of [`PriorityQueue::get_with_priority`], as `Queue`'s: the first poll takes an
-/// item under the lock if one is ready, so a busy worker never parks; otherwise it parks in
-/// `State::parked`. Making an item ready unparks it (removes it from `parked`) before waking it,
-/// so a poll that finds itself still parked was not woken for an item and refreshes its waker.
-struct Get<'a, T> {
-    shared: &'a Shared<T>,
-    /// Our id in `State::parked`, from parking until we see we were unparked.
-    parked: Option<u64>,
-}
-
-impl<T: Clone + Eq + Hash> Future for Get<'_, T> {
-    type Output = Option<(T, i32)>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        let mut state = this.shared.lock();
-        if let Some(id) = this.parked {
-            if let Some(waker) = state.parked_waker(id) {
-                waker.clone_from(cx.waker());
-                return Poll::Pending;
-            }
-            this.parked = None;
-        }
-        match state.next() {
-            Next::Item(item, priority) => Poll::Ready(Some((item, priority))),
-            Next::ShutDown => Poll::Ready(None),
-            Next::Wait => {
-                this.parked = Some(state.park(cx.waker().clone()));
-                Poll::Pending
-            }
-        }
-    }
-}
-
-impl<T> Drop for Get<'_, T> {
-    fn drop(&mut self) {
-        let Some(id) = self.parked else {
-            return;
-        };
-        let mut state = self.shared.lock();
-        let Some(index) = state.parked_index(id) else {
-            // Unparked for an item we will never take: pass the wake-up on.
-            let waker = if state.ready_len == 0 { None } else { state.unpark_one() };
-            drop(state);
-            if let Some(waker) = waker {
-                waker.wake();
-            }
-            return;
-        };
-        state.parked.remove(index);
-    }
-}
-
-impl<T> State<T> {
-    /// Registers a parked `get`; returns its id.
-    fn park(&mut self, waker: Waker) -> u64 {
-        let id = self.next_parked_id;
-        self.next_parked_id += 1;
-        self.parked.push_back((id, waker));
-        id
-    }
-
-    /// Unparks the oldest parked `get`, if any; the caller wakes it after releasing the lock.
-    fn unpark_one(&mut self) -> Option<Waker> {
-        self.parked.pop_front().map(|(_, waker)| waker)
-    }
-
-    fn parked_index(&self, id: u64) -> Option<usize> {
-        self.parked.binary_search_by_key(&id, |(parked, _)| *parked).ok()
-    }
-
-    /// The waker of the parked `get` `id`, if it is still parked.
-    fn parked_waker(&mut self, id: u64) -> Option<&mut Waker> {
-        let index = self.parked_index(id)?;
-        Some(&mut self.parked[index].1)
-    }
-}
-
-/// What `get` should do.
-enum Next<T> {
-    Item(T, i32),
-    ShutDown,
-    Wait,
 }
 
 /// What `State::done` did.
@@ -900,18 +774,6 @@ impl<T: Clone + Eq + Hash> State<T> {
         }
     }
 
-    /// Hands out the first ready item, if any.
-    fn next(&mut self) -> Next<T> {
-        let Some((item, priority)) = self.pop_ready() else {
-            return if self.shutting_down { Next::ShutDown } else { Next::Wait };
-        };
-        self.processing += 1;
-        if let Some(metrics) = &mut self.metrics {
-            metrics.get_at(&item, priority);
-        }
-        Next::Item(item, priority)
-    }
-
     /// Takes the first live entry of the first line with one, marking its item processing.
     fn pop_ready(&mut self) -> Option<(T, i32)> {
         if self.ready_len == 0 {
@@ -1056,6 +918,30 @@ impl<T: Clone + Eq + Hash> State<T> {
         assert_eq!(ready, self.ready_len, "ready_len");
         assert_eq!(waiting, self.waiting.len(), "waiting holds an item not waiting");
         assert_eq!(processing, self.processing, "processing count");
+    }
+}
+
+impl<T: Clone + Eq + Hash> Handout for State<T> {
+    type Item = (T, i32);
+
+    fn parking(&mut self) -> &mut Parking {
+        &mut self.parking
+    }
+
+    /// Hands out the first ready item, if any, with its priority.
+    fn next(&mut self) -> Next<(T, i32)> {
+        let Some((item, priority)) = self.pop_ready() else {
+            return if self.shutting_down { Next::ShutDown } else { Next::Wait };
+        };
+        self.processing += 1;
+        if let Some(metrics) = &mut self.metrics {
+            metrics.get_at(&item, priority);
+        }
+        Next::Item((item, priority))
+    }
+
+    fn has_ready(&self) -> bool {
+        self.ready_len != 0
     }
 }
 

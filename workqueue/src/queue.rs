@@ -40,16 +40,15 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::future::Future;
 use std::hash::Hash;
-use std::pin::{Pin, pin};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
-use std::task::{Context, Poll, Waker};
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::{MetricsProvider, QueueMetrics, UNFINISHED_WORK_UPDATE_PERIOD};
+use crate::parking::{Get, Handout, Next, Parking, wake_one};
 use crate::tasks::{OwnedTask, TaskPanicked, spawn_owned};
 
 /// Configuration of a queue (client-go's `QueueConfig`).
@@ -138,11 +137,8 @@ struct Shared<T> {
 /// - Once `shutting_down`, no item enters `items`: adds are ignored. Items already queued are
 ///   still handed out (and items dirty when it began are requeued by `done`), so `items` only
 ///   shrinks from then on.
-/// - A `get` parks (enters `parked`) only under the lock and only when it found nothing to hand
-///   out. Every push to `queue` unparks the oldest parked `get` and wakes it once the lock is
-///   released (like `sync.Cond.Signal`), shutdown unparks them all, and a `get` dropped after its
-///   wake-up passes it on if items are queued: no wake-up is lost, and while every worker is busy
-///   (`parked` empty) an add wakes nobody and touches no other memory.
+/// - A `get` parks (enters `parking`) only under the lock and only when it found nothing to hand
+///   out; every push to `queue` unparks the oldest parked `get` (see [`crate::parking`]).
 struct State<T> {
     queue: VecDeque<T>,
     /// How many items were ever popped from `queue`.
@@ -156,10 +152,8 @@ struct State<T> {
     /// drain is being waited for. `get` behaves the same either way.
     drain: bool,
     metrics: Option<QueueMetrics<T>>,
-    /// `get` calls waiting for an item, oldest first, by id (ids increase, so this is sorted).
-    parked: VecDeque<(u64, Waker)>,
-    /// The id the next parked `get` gets.
-    next_parked_id: u64,
+    /// `get` calls waiting for an item.
+    parking: Parking,
 }
 
 impl<T: Clone + Eq + Hash + Send + Sync + 'static> Default for Queue<T> {
@@ -197,8 +191,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
                     shutting_down: false,
                     drain: false,
                     metrics,
-                    parked: VecDeque::new(),
-                    next_parked_id: 0,
+                    parking: Parking::new(),
                 }),
                 drained: Notify::new(),
                 shutdown: CancellationToken::new(),
@@ -229,11 +222,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
             return Err(item);
         }
         if state.add(item) {
-            let waker = state.unpark_one();
-            drop(state);
-            if let Some(waker) = waker {
-                waker.wake();
-            }
+            wake_one(state);
         }
         Ok(())
     }
@@ -249,11 +238,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
     ///
     /// Cancel safe: dropping the future takes nothing from the queue.
     pub async fn get(&self) -> Option<T> {
-        Get {
-            shared: &self.shared,
-            parked: None,
-        }
-        .await
+        Get::new(&self.shared.state).await
     }
 
     /// Marks `item`, handed out by [`get`](Self::get), as processed.
@@ -263,13 +248,7 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
     pub fn done(&self, item: &T) {
         let mut state = self.shared.lock();
         match state.done(item) {
-            Done::Requeued => {
-                let waker = state.unpark_one();
-                drop(state);
-                if let Some(waker) = waker {
-                    waker.wake();
-                }
-            }
+            Done::Requeued => wake_one(state),
             // Only a drain waits for idleness (`shut_down` wakes it separately).
             Done::Finished if state.drain && state.is_idle() => {
                 drop(state);
@@ -341,11 +320,11 @@ impl<T: Clone + Eq + Hash + Send + Sync + 'static> Queue<T> {
             let mut state = self.shared.lock();
             state.shutting_down = true;
             state.drain = drain;
-            std::mem::take(&mut state.parked)
+            state.parking.unpark_all()
         };
         tracing::debug!(queue = %self.shared.name, drain, "shutting down work queue");
         self.shared.shutdown.cancel();
-        for (_, waker) in parked {
+        for waker in parked {
             waker.wake();
         }
         self.shared.drained.notify_waiters();
@@ -436,13 +415,6 @@ impl<T> fmt::Debug for Queue<T> {
     }
 }
 
-/// Failed `try_lock`s before [`Shared::lock`] blocks, and the longest pause between two, in
-/// `spin_loop` hints. Backing off 1, 2, 4, … 256 hints, then 256 three more times: about 1300
-/// hints in all (~30 µs where a hint costs 25 ns, as on the benchmark machine). Measured with
-/// the throughput bench: shorter back-offs (8 retries up to 64) lose most of the gain.
-const LOCK_RETRIES: u32 = 12;
-const MAX_BACKOFF_SPINS: u32 = 256;
-
 /// The last handle is gone: stop the tasks serving the queue now rather than at their next tick.
 impl<T> Drop for Shared<T> {
     fn drop(&mut self) {
@@ -452,28 +424,7 @@ impl<T> Drop for Shared<T> {
 
 impl<T> Shared<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
-        // Under contention, back off before retrying instead of grabbing the lock the moment it
-        // is released: the holder then takes it again while its cache lines are still local,
-        // which is what makes two workers faster than one rather than slower (see BENCHMARKS.md).
-        // Uncontended, the first `try_lock` succeeds; after the bounded spin (a few thousand
-        // cycles), wait as usual, so a preempted holder is not spun on for long.
-        let mut backoff = 1;
-        for _ in 0..LOCK_RETRIES {
-            match self.state.try_lock() {
-                Ok(guard) => return guard,
-                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    for _ in 0..backoff {
-                        std::hint::spin_loop();
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF_SPINS);
-                }
-            }
-        }
-        // A panic under the lock can only come from `T`'s `Hash`/`Eq`/`Clone` or from a metrics
-        // implementation. It may leave that one item half-moved, but the queue stays memory-safe
-        // and usable for every other item, which beats making every worker panic in turn.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::parking::lock(&self.state)
     }
 }
 
@@ -485,100 +436,6 @@ struct Ticket {
     position: u64,
     /// Added again while being processed (never set while queued).
     dirty: bool,
-}
-
-/// The future of [`Queue::get`].
-///
-/// The first poll takes an item under the lock if one is queued, so a busy worker never parks.
-/// Otherwise it parks in `State::parked`; an add or requeue unparks it (removes it from
-/// `parked`) before waking it, so a poll that finds itself still parked was not woken for an
-/// item and just refreshes its waker.
-struct Get<'a, T> {
-    shared: &'a Shared<T>,
-    /// Our id in `State::parked`, from parking until we see we were unparked.
-    parked: Option<u64>,
-}
-
-impl<T: Clone + Eq + Hash> Future for Get<'_, T> {
-    type Output = Option<T>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        let this = self.get_mut();
-        let mut state = this.shared.lock();
-        if let Some(id) = this.parked {
-            if let Some(waker) = state.parked_waker(id) {
-                waker.clone_from(cx.waker());
-                return Poll::Pending;
-            }
-            this.parked = None;
-        }
-        match state.next() {
-            Next::Item(item) => Poll::Ready(Some(item)),
-            Next::ShutDown => Poll::Ready(None),
-            Next::Wait => {
-                this.parked = Some(state.park(cx.waker().clone()));
-                Poll::Pending
-            }
-        }
-    }
-}
-
-impl<T> Drop for Get<'_, T> {
-    fn drop(&mut self) {
-        let Some(id) = self.parked else {
-            return;
-        };
-        let mut state = self.shared.lock();
-        let Some(index) = state.parked_index(id) else {
-            // Unparked for an item we will never take: pass the wake-up on.
-            let waker = if state.queue.is_empty() {
-                None
-            } else {
-                state.unpark_one()
-            };
-            drop(state);
-            if let Some(waker) = waker {
-                waker.wake();
-            }
-            return;
-        };
-        state.parked.remove(index);
-    }
-}
-
-/// What `get` should do, decided by `State::next`.
-enum Next<T> {
-    /// Hand out this item.
-    Item(T),
-    /// Return `None`: shutting down and nothing left queued.
-    ShutDown,
-    /// Wait for an add.
-    Wait,
-}
-
-impl<T> State<T> {
-    /// Registers a parked `get`; returns its id.
-    fn park(&mut self, waker: Waker) -> u64 {
-        let id = self.next_parked_id;
-        self.next_parked_id += 1;
-        self.parked.push_back((id, waker));
-        id
-    }
-
-    /// Unparks the oldest parked `get`, if any; the caller wakes it after releasing the lock.
-    fn unpark_one(&mut self) -> Option<Waker> {
-        self.parked.pop_front().map(|(_, waker)| waker)
-    }
-
-    fn parked_index(&self, id: u64) -> Option<usize> {
-        self.parked.binary_search_by_key(&id, |(parked, _)| *parked).ok()
-    }
-
-    /// The waker of the parked `get` `id`, if it is still parked.
-    fn parked_waker(&mut self, id: u64) -> Option<&mut Waker> {
-        let index = self.parked_index(id)?;
-        Some(&mut self.parked[index].1)
-    }
 }
 
 /// What `State::done` did.
@@ -619,17 +476,6 @@ impl<T: Clone + Eq + Hash> State<T> {
                 });
                 true
             }
-        }
-    }
-
-    /// Hands out the next item if there is one to hand out: client-go's `Get`, which hands out
-    /// queued items whether or not the queue is shutting down, and reports the shutdown only
-    /// once the queue is empty.
-    fn next(&mut self) -> Next<T> {
-        match self.pop() {
-            Some(item) => Next::Item(item),
-            None if self.shutting_down => Next::ShutDown,
-            None => Next::Wait,
         }
     }
 
@@ -690,6 +536,26 @@ impl<T: Clone + Eq + Hash> State<T> {
             .filter(|ticket| ticket.position >= self.popped)
             .count();
         assert_eq!(queued, self.queue.len(), "an item claims to be queued but is not");
+    }
+}
+
+impl<T: Clone + Eq + Hash> Handout for State<T> {
+    type Item = T;
+
+    fn parking(&mut self) -> &mut Parking {
+        &mut self.parking
+    }
+
+    fn next(&mut self) -> Next<T> {
+        match self.pop() {
+            Some(item) => Next::Item(item),
+            None if self.shutting_down => Next::ShutDown,
+            None => Next::Wait,
+        }
+    }
+
+    fn has_ready(&self) -> bool {
+        !self.queue.is_empty()
     }
 }
 

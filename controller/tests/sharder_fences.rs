@@ -8,8 +8,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use controller::LeaderElectionConfig;
 use controller::sharding::{FENCE_ANNOTATION, RING_LABEL, Sharder, ShardingConfig};
-use controller::{LeaderElectionConfig, ManagerStatus};
 use factory::SharedInformerFactory;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -37,6 +37,17 @@ fn init_tracing() {
         .try_init();
 }
 
+/// envtest, its client, and its Leases in `NAMESPACE`.
+async fn start_envtest() -> (envtest::Server, kube::Client, Api<Lease>) {
+    init_tracing();
+    let env = envtest::Server::start(envtest::Config::default())
+        .await
+        .expect("envtest");
+    let client = env.client();
+    let leases = Api::namespaced(client.clone(), NAMESPACE);
+    (env, client, leases)
+}
+
 fn sharding() -> ShardingConfig {
     ShardingConfig::new(RING, "sharder")
         .namespace(NAMESPACE)
@@ -53,17 +64,17 @@ fn shard_label() -> String {
 struct SharderManager {
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), controller::ManagerError>>,
-    status: ManagerStatus,
     leader_factory: SharedInformerFactory,
 }
 
 impl SharderManager {
-    fn start(env: &envtest::Server, children: bool) -> Self {
-        Self::start_with(env, children, |sharder| sharder)
+    /// Starts the Manager and waits until it leads.
+    async fn start(env: &envtest::Server, children: bool) -> Self {
+        Self::start_with(env, children, |sharder| sharder).await
     }
 
     /// As [`start`](Self::start), with the sharder's settings changed by `configure`.
-    fn start_with(
+    async fn start_with(
         env: &envtest::Server,
         children: bool,
         configure: impl FnOnce(Sharder<ConfigMap>) -> Sharder<ConfigMap>,
@@ -80,17 +91,19 @@ impl SharderManager {
         let (status, leader_factory) = (manager.status(), manager.leader_factory().clone());
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(manager.run(shutdown.clone()));
+        common::until_leading(WAIT, &status).await;
         SharderManager {
             shutdown,
             task,
-            status,
             leader_factory,
         }
     }
 
-    async fn stop(self) {
+    /// Stops the Manager, then envtest.
+    async fn stop(self, env: envtest::Server) {
         self.shutdown.cancel();
         self.task.await.unwrap().unwrap();
+        env.shutdown().await;
     }
 }
 
@@ -125,15 +138,12 @@ async fn write_lease(api: &Api<Lease>, shard: &str, holder: &str, renewed: jiff:
     }
 }
 
-/// Keeps shard `shard`'s Lease held and renewed (every `RETRY`) until the token fires: a live
-/// shard, as the sharder sees it.
-fn keep_renewing(client: &kube::Client, shard: &str) -> CancellationToken {
+/// Writes shard `shard`'s Lease held by it and renewed now, and keeps it renewed (every `RETRY`)
+/// until the token fires: a live shard, as the sharder sees it.
+async fn live_shard(leases: &Api<Lease>, shard: &str) -> CancellationToken {
+    write_lease(leases, shard, shard, jiff::Timestamp::now(), None).await;
     let stop = CancellationToken::new();
-    let (api, shard, done) = (
-        Api::<Lease>::namespaced(client.clone(), NAMESPACE),
-        shard.to_owned(),
-        stop.clone(),
-    );
+    let (api, shard, done) = (leases.clone(), shard.to_owned(), stop.clone());
     tokio::spawn(async move {
         while !done.is_cancelled() {
             let name = format!("{RING}-{shard}");
@@ -164,8 +174,31 @@ async fn labels(api: &Api<ConfigMap>) -> BTreeMap<String, (Option<String>, bool)
         .collect()
 }
 
-fn fenced(lease: &Lease) -> bool {
-    lease.annotations().contains_key(FENCE_ANNOTATION)
+/// Whether Lease `name` carries a sharder's fence.
+async fn fenced(leases: &Api<Lease>, name: &str) -> bool {
+    leases
+        .get(name)
+        .await
+        .unwrap()
+        .annotations()
+        .contains_key(FENCE_ANNOTATION)
+}
+
+/// Between two polls for something due by `deadline`: fails once `deadline` has passed, with
+/// `failure` given the time that was allowed (`deadline - since`); else waits 50 ms.
+async fn poll_again(since: Instant, deadline: Instant, failure: impl FnOnce(Duration) -> String) {
+    assert!(Instant::now() < deadline, "{}", failure(deadline - since));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// Polls until Lease `name` is deleted; fails at `deadline` (told as a time since `since`).
+async fn until_deleted(leases: &Api<Lease>, name: &str, since: Instant, deadline: Instant) {
+    while leases.get_opt(name).await.unwrap().is_some() {
+        poll_again(since, deadline, |within| {
+            format!("{name} not deleted within {within:?}")
+        })
+        .await;
+    }
 }
 
 /// A newly elected sharder gives every shard it finds a full lease duration before judging it
@@ -176,27 +209,20 @@ fn fenced(lease: &Lease) -> bool {
 /// no renewal seen, it fences the Lease, moves the objects to the live shard-0 and lifts the fence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_sharder_gives_every_shard_it_finds_a_lease_duration() {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
-    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let (env, client, leases) = start_envtest().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
     let n = 20;
     for i in 0..n {
         let mut cm = common::configmap(NAMESPACE, &format!("obj-{i}"), "1");
         cm.metadata.labels = Some(BTreeMap::from([(shard_label(), "shard-x".to_owned())]));
         cms.create(&PostParams::default(), &cm).await.unwrap();
     }
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
-    let now = jiff::Timestamp::now();
-    write_lease(&leases, "shard-0", "shard-0", now, None).await;
-    let renewing = keep_renewing(&client, "shard-0");
-    let stale = now - jiff::SignedDuration::try_from(LEASE + Duration::from_secs(1)).unwrap();
+    let renewing = live_shard(&leases, "shard-0").await;
+    let stale = jiff::Timestamp::now() - jiff::SignedDuration::try_from(LEASE + Duration::from_secs(1)).unwrap();
     write_lease(&leases, "shard-x", "shard-x", stale, None).await;
+    let shard_x = format!("{RING}-shard-x");
 
-    let sharder = SharderManager::start(&env, false);
-    common::until_leading(WAIT, &sharder.status).await;
+    let sharder = SharderManager::start(&env, false).await;
     // The sharder's term began at or before this; its grace ends a lease duration after its
     // first judgement of the ring, later still.
     let leading = Instant::now();
@@ -205,9 +231,8 @@ async fn a_new_sharder_gives_every_shard_it_finds_a_lease_duration() {
     // (it asked shard-x to drain the objects the ring gives shard-0).
     let mut drains_seen = false;
     while leading.elapsed() < LEASE - Duration::from_millis(200) {
-        let lease = leases.get(&format!("{RING}-shard-x")).await.unwrap();
         assert!(
-            !fenced(&lease),
+            !fenced(&leases, &shard_x).await,
             "shard-x fenced {:?} after the election",
             leading.elapsed()
         );
@@ -228,22 +253,18 @@ async fn a_new_sharder_gives_every_shard_it_finds_a_lease_duration() {
     let deadline = leading + LEASE + CHECK + SLACK;
     loop {
         let all = labels(&cms).await;
-        let lease = leases.get(&format!("{RING}-shard-x")).await.unwrap();
-        if all.values().all(|l| *l == (Some("shard-0".to_owned()), false)) && !fenced(&lease) {
+        if all.values().all(|l| *l == (Some("shard-0".to_owned()), false)) && !fenced(&leases, &shard_x).await {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "shard-x's objects not moved (fence lifted) within {:?}: {all:?}",
-            deadline - leading
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        poll_again(leading, deadline, |within| {
+            format!("shard-x's objects not moved (fence lifted) within {within:?}: {all:?}")
+        })
+        .await;
     }
     eprintln!("shard-x's objects moved {:?} after the election", leading.elapsed());
 
     renewing.cancel();
-    sharder.stop().await;
-    env.shutdown().await;
+    sharder.stop(env).await;
 }
 
 /// A sharder that died while it fenced a shard leaves the fence on the Lease; in a ring with no
@@ -252,54 +273,33 @@ async fn a_new_sharder_gives_every_shard_it_finds_a_lease_duration() {
 /// Lease once it has been free for the grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fence_left_in_a_ring_with_no_object_is_lifted() {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let (env, _, leases) = start_envtest().await;
     let name = format!("{RING}-shard-x");
     // Taken first: the Lease is free from `written`, which is not before `written_at`.
     let written_at = Instant::now();
     let written = jiff::Timestamp::now();
     write_lease(&leases, "shard-x", "", written, Some("left-by-a-dead-sharder")).await;
 
-    let sharder = SharderManager::start(&env, false);
-    common::until_leading(WAIT, &sharder.status).await;
+    let sharder = SharderManager::start(&env, false).await;
     let leading = Instant::now();
     let deadline = leading + CHECK + SLACK;
-    loop {
-        let lease = leases.get(&name).await.unwrap();
-        if !fenced(&lease) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the fence left on {name} not lifted within {:?}",
-            deadline - leading
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    while fenced(&leases, &name).await {
+        poll_again(leading, deadline, |within| {
+            format!("the fence left on {name} not lifted within {within:?}")
+        })
+        .await;
     }
     eprintln!("fence lifted {:?} after the election", leading.elapsed());
 
     // Released at `written`, unfenced now: deleted once free for twice the lease duration.
-    let deadline = written_at + 2 * LEASE + CHECK + SLACK;
-    while leases.get_opt(&name).await.unwrap().is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "{name} not deleted within {:?}",
-            deadline - written_at
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_deleted(&leases, &name, written_at, written_at + 2 * LEASE + CHECK + SLACK).await;
     assert!(
         written_at.elapsed() >= 2 * LEASE,
         "deleted after {:?}, before the grace",
         written_at.elapsed()
     );
 
-    sharder.stop().await;
-    env.shutdown().await;
+    sharder.stop(env).await;
 }
 
 /// The sharder finds an owner's children by the owner-uid index it adds to the child type's
@@ -309,11 +309,7 @@ async fn a_fence_left_in_a_ring_with_no_object_is_lifted() {
 /// label.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn children_are_found_by_their_owners_uid() {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
+    let (env, client, leases) = start_envtest().await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let n = 10;
@@ -350,12 +346,9 @@ async fn children_are_found_by_their_owners_uid() {
         }
         uids.insert(name, uid);
     }
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
-    write_lease(&leases, "shard-0", "shard-0", jiff::Timestamp::now(), None).await;
-    let renewing = keep_renewing(&client, "shard-0");
+    let renewing = live_shard(&leases, "shard-0").await;
 
-    let sharder = SharderManager::start(&env, true);
-    common::until_leading(WAIT, &sharder.status).await;
+    let sharder = SharderManager::start(&env, true).await;
     let index = Sharder::<ConfigMap>::OWNER_UID_INDEX;
     let informer = sharder.leader_factory.metadata_informer_for::<Secret>().unwrap();
     let deadline = Instant::now() + WAIT;
@@ -393,8 +386,7 @@ async fn children_are_found_by_their_owners_uid() {
     assert_eq!(other.labels().get(&shard_label()), None);
 
     renewing.cancel();
-    sharder.stop().await;
-    env.shutdown().await;
+    sharder.stop(env).await;
 }
 
 /// The deletion grace is a setting ([`Sharder::deletion_grace`]): with four lease durations, a
@@ -402,12 +394,8 @@ async fn children_are_found_by_their_owners_uid() {
 /// than the lease duration is refused when the sharder is built.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_deletion_grace_is_a_setting() {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let client = env.client();
-    let factory = SharedInformerFactory::new(client.clone(), Duration::ZERO);
+    let (env, client, leases) = start_envtest().await;
+    let factory = SharedInformerFactory::new(client, Duration::ZERO);
     let refused = Sharder::<ConfigMap>::new(&factory, &sharding())
         .deletion_grace(LEASE)
         .build()
@@ -418,11 +406,9 @@ async fn the_deletion_grace_is_a_setting() {
         "{refused}"
     );
 
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
     let name = format!("{RING}-shard-x");
     let grace = 4 * LEASE;
-    let sharder = SharderManager::start_with(&env, false, |sharder| sharder.deletion_grace(grace));
-    common::until_leading(WAIT, &sharder.status).await;
+    let sharder = SharderManager::start_with(&env, false, |sharder| sharder.deletion_grace(grace)).await;
     // Taken first: the Lease is free from `released`, which is not before `released_at`.
     let released_at = Instant::now();
     write_lease(&leases, "shard-x", "", jiff::Timestamp::now(), None).await;
@@ -437,15 +423,7 @@ async fn the_deletion_grace_is_a_setting() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Deleted after the configured one.
-    let deadline = released_at + grace + CHECK + SLACK;
-    while leases.get_opt(&name).await.unwrap().is_some() {
-        assert!(
-            Instant::now() < deadline,
-            "{name} not deleted within {:?}",
-            deadline - released_at
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_deleted(&leases, &name, released_at, released_at + grace + CHECK + SLACK).await;
     let elapsed = released_at.elapsed();
     eprintln!("released Lease deleted {elapsed:?} after its release (grace {grace:?})");
     assert!(
@@ -453,6 +431,5 @@ async fn the_deletion_grace_is_a_setting() {
         "deleted after {elapsed:?}, before the grace of {grace:?}"
     );
 
-    sharder.stop().await;
-    env.shutdown().await;
+    sharder.stop(env).await;
 }

@@ -14,8 +14,8 @@
 use std::any::TypeId;
 use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use factory::{CacheOptions, FactoryResource, PartialObjectMeta, SharedInformerFactory};
 use futures::StreamExt;
@@ -27,7 +27,7 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client, Resource};
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry};
 use serde_json::{Map, Value};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::membership::{Fence, RingMembership, is_fenced, next_expiry};
 use super::{RING_LABEL, ShardingConfig, ring};
@@ -72,14 +72,18 @@ impl ShardingMetrics {
             moves: IntCounterVec::new(
                 Opts::new(
                     "kinformer_sharding_moves_total",
-                    "Objects moved to another shard: after a drain, or at once from a shard whose lease expired",
+                    "Objects moved off their shard, by reason: drained (the old shard acknowledged a drain), \
+                     released (at once, from a shard whose Lease its graceful shutdown released) or expired \
+                     (at once, from a shard whose Lease expired or vanished)",
                 ),
                 &["ring", "reason"],
             )?,
             drain_duration: HistogramVec::new(
                 HistogramOpts::new(
                     "kinformer_sharding_drain_duration_seconds",
-                    "From an object's drain label to its reassignment",
+                    "From an object's drain label to its reassignment, by the wall clock: the start is the \
+                     object's sharding.kinformer.io/drain-started annotation, written with the drain label, so \
+                     a drain begun before a sharder failover is timed by the next sharder",
                 )
                 .buckets(prometheus::exponential_buckets(0.005, 2.0, 14)?),
                 &["ring"],
@@ -96,11 +100,16 @@ impl ShardingMetrics {
         self.objects.with_label_values(&[ring, shard]).get()
     }
 
-    /// The objects of `ring` moved for `reason` (`drained` or `expired`).
+    /// The objects of `ring` moved for `reason`: `drained` (the old shard acknowledged a
+    /// drain), `released` (from a shard whose Lease its graceful shutdown released) or
+    /// `expired` (from a shard whose Lease expired or vanished).
     pub fn moves(&self, ring: &str, reason: &str) -> u64 {
         self.moves.with_label_values(&[ring, reason]).get()
     }
 }
+
+/// [`Sharder::DRAIN_STARTED_ANNOTATION`].
+const DRAIN_STARTED: &str = "sharding.kinformer.io/drain-started";
 
 /// The sharder's workers unless [`Sharder::workers`] says otherwise.
 pub const DEFAULT_WORKERS: usize = 4;
@@ -186,6 +195,14 @@ impl<K: FactoryResource> Sharder<K> {
     /// informer of the child type, so a controller on the same factory may use it too.
     pub const OWNER_UID_INDEX: &'static str = "sharding.kinformer.io/controller-uid";
 
+    /// The annotation the sharder writes on an object with its drain label, in the same
+    /// conditional patch: when the drain began (RFC 3339, the sharder's wall clock). The
+    /// sharder that assigns the acknowledged object reads it for
+    /// `kinformer_sharding_drain_duration_seconds` and removes it with the assignment, so a
+    /// drain begun before a sharder failover is timed (by the new sharder's clock) and counted
+    /// as `drained`. A move from a gone shard removes it too.
+    pub const DRAIN_STARTED_ANNOTATION: &'static str = DRAIN_STARTED;
+
     /// Objects of type `C` follow their controller owner's shard label (the shards' controllers
     /// `owns::<C>()` them). The sharder finds an owner's children by
     /// [`OWNER_UID_INDEX`](Self::OWNER_UID_INDEX).
@@ -227,7 +244,7 @@ impl<K: FactoryResource> Sharder<K> {
                         }
                         let mut labels = Map::new();
                         labels.insert(shard_label.clone(), shard.clone().map_or(Value::Null, Value::String));
-                        patch_labels(&client, &resource, namespaced, meta, labels).await?;
+                        patch_meta(&client, &resource, namespaced, meta, labels, Map::new()).await?;
                     }
                     Ok(())
                 })
@@ -333,7 +350,6 @@ impl<K: FactoryResource> Sharder<K> {
             resource: ApiResource::erase::<K>(&()),
             namespaced: TypeId::of::<K::Scope>() == TypeId::of::<k8s_openapi::NamespaceResourceScope>(),
             metrics: sharding_metrics,
-            drains: Mutex::new(HashMap::new()),
             children: labellers,
         })
     }
@@ -537,21 +553,31 @@ fn membership_changes<K: Resource + Send + Sync + 'static>(
     })
 }
 
-/// A merge patch of `labels` (a `null` removes one) on the object `meta` names, conditional on
-/// its resourceVersion.
-async fn patch_labels(
+/// A merge patch of `labels` and `annotations` (a `null` removes one) on the object `meta`
+/// names, conditional on its resourceVersion.
+async fn patch_meta(
     client: &Client,
     resource: &ApiResource,
     namespaced: bool,
     meta: &ObjectMeta,
     labels: Map<String, Value>,
+    annotations: Map<String, Value>,
 ) -> Result<(), kube::Error> {
     let name = meta.name.as_deref().unwrap_or_default();
     let api: Api<DynamicObject> = match (&meta.namespace, namespaced) {
         (Some(ns), true) => Api::namespaced_with(client.clone(), ns, resource),
         _ => Api::all_with(client.clone(), resource),
     };
-    let patch = serde_json::json!({"metadata": {"resourceVersion": meta.resource_version, "labels": labels}});
+    let mut metadata = Map::new();
+    metadata.insert(
+        "resourceVersion".into(),
+        meta.resource_version.clone().map_or(Value::Null, Value::String),
+    );
+    metadata.insert("labels".into(), Value::Object(labels));
+    if !annotations.is_empty() {
+        metadata.insert("annotations".into(), Value::Object(annotations));
+    }
+    let patch = serde_json::json!({ "metadata": metadata });
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(|_| ())
@@ -570,91 +596,165 @@ pub struct SharderReconciler<K> {
     resource: ApiResource,
     namespaced: bool,
     metrics: ShardingMetrics,
-    /// When each drain this sharder started began (for the drain duration).
-    drains: Mutex<HashMap<ObjectKey, Instant>>,
     children: Vec<LabelChildren>,
 }
 
 impl<K: FactoryResource> SharderReconciler<K> {
-    /// The label writes `meta` needs, the shard its children should carry, and the gone shard
-    /// the writes move the object from without a drain (only under this sharder's fence on
-    /// that shard's Lease).
+    /// The label (and annotation) writes `meta` needs, the shard its children should carry,
+    /// the gone shard the writes move the object from without a drain (only under this
+    /// sharder's fence on that shard's Lease), and the move they make, for the metrics.
     fn decide(&self, key: &ObjectKey, meta: &ObjectMeta) -> Decision {
         let config = &self.view.config;
         let (shard_label, drain_label) = (config.shard_label(), config.drain_label());
         let labels = meta.labels.clone().unwrap_or_default();
         let current = labels.get(&shard_label).cloned();
         let draining = labels.get(&drain_label).is_some_and(|v| v == "true");
-        let live = self.view.live(&self.view.leases.list(), jiff::Timestamp::now());
+        let drain_started = meta.annotations.as_ref().and_then(|a| a.get(DRAIN_STARTED));
+        let leases = self.view.leases.list();
+        let live = self.view.live(&leases, jiff::Timestamp::now());
         let desired = ring::assign(&live, &key.cache_key()).map(str::to_owned);
-        // The shard label set to `to` (removed if `None`), the drain label removed.
+        // The shard label set to `to` (removed if `None`), the drain label and its start removed.
         let assign = |to: &Option<String>| {
-            let mut patch = Map::new();
-            patch.insert(shard_label.clone(), to.clone().map_or(Value::Null, Value::String));
-            patch.insert(drain_label.clone(), Value::Null);
-            patch
+            let mut labels = Map::new();
+            labels.insert(shard_label.clone(), to.clone().map_or(Value::Null, Value::String));
+            labels.insert(drain_label.clone(), Value::Null);
+            let mut annotations = Map::new();
+            if drain_started.is_some() {
+                annotations.insert(DRAIN_STARTED.to_owned(), Value::Null);
+            }
+            Some(MetaPatch { labels, annotations })
         };
-        let drains = || self.drains.lock().unwrap_or_else(|p| p.into_inner());
         let keep = |current: Option<String>| Decision {
             patch: None,
             shard: current,
             from_gone: None,
+            moved: None,
         };
         match (current, desired) {
             // No live shard: nothing to assign to.
             (None, None) => keep(None),
             (None, Some(desired)) => {
-                if let Some(started) = drains().remove(key) {
-                    self.metrics
-                        .drain_duration
-                        .with_label_values(&[&config.ring])
-                        .observe(started.elapsed().as_secs_f64());
-                    self.metrics.moves.with_label_values(&[&config.ring, "drained"]).inc();
-                }
+                // Acknowledged by its old shard if it carries its drain's start (a new object,
+                // or one a gone shard's move left unassigned, carries none).
+                let moved = drain_started.map(|started| Moved::Drained(drain_seconds(key, started)));
                 let desired = Some(desired);
                 Decision {
-                    patch: Some(assign(&desired)),
+                    patch: assign(&desired),
                     shard: desired,
                     from_gone: None,
+                    moved,
                 }
             }
             // From a gone shard: to the live one, or unassigned if none is live (so the fence
             // on the gone shard can be lifted, and its next incarnation can take them).
             (Some(current), desired) if !live.contains(&current) => {
-                drains().remove(key);
-                debug!(ring = %config.ring, key = %key, from = %current, to = ?desired, "moving from a shard that is gone");
+                let moved = gone(&leases, config, &current);
+                debug!(ring = %config.ring, key = %key, from = %current, to = ?desired, reason = moved.reason(),
+                    "moving from a shard that is gone");
                 Decision {
-                    patch: Some(assign(&desired)),
+                    patch: assign(&desired),
                     shard: desired,
                     from_gone: Some(current),
+                    moved: Some(moved),
                 }
             }
             (Some(current), Some(desired)) if current == desired || draining => keep(Some(current)),
             (Some(current), Some(desired)) => {
-                drains().entry(key.clone()).or_insert_with(Instant::now);
                 debug!(ring = %config.ring, key = %key, from = %current, to = %desired, "draining");
-                let mut patch = Map::new();
-                patch.insert(drain_label, Value::String("true".into()));
+                let mut labels = Map::new();
+                labels.insert(drain_label, Value::String("true".into()));
+                let mut annotations = Map::new();
+                annotations.insert(
+                    DRAIN_STARTED.to_owned(),
+                    Value::String(jiff::Timestamp::now().to_string()),
+                );
                 Decision {
-                    patch: Some(patch),
+                    patch: Some(MetaPatch { labels, annotations }),
                     shard: Some(current),
                     from_gone: None,
+                    moved: None,
                 }
             }
             // Unreachable (no live shard, so `current` is not live), kept as it is.
             (Some(current), None) => keep(Some(current)),
         }
     }
+
+    /// Counts `moved` (written), with its drain's duration if it is a timed drain.
+    fn count(&self, moved: &Moved) {
+        let ring = &self.view.config.ring;
+        self.metrics.moves.with_label_values(&[ring, moved.reason()]).inc();
+        if let Moved::Drained(Some(seconds)) = moved {
+            self.metrics.drain_duration.with_label_values(&[ring]).observe(*seconds);
+        }
+    }
+}
+
+/// The seconds from `started`, the drain-started annotation of the object `key` names, until
+/// now (wall clock, 0 if the clocks disagree); `None`, logged, if it is no timestamp.
+fn drain_seconds(key: &ObjectKey, started: &str) -> Option<f64> {
+    match started.parse::<jiff::Timestamp>() {
+        Ok(started) => Some(jiff::Timestamp::now().duration_since(started).as_secs_f64().max(0.0)),
+        Err(e) => {
+            warn!(key = %key, annotation = DRAIN_STARTED, value = started, error = %e,
+                "an unreadable drain start: the drain is counted, not timed");
+            None
+        }
+    }
+}
+
+/// How `shard`, gone, went, by its Lease among `leases` (the sharder's cache): released (its
+/// Lease names no holder and carries a renewal, as a graceful shutdown's release leaves it, a
+/// fence since then included) or expired (held but not renewed in time, vanished, or a Lease
+/// the sharder created to fence it).
+fn gone(leases: &[Arc<Lease>], config: &ShardingConfig, shard: &str) -> Moved {
+    let name = format!("{}-{shard}", config.ring);
+    let released = leases
+        .iter()
+        .filter(|lease| lease.metadata.name.as_deref() == Some(name.as_str()))
+        .filter_map(|lease| lease.spec.as_ref())
+        .any(|spec| spec.holder_identity.as_deref().is_none_or(str::is_empty) && spec.renew_time.is_some());
+    if released { Moved::Released } else { Moved::Expired }
+}
+
+/// Label and annotation writes on one object (a `null` removes one).
+struct MetaPatch {
+    labels: Map<String, Value>,
+    annotations: Map<String, Value>,
+}
+
+/// A move of an object off its shard, as `kinformer_sharding_moves_total` counts it.
+#[derive(Debug, PartialEq)]
+enum Moved {
+    /// Its old shard acknowledged the drain; the seconds since the drain began, if known.
+    Drained(Option<f64>),
+    /// At once, from a shard whose Lease its graceful shutdown released.
+    Released,
+    /// At once, from a shard whose Lease expired or vanished.
+    Expired,
+}
+
+impl Moved {
+    /// The `reason` label.
+    fn reason(&self) -> &'static str {
+        match self {
+            Moved::Drained(_) => "drained",
+            Moved::Released => "released",
+            Moved::Expired => "expired",
+        }
+    }
 }
 
 /// What [`SharderReconciler::decide`] decided for one object.
 struct Decision {
-    /// The label writes.
-    patch: Option<Map<String, Value>>,
+    /// The label and annotation writes.
+    patch: Option<MetaPatch>,
     /// The shard the object's children should carry.
     shard: Option<String>,
     /// The gone shard the writes move the object from, without a drain.
     from_gone: Option<String>,
+    /// The move the writes make, counted once they succeed.
+    moved: Option<Moved>,
 }
 
 impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<K> {
@@ -667,13 +767,13 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
             return Ok(Action::Done);
         }
         let Some(obj) = ctx.get(&req)? else {
-            self.drains.lock().unwrap_or_else(|p| p.into_inner()).remove(&req);
             return Ok(Action::Done);
         };
         let Decision {
             patch,
             shard,
             from_gone,
+            moved,
         } = self.decide(&req, &obj.metadata);
         // A gone shard's objects move without a drain only under this sharder's fence on its
         // Lease, held until the writes are done: no incarnation of that shard reconciles then.
@@ -696,15 +796,23 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
                 Err(e) => return Err(e.into()),
             }
         }
-        if let Some(labels) = patch {
-            match patch_labels(ctx.client(), &self.resource, self.namespaced, &obj.metadata, labels).await {
-                Ok(()) if from_gone.is_some() => {
-                    self.metrics
-                        .moves
-                        .with_label_values(&[&self.view.config.ring, "expired"])
-                        .inc();
+        if let Some(MetaPatch { labels, annotations }) = patch {
+            match patch_meta(
+                ctx.client(),
+                &self.resource,
+                self.namespaced,
+                &obj.metadata,
+                labels,
+                annotations,
+            )
+            .await
+            {
+                // Written on the resourceVersion decided from: counted once.
+                Ok(()) => {
+                    if let Some(moved) = &moved {
+                        self.count(moved);
+                    }
                 }
-                Ok(()) => {}
                 // The cache is behind: the update that made it so queues the key again.
                 Err(e) if is_conflict(&e) => return Ok(Action::Requeue),
                 Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Action::Done),
@@ -712,5 +820,67 @@ impl<K: FactoryResource> Reconciler<PartialObjectMeta<K>> for SharderReconciler<
             }
         }
         Ok(Action::Done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    use super::*;
+
+    fn lease(name: &str, holder: Option<&str>, renewed: bool) -> Arc<Lease> {
+        Arc::new(Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_owned),
+                renew_time: renewed.then(|| MicroTime(jiff::Timestamp::now())),
+                ..LeaseSpec::default()
+            }),
+        })
+    }
+
+    #[test]
+    fn a_gone_shard_is_released_only_if_its_lease_was_released() {
+        let config = ShardingConfig::new("cms", "any");
+        let leases = [
+            // A graceful shutdown's release (`""`, renewed at the release), fenced or not.
+            lease("cms-released", Some(""), true),
+            lease("cms-released-none", None, true),
+            // Held, not renewed in time.
+            lease("cms-expired", Some("expired_1"), true),
+            // Created by the sharder's fence: never held.
+            lease("cms-fenced", None, false),
+            // Another ring's Lease of the same shard name.
+            lease("other-vanished", Some(""), true),
+        ];
+        for (shard, moved) in [
+            ("released", Moved::Released),
+            ("released-none", Moved::Released),
+            ("expired", Moved::Expired),
+            ("fenced", Moved::Expired),
+            ("vanished", Moved::Expired),
+        ] {
+            assert_eq!(gone(&leases, &config, shard), moved, "{shard}");
+        }
+        assert_eq!(Moved::Released.reason(), "released");
+        assert_eq!(Moved::Expired.reason(), "expired");
+        assert_eq!(Moved::Drained(None).reason(), "drained");
+    }
+
+    #[test]
+    fn a_drain_is_timed_from_its_annotation() {
+        let key = ObjectKey::namespaced("default", "obj");
+        let started = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(3);
+        let seconds = drain_seconds(&key, &started.to_string()).unwrap();
+        assert!((3.0..60.0).contains(&seconds), "{seconds}");
+        // A start ahead of this clock (another sharder's): no negative duration.
+        let ahead = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(60);
+        assert_eq!(drain_seconds(&key, &ahead.to_string()), Some(0.0));
+        assert_eq!(drain_seconds(&key, "yesterday"), None);
     }
 }

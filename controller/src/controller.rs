@@ -321,11 +321,12 @@ where
         self.run_leading(shutdown, stop_now, Leadership::unconditional()).await
     }
 
-    /// A sharded controller's run: joins the ring (acquires and labels its shard Lease), runs
-    /// under that Lease's term as under a leader's (its workers stop at once if it cannot be
-    /// renewed), and after the workers stopped (the graceful drain included) releases the
-    /// Lease, so the sharder moves its objects at once and no other shard reconciles one of
-    /// them before this one finished. A Lease lost while running (not renewed within
+    /// A sharded controller's run: joins the ring (acquires and labels its shard Lease, waits
+    /// until it carries no fence), lists the shard's objects, reports ready, runs under that
+    /// Lease's term as under a leader's (its workers stop at once if it cannot be renewed), and
+    /// after the workers stopped (the graceful drain included) releases the Lease, so the
+    /// sharder moves its objects at once and no other shard reconciles one of them before this
+    /// one finished. A Lease lost while running (not renewed within
     /// `renew_deadline`) stops the workers at once and returns
     /// [`ControllerError::ShardLeaseLost`]: the shard does not rejoin in place.
     async fn run_sharded(
@@ -341,6 +342,16 @@ where
             return self.run_leading(shutdown, stop_now, Leadership::unconditional()).await;
         };
         let name = self.name.clone();
+        // The run's LIST of its shard's objects, before it reports ready and before any worker
+        // admits a key: a tombstone counts only if newer than it (drain.rs, `# Deletions`).
+        // Stopped (shutdown, or the term ended) before it succeeded, the run goes on to stop,
+        // and an admission during its graceful shutdown lists then.
+        tokio::select! {
+            () = gate.list_at_join(&name) => membership.ready(&leadership),
+            () = shutdown.cancelled() => {}
+            () = stop_now.cancelled() => {}
+            () = leadership.token().cancelled() => {}
+        }
         let result = self.run_leading(shutdown.clone(), stop_now.clone(), leadership).await;
         // The workers stopped: either stopping was asked for, or the term ended (the Lease
         // could not be renewed). Rejoining in place is not done: this run consumed the

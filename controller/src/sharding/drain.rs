@@ -25,11 +25,14 @@
 //! a live shard's Lease, and this run began after any fence was lifted), so the fact holds until
 //! the key is handed over. Such a key is *confirmed*.
 //!
-//! One LIST establishes it for every key at once: the first admission of the run lists the
-//! metadata of the objects labelled for this shard (`shard.kinformer.io/<ring>=<shard>`, paged,
-//! one consistent snapshot at resourceVersion `R`), after the join. Every listed key is
-//! confirmed (the server had it labelled for this shard at `R`). A cached object not listed is
-//! confirmed by its own resourceVersion if that is newer than `R`: the cache holds it as the
+//! One LIST establishes it for every key at once: right after the join, before the shard is
+//! reported ready and before any worker admits a key, the run lists the metadata of the objects
+//! labelled for this shard (`shard.kinformer.io/<ring>=<shard>`, paged, one consistent snapshot
+//! at resourceVersion `R`; retried every `retry_period` until it succeeds). The LIST is sent
+//! after the run read its Lease unfenced, so `R` follows the fence's lifting and every move the
+//! sharder wrote under the fence (those writes completed before it lifted it). Every listed key
+//! is confirmed (the server had it labelled for this shard at `R`). A cached object not listed
+//! is confirmed by its own resourceVersion if that is newer than `R`: the cache holds it as the
 //! server had it after `R`, labelled for this shard (the informer selects on the label). One
 //! not listed and not newer than `R` is a copy from before `R` of an object the server did not
 //! have labelled for this shard at `R`: moved away (its departure is on the way) or deleted; it
@@ -62,11 +65,35 @@
 //! GET deciding that it is gone), and it was deleted without leaving: no other shard had it
 //! since, nor confirmed it, so no other shard reconciles it or its deletion, and the
 //! no-overlap invariant holds as for a confirmed key. A tombstone not newer than `R` (or when
-//! either resourceVersion is not a number) proves nothing about this run and is ignored: an
-//! object deleted while its shard was dead or not yet joined is reconciled by no shard (as a
-//! deletion made while an unsharded controller is down). Tombstones stay bounded: one is
-//! recorded only with its key queued, and the admission of the key removes it (a failed
-//! admission that retries the key keeps it).
+//! either resourceVersion is not a number) proves nothing about this run and is ignored.
+//!
+//! Which deletions that leaves to no shard: those at or before `R` of objects not listed (no
+//! worker admits a key before `R`, so none was confirmed either). `R` is the earliest revision
+//! of the primary type known to follow the join, which is why the LIST is taken at the join and
+//! not by the run's first admission (which may be the deletion's own key, after the deletion).
+//! A cut-off at the join itself would be the Lease's resourceVersion, comparable with an
+//! object's only if both are stored in one etcd (an API server may store Leases apart,
+//! `--etcd-servers-overrides`), so it is not used. Not reconciled, then: an object deleted
+//! while its shard was dead or not yet joined (as a deletion made while an unsharded controller
+//! is down), and an object assigned to this shard and deleted within the window from the
+//! sharder's first sight of the shard as live (its Lease held, labelled and unfenced: it
+//! assigns at once) to `R`. The run reads its Lease right after labelling it (a Lease that kept
+//! an earlier run's label is live from its acquisition) and, while it is fenced, every
+//! `retry_period`, then sends its LIST: the window is a few round trips (the label, a Lease
+//! read, the LIST), plus up to a `retry_period` after a lifted fence, and longer while the LIST
+//! fails.
+//!
+//! A limit: one name, two objects. A tombstone is looked at when its key is admitted, which may
+//! be late (a backlog). A name deleted on this shard, created again, assigned to another shard
+//! and deleted there before this shard admits the key is found gone by the GET, and this
+//! shard's tombstone (of the first object) confirms the deletion while the other shard
+//! reconciles the second object's: the two may reconcile the one key at the same instant, each
+//! with the object absent. They are two objects (two uids), each reconciled by one shard; a key
+//! confirmed and then deleted had the same case before tombstones. A reconciler that acts on
+//! an absent object by its name alone (not by its children's owner uid) must allow for it.
+//!
+//! Tombstones stay bounded: one is recorded only with its key queued, and the admission of the
+//! key removes it (a failed admission that retries the key keeps it).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -166,7 +193,7 @@ pub(crate) struct ShardGate {
     /// Keys whose object the server had labelled for this shard since this run joined (and not
     /// handed over since).
     confirmed: Mutex<HashSet<ObjectKey>>,
-    /// The LIST of this shard's objects, made by the run's first admission (see the
+    /// The LIST of this shard's objects, made when the run joined (see the
     /// [module docs](self)).
     listed: OnceCell<Listed>,
     /// The tombstones the primary's handler records (see the [module docs](self#deletions)).
@@ -214,9 +241,20 @@ impl ShardGate {
         }
     }
 
-    /// The run's LIST of this shard's objects, made now if not yet (see the
-    /// [module docs](self)): one consistent snapshot, in pages; its keys are confirmed. A failed
-    /// LIST is logged and the worker retries the key (the next admission lists again).
+    /// Takes the run's LIST of this shard's objects right after the join, before the shard is
+    /// reported ready and before any worker admits a key (see the [module docs](self#deletions)):
+    /// retried every `retry_period` until it succeeds. The run stops waiting for it on shutdown
+    /// or when its term ends (then an admission lists, as [`listed`](Self::listed) does).
+    pub(crate) async fn list_at_join(&self, controller: &str) {
+        while self.listed(controller).await.is_err() {
+            tokio::time::sleep(self.config.retry_period).await;
+        }
+    }
+
+    /// The run's LIST of this shard's objects, made now if not yet (the run makes it at its
+    /// join, [`list_at_join`](Self::list_at_join); see the [module docs](self)): one consistent
+    /// snapshot, in pages; its keys are confirmed. A failed LIST is logged and the worker
+    /// retries the key (the next admission lists again).
     async fn listed(&self, controller: &str) -> Result<&Listed, Admit> {
         self.listed
             .get_or_try_init(|| async {

@@ -45,7 +45,8 @@ use crate::leader_election::{LeaderElectionConfig, LeaderElectionError, LeaderEl
 use crate::leadership::Leadership;
 use crate::reconciler::BoxError;
 
-/// Whether this replica's shard is ready: it holds its shard Lease, unfenced, by its own clock.
+/// Whether this replica's shard is ready: it holds its shard Lease, unfenced, by its own clock,
+/// and its run has listed the shard's objects (its workers may admit keys).
 /// `Manager::add` serves it as the `/readyz` check `shard-<ring>` of a sharded controller; a
 /// program without a Manager can poll [`ShardReadiness::check`] itself. Cheap to clone; every
 /// clone sees the same state.
@@ -613,7 +614,8 @@ impl ShardMembership {
     /// renews it in a task, and waits until the Lease carries no fence (the sharder lifts it
     /// once it moved every object of this shard's previous incarnation). `None` if `shutdown`
     /// fired first (a Lease acquired meanwhile is released). A Lease lost meanwhile ends the
-    /// returned term at once ([`leave`](Self::leave) says why).
+    /// returned term at once ([`leave`](Self::leave) says why). The shard is not reported ready
+    /// yet: [`ready`](Self::ready) does that.
     pub(crate) async fn join(&self, shutdown: &CancellationToken) -> Option<(Leadership, Renewing)> {
         if !self.elector.acquire(shutdown).await {
             return None;
@@ -684,8 +686,13 @@ impl ShardMembership {
                 return None;
             }
         }
-        self.config.readiness.set(Some(term.clone()));
         Some((term, renewing))
+    }
+
+    /// Reports the shard ready ([`ShardReadiness`]) for as long as `term` is valid: called once
+    /// the joined run took its LIST of the shard's objects, before its workers start.
+    pub(crate) fn ready(&self, term: &Leadership) {
+        self.config.readiness.set(Some(term.clone()));
     }
 
     /// Stops renewing and releases the Lease (if still held): the sharder moves this shard's

@@ -95,11 +95,14 @@
 //!    labelled for the shard.
 //! 7. A shard's cache may still show objects moved away before it joined: a run reconciles a
 //!    cached object only once it knows the server had it labelled for this shard after the
-//!    join. The run's first admission LISTs the shard's objects (metadata, paged, one snapshot
-//!    at resourceVersion `R`): a listed key is confirmed, and so is a cached copy newer than
-//!    `R`; an older copy not listed is stale and skipped (its departure is on the way). From
-//!    then on the object leaves the shard only by the shard's own acknowledgement (2) or the
-//!    shard's death.
+//!    join. Right after the join, before it reports ready or a worker admits a key, the run
+//!    LISTs the shard's objects (metadata, paged, one snapshot at resourceVersion `R`): a
+//!    listed key is confirmed, and so is a cached copy newer than `R`; an older copy not listed
+//!    is stale and skipped (its departure is on the way). From then on the object leaves the
+//!    shard only by the shard's own acknowledgement (2) or the shard's death. The deletion of an
+//!    object labelled for the shard, not draining, after `R` is the shard's to reconcile even if
+//!    no worker took its key while it was cached (a *tombstone*, `drain.rs`'s `# Deletions`,
+//!    which also says which deletions no shard reconciles).
 //!
 //! Every label write carries the resourceVersion it was computed from: a concurrent change
 //! makes it fail with a conflict and it is computed again. No home-made consensus: Leases,
@@ -121,7 +124,7 @@
 //! them), `kinformer_sharding_moves_total{ring,reason}` (`drained` or `expired`),
 //! `kinformer_sharding_drain_duration_seconds{ring}` (drain label to reassignment). A
 //! shard's readiness ([`ShardingConfig::readiness`], for the Manager's `/readyz`) fails while it
-//! does not hold its shard Lease.
+//! does not hold its shard Lease, and until its run listed the shard's objects.
 
 mod drain;
 mod membership;

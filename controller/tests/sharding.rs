@@ -775,11 +775,40 @@ async fn a_gone_shards_lease_is_deleted_after_the_grace() {
 /// reconciles it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deletion_before_the_shards_first_reconcile_is_reconciled() {
-    let n = 10;
+    deletion_burst(10, false).await;
+}
+
+/// As [`a_deletion_before_the_shards_first_reconcile_is_reconciled`], with no object of the
+/// shard's own before the burst: the run's first admission is one of the burst's keys, which may
+/// be of a deletion already made. The run lists its objects (the LIST whose snapshot `R` a
+/// tombstone must be newer than) when it joins, before it is ready, so the burst's deletions,
+/// made once it is ready, are newer. The shard's LIST fails during the burst (as a slow or
+/// failing LIST would take long): a LIST taken by the first admission instead would succeed only
+/// after the deletions, and none would be reconciled (`deletions not reconciled ... brief-0, ...`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deletion_before_the_shards_first_admission_is_reconciled() {
+    deletion_burst(0, true).await;
+}
+
+/// Shard-0 runs with `n` objects of its own; once it is ready, 40 objects are created labelled
+/// for it and deleted at once (with `list_fails`, every LIST of its objects fails meanwhile).
+/// Every one must be last reconciled absent, with no overlap.
+async fn deletion_burst(n: usize, list_fails: bool) {
     let (env, client, tracker) = setup(n).await;
     let ids = ["shard-0"];
     let shards = start_shards(&env, &ids, &tracker);
     until_converged(&client, &tracker, &ids, n, WAIT).await;
+    let deadline = Instant::now() + WAIT;
+    while shards[0].config.readiness.check().is_err() {
+        assert!(Instant::now() < deadline, "shard-0 not ready");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if list_fails {
+        // The path of the shard's LIST of its objects (cluster-wide; every informer's watch is
+        // open already, and one that reconnects meanwhile retries).
+        env.faults()
+            .fail_next("/api/v1/configmaps", 500, envtest::MAX_FAULT_COUNT, 0);
+    }
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
     let names: Vec<String> = (0..40).map(|i| format!("brief-{i}")).collect();
     futures::future::join_all(names.iter().map(|name| {
@@ -796,6 +825,7 @@ async fn a_deletion_before_the_shards_first_reconcile_is_reconciled() {
     for deleted in futures::future::join_all(names.iter().map(|name| api.delete(name, &params))).await {
         deleted.unwrap();
     }
+    env.faults().clear();
     let deadline = Instant::now() + WAIT;
     loop {
         let stale: Vec<&String> = names
@@ -817,7 +847,7 @@ async fn a_deletion_before_the_shards_first_reconcile_is_reconciled() {
         .filter(|name| tracker.reconciles(name, "shard-0") == 1)
         .count();
     eprintln!(
-        "{early} of {} objects deleted before shard-0's first reconcile of them",
+        "{early} of {} objects deleted before shard-0's first reconcile of them ({n} objects before)",
         names.len()
     );
     assert_eq!(tracker.overlaps(), Vec::<String>::new());

@@ -67,7 +67,9 @@
 //! # Handover without overlap (`drain.rs`)
 //! Invariant: **at no instant do two shards reconcile the same object.**
 //! 1. To move an object from a live shard, the sharder only adds
-//!    `drain.shard.kinformer.io/<ring>: "true"`.
+//!    `drain.shard.kinformer.io/<ring>: "true"` (and, in the same patch, the annotation
+//!    `sharding.kinformer.io/drain-started`, the drain's start for the metrics; step 3's
+//!    assignment removes it).
 //! 2. The old shard's worker takes the key (the drain label's change is queued, at normal
 //!    priority, whatever the controller's event filters and its source's predicates say: it is
 //!    a label-only change that `GenerationChanged` and most update filters reject, and
@@ -121,8 +123,12 @@
 //!
 //! # Metrics
 //! `kinformer_sharding_objects{ring,shard}` (objects labelled per shard, as the sharder sees
-//! them), `kinformer_sharding_moves_total{ring,reason}` (`drained` or `expired`),
-//! `kinformer_sharding_drain_duration_seconds{ring}` (drain label to reassignment). A
+//! them), `kinformer_sharding_moves_total{ring,reason}` (`drained`: the old shard
+//! acknowledged a drain; `released`: at once, from a shard whose Lease its graceful shutdown
+//! released; `expired`: at once, from a shard whose Lease expired or vanished),
+//! `kinformer_sharding_drain_duration_seconds{ring}` (drain label to reassignment, timed from
+//! the object's [`Sharder::DRAIN_STARTED_ANNOTATION`], so a drain begun before a sharder
+//! failover is timed by the next sharder). A
 //! shard's readiness ([`ShardingConfig::readiness`], for the Manager's `/readyz`) fails while it
 //! does not hold its shard Lease, and until its run listed the shard's objects.
 

@@ -30,19 +30,9 @@ const CHECK: Duration = Duration::from_millis(100);
 const SLACK: Duration = Duration::from_millis(2500);
 const WAIT: Duration = Duration::from_secs(30);
 
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
 /// envtest, its client, and its Leases in `NAMESPACE`.
 async fn start_envtest() -> (envtest::Server, kube::Client, Api<Lease>) {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
+    let env = common::sharding::envtest_with_objects(NAMESPACE, 0).await;
     let client = env.client();
     let leases = Api::namespaced(client.clone(), NAMESPACE);
     (env, client, leases)
@@ -89,8 +79,7 @@ impl SharderManager {
         let sharder = if children { sharder.owns::<Secret>() } else { sharder };
         manager.add(configure(sharder).build().unwrap());
         let (status, leader_factory) = (manager.status(), manager.leader_factory().clone());
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(manager.run(shutdown.clone()));
+        let (shutdown, task) = common::sharding::run(manager);
         common::until_leading(WAIT, &status).await;
         SharderManager {
             shutdown,
@@ -155,25 +144,6 @@ async fn live_shard(leases: &Api<Lease>, shard: &str) -> CancellationToken {
     stop
 }
 
-/// Each object's `(shard label, draining)` on the server.
-async fn labels(api: &Api<ConfigMap>) -> BTreeMap<String, (Option<String>, bool)> {
-    let (shard, drain) = (shard_label(), format!("drain.shard.kinformer.io/{RING}"));
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|cm| cm.name_any().starts_with("obj-"))
-        .map(|cm| {
-            let labels = cm.labels();
-            (
-                cm.name_any(),
-                (labels.get(&shard).cloned(), labels.contains_key(&drain)),
-            )
-        })
-        .collect()
-}
-
 /// Whether Lease `name` carries a sharder's fence.
 async fn fenced(leases: &Api<Lease>, name: &str) -> bool {
     leases
@@ -236,7 +206,7 @@ async fn a_new_sharder_gives_every_shard_it_finds_a_lease_duration() {
             "shard-x fenced {:?} after the election",
             leading.elapsed()
         );
-        for (name, (shard, draining)) in labels(&cms).await {
+        for (name, (shard, draining)) in common::sharding::labels(&cms, RING).await {
             assert_eq!(
                 shard.as_deref(),
                 Some("shard-x"),
@@ -252,7 +222,7 @@ async fn a_new_sharder_gives_every_shard_it_finds_a_lease_duration() {
     // Then, shard-x not renewed: its objects move to shard-0 under a fence, lifted after.
     let deadline = leading + LEASE + CHECK + SLACK;
     loop {
-        let all = labels(&cms).await;
+        let all = common::sharding::labels(&cms, RING).await;
         if all.values().all(|l| *l == (Some("shard-0".to_owned()), false)) && !fenced(&leases, &shard_x).await {
             break;
         }

@@ -13,11 +13,11 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::sharding::{ABSENT, CHECK, LEASE, NAMESPACE, RENEW, RETRY, Tracker, WAIT};
 use controller::sharding::{FENCE_ANNOTATION, Sharder, ShardingConfig, ring};
-use controller::{Action, Context, LeaderElectionConfig, ManagerStatus, ObjectKey, Request, reconciler_fn};
+use controller::{Action, Context, ManagerStatus, ObjectKey, Request, reconciler_fn};
 use informer_core::Indexer;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
@@ -32,15 +32,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const RING: &str = "cms";
-const NAMESPACE: &str = "default";
-const LEASE: Duration = Duration::from_secs(2);
-const RENEW: Duration = Duration::from_millis(1500);
-const RETRY: Duration = Duration::from_millis(300);
-const CHECK: Duration = Duration::from_millis(100);
 /// Scheduling and HTTP on a busy 2-core machine (debug build): the margin of the deadlines no
 /// setting bounds alone (a gone Lease's deletion, a Manager's failure after its Lease is taken).
 const SLACK: Duration = Duration::from_millis(2500);
-const WAIT: Duration = Duration::from_secs(60);
 /// The requests from a released shard Lease to the first reconcile of one of its objects by
 /// another shard, which no setting bounds: the Lease's watch event to the sharder, the fence
 /// write, the first label patch and its watch event to the new shard (four requests; 100 ms
@@ -52,163 +46,8 @@ const HOPS: Duration = Duration::from_millis(400);
 /// shard that ran on for this long after them.
 const TAKE: Duration = Duration::from_secs(1);
 
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
-/// One reconcile in flight, until dropped.
-struct InFlight {
-    tracker: Tracker,
-    key: String,
-    shard: String,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.tracker.exit(&self.key, &self.shard);
-    }
-}
-
-/// The reconciles in flight and the last reconciler of each key, shared by every shard.
-#[derive(Clone, Default)]
-struct Tracker(Arc<Mutex<TrackerInner>>);
-
-#[derive(Default)]
-struct TrackerInner {
-    in_flight: HashMap<String, String>,
-    overlaps: Vec<String>,
-    last: HashMap<String, String>,
-    /// The `data.v` each key's last reconcile of a cached object saw.
-    seen: HashMap<String, String>,
-    /// Reconciles entered, by shard.
-    count: HashMap<String, usize>,
-    /// Reconciles entered, by key and shard.
-    by_key: HashMap<(String, String), usize>,
-    /// Every reconcile entered: when, of which key, by which shard.
-    entries: Vec<(Instant, String, String)>,
-    /// Every reconcile exited (returned or aborted): when, of which key, by which shard.
-    exits: Vec<(Instant, String, String)>,
-}
-
-/// What [`Tracker::seen`] holds for a key whose last reconcile found no object in the cache
-/// (deleted, or not its shard's).
-const ABSENT: &str = "<absent>";
-
-impl Tracker {
-    /// Records a reconcile entering; it exits when the guard is dropped (also when its future is
-    /// dropped: a killed shard's reconcile was aborted, it no longer runs).
-    fn enter(&self, key: &str, shard: &str, value: Option<&str>) -> InFlight {
-        let mut t = self.0.lock().unwrap();
-        if let Some(value) = value {
-            t.seen.insert(key.to_owned(), value.to_owned());
-        }
-        *t.count.entry(shard.to_owned()).or_default() += 1;
-        *t.by_key.entry((key.to_owned(), shard.to_owned())).or_default() += 1;
-        t.entries.push((Instant::now(), key.to_owned(), shard.to_owned()));
-        if let Some(other) = t.in_flight.insert(key.to_owned(), shard.to_owned()) {
-            let overlap = format!("{key}: {shard} entered while {other} reconciled it");
-            t.overlaps.push(overlap);
-        }
-        t.last.insert(key.to_owned(), shard.to_owned());
-        InFlight {
-            tracker: self.clone(),
-            key: key.to_owned(),
-            shard: shard.to_owned(),
-        }
-    }
-
-    fn exit(&self, key: &str, shard: &str) {
-        let mut t = self.0.lock().unwrap();
-        t.exits.push((Instant::now(), key.to_owned(), shard.to_owned()));
-        if t.in_flight.get(key).is_some_and(|s| s == shard) {
-            t.in_flight.remove(key);
-        }
-    }
-
-    /// Overlaps, and reconciles of objects not labelled for the reconciling shard.
-    fn overlaps(&self) -> Vec<String> {
-        self.0.lock().unwrap().overlaps.clone()
-    }
-
-    fn violation(&self, what: String) {
-        self.0.lock().unwrap().overlaps.push(what);
-    }
-
-    /// How many reconciles `shard` entered.
-    fn count(&self, shard: &str) -> usize {
-        self.0.lock().unwrap().count.get(shard).copied().unwrap_or(0)
-    }
-
-    /// How many reconciles of `key` `shard` entered.
-    fn reconciles(&self, key: &str, shard: &str) -> usize {
-        let t = self.0.lock().unwrap();
-        t.by_key.get(&(key.to_owned(), shard.to_owned())).copied().unwrap_or(0)
-    }
-
-    fn last(&self, key: &str) -> Option<String> {
-        self.0.lock().unwrap().last.get(key).cloned()
-    }
-
-    /// The shard id of `key`'s last reconciler (a tracker name is `<shard-id>` or
-    /// `<shard-id>#<process>`).
-    fn last_shard(&self, key: &str) -> Option<String> {
-        self.last(key)
-            .map(|name| name.split('#').next().unwrap_or_default().to_owned())
-    }
-
-    /// When each of `keys` was first reconciled at or after `since` by one of `shards`; `None`
-    /// for a key none of them reconciled since.
-    fn first_reconciles(&self, keys: &[String], shards: &[&str], since: Instant) -> Vec<Option<Instant>> {
-        let t = self.0.lock().unwrap();
-        let mut first: HashMap<&str, Instant> = HashMap::new();
-        for (at, key, shard) in &t.entries {
-            if *at >= since && shards.contains(&shard.as_str()) {
-                first.entry(key.as_str()).or_insert(*at);
-            }
-        }
-        keys.iter().map(|key| first.get(key.as_str()).copied()).collect()
-    }
-
-    /// Whether `shard` entered a reconcile at or after `since`.
-    fn entered_since(&self, shard: &str, since: Instant) -> bool {
-        let t = self.0.lock().unwrap();
-        t.entries
-            .iter()
-            .rev()
-            .take_while(|(at, _, _)| *at >= since)
-            .any(|(_, _, s)| s == shard)
-    }
-
-    /// When the last reconcile of `key` entered, if one did.
-    fn last_entry(&self, key: &str) -> Option<Instant> {
-        let t = self.0.lock().unwrap();
-        t.entries.iter().rev().find(|(_, k, _)| k == key).map(|(at, _, _)| *at)
-    }
-
-    /// When `shard`'s last reconcile of `key` exited, if it reconciled `key`.
-    fn last_exit(&self, key: &str, shard: &str) -> Option<Instant> {
-        let t = self.0.lock().unwrap();
-        t.exits
-            .iter()
-            .rev()
-            .find(|(_, k, s)| k == key && s == shard)
-            .map(|(at, _, _)| *at)
-    }
-
-    /// The `data.v` `key`'s last reconcile saw ([`ABSENT`]: the object was not cached).
-    fn seen(&self, key: &str) -> Option<String> {
-        self.0.lock().unwrap().seen.get(key).cloned()
-    }
-}
-
 fn sharding(id: &str) -> ShardingConfig {
-    ShardingConfig::new(RING, id)
-        .namespace(NAMESPACE)
-        .lease_timing(LEASE, RENEW, RETRY)
-        .membership_check_interval(CHECK)
+    common::sharding::shard_config(RING, id)
 }
 
 struct Shard {
@@ -234,14 +73,7 @@ fn start_shard(env: &envtest::Server, id: &str, tracker: &Tracker, children: boo
 /// As [`start_shard`], its reconciles tracked as `name` (`<id>#<process>` tells apart processes
 /// started with the same shard id).
 fn start_shard_as(env: &envtest::Server, id: &str, name: &str, tracker: &Tracker, children: bool) -> Shard {
-    // Each incarnation a leader election identity of its own, as a restarted pod's.
-    static INCARNATION: AtomicUsize = AtomicUsize::new(0);
-    let identity = format!("{id}-{}", INCARNATION.fetch_add(1, Ordering::SeqCst));
-    let election = LeaderElectionConfig::new(NAMESPACE, "sharding-test", identity)
-        .lease_duration(LEASE)
-        .renew_deadline(RENEW)
-        .retry_period(RETRY);
-    let mut manager = common::elected_manager(env.client(), election);
+    let mut manager = common::sharding::shard_manager(env, "sharding-test", id);
     let config = sharding(id);
     let (tracker, shard, tracked) = (tracker.clone(), id.to_owned(), name.to_owned());
     let controller = manager
@@ -327,9 +159,8 @@ fn start_shard_as(env: &envtest::Server, id: &str, name: &str, tracker: &Tracker
     manager.add_readyz_check("shard", move || readiness.check());
     let status = manager.status();
     let registry = manager.metrics().registry().clone();
-    let shutdown = CancellationToken::new();
     let started = Instant::now();
-    let task = tokio::spawn(manager.run(shutdown.clone()));
+    let (shutdown, task) = common::sharding::run(manager);
     Shard {
         id: id.to_owned(),
         shutdown,
@@ -378,16 +209,8 @@ fn ids_of(shards: &[Shard]) -> Vec<&str> {
 /// envtest (tracing initialised) with `n` objects `obj-<i>` (`v: "1"`) in the namespace, and a
 /// fresh tracker.
 async fn setup(n: usize) -> (envtest::Server, kube::Client, Tracker) {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
+    let env = common::sharding::envtest_with_objects(NAMESPACE, n).await;
     let client = env.client();
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    for i in 0..n {
-        let object = common::configmap(NAMESPACE, &format!("obj-{i}"), "1");
-        api.create(&PostParams::default(), &object).await.unwrap();
-    }
     (env, client, Tracker::default())
 }
 
@@ -409,22 +232,10 @@ async fn set_all(api: &Api<ConfigMap>, n: usize, value: &str) {
 /// Each object's shard label (`None`: unlabelled or draining), as the server has it.
 async fn assignment(client: &kube::Client) -> BTreeMap<String, Option<String>> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    let shard_label = format!("shard.kinformer.io/{RING}");
-    let drain_label = format!("drain.shard.kinformer.io/{RING}");
-    api.list(&ListParams::default())
+    common::sharding::labels(&api, RING)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|cm| cm.metadata.name.as_deref().is_some_and(|n| n.starts_with("obj-")))
-        .map(|cm| {
-            let labels = cm.metadata.labels.unwrap_or_default();
-            let shard = labels
-                .get(&shard_label)
-                .cloned()
-                .filter(|_| !labels.contains_key(&drain_label));
-            (cm.metadata.name.unwrap(), shard)
-        })
+        .map(|(name, (shard, draining))| (name, shard.filter(|_| !draining)))
         .collect()
 }
 
@@ -462,16 +273,36 @@ async fn not_converged(client: &kube::Client, tracker: &Tracker, shards: &[&str]
 }
 
 async fn until_converged(client: &kube::Client, tracker: &Tracker, shards: &[&str], n: usize, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let Some(why) = not_converged(client, tracker, shards, n).await else {
-            return;
-        };
-        assert!(
-            Instant::now() < deadline,
-            "not converged on {shards:?} within {timeout:?}: {why}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    common::sharding::until_none(
+        timeout,
+        Duration::from_millis(50),
+        async || not_converged(client, tracker, shards, n).await,
+        |why| format!("not converged on {shards:?} within {timeout:?}: {why}"),
+    )
+    .await;
+}
+
+/// When each of `names` was first reconciled by one of the survivors `shards` at or after
+/// `since`; fails for one none of them reconciled.
+fn first_reconciles_by(tracker: &Tracker, names: &[String], shards: &[Shard], since: Instant) -> Vec<Instant> {
+    tracker
+        .first_reconciles(names, &ids_of(shards), since)
+        .into_iter()
+        .zip(names)
+        .map(|(at, name)| at.unwrap_or_else(|| panic!("{name} not reconciled by a survivor")))
+        .collect()
+}
+
+/// Polls until the last reconcile of every object (`obj-0` to `obj-<n - 1>`) saw `data.v`
+/// `last`; fails after [`WAIT`].
+async fn until_all_seen(tracker: &Tracker, n: usize, last: &str) {
+    let deadline = Instant::now() + WAIT;
+    for i in 0..n {
+        let name = format!("obj-{i}");
+        while tracker.seen(&name).as_deref() != Some(last) {
+            assert!(Instant::now() < deadline, "{name}: last reconcile did not see {last}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -640,12 +471,7 @@ async fn scenario(n: usize) {
     // - HOPS: the requests between the release and the first relabel's reconcile (the Lease's
     //   watch event, the fence write, the first label patch and its watch event to the new
     //   shard), which no setting bounds. Not a lease duration.
-    let taken_over: Vec<Instant> = tracker
-        .first_reconciles(&on_graceful, &ids_of(&shards), stopped)
-        .into_iter()
-        .zip(&on_graceful)
-        .map(|(at, name)| at.unwrap_or_else(|| panic!("{name} not reconciled by a survivor")))
-        .collect();
+    let taken_over = first_reconciles_by(&tracker, &on_graceful, &shards, stopped);
     let (first, last) = (taken_over.iter().min().unwrap(), taken_over.iter().max().unwrap());
     let (shutdown_drain, handover_drain) = (returned - stopped, *last - *first);
     let bound = shutdown_drain + CHECK + handover_drain + HOPS;
@@ -690,12 +516,7 @@ async fn scenario(n: usize) {
     let killed = Instant::now();
     victim.kill().await;
     until_converged(&client, &tracker, &ids_of(&shards), n, WAIT).await;
-    let taken_over: Vec<Instant> = tracker
-        .first_reconciles(&on_victim, &ids_of(&shards), killed)
-        .into_iter()
-        .zip(&on_victim)
-        .map(|(at, name)| at.unwrap_or_else(|| panic!("{name} not reconciled by a survivor")))
-        .collect();
+    let taken_over = first_reconciles_by(&tracker, &on_victim, &shards, killed);
     let (first, last) = (taken_over.iter().min().unwrap(), taken_over.iter().max().unwrap());
     let (took, drain) = (*last - killed, *last - *first);
     eprintln!(
@@ -826,21 +647,17 @@ async fn deletion_burst(n: usize, list_fails: bool) {
         deleted.unwrap();
     }
     env.faults().clear();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let stale: Vec<&String> = names
+    let stale = async || {
+        let stale: Vec<String> = names
             .iter()
             .filter(|name| tracker.seen(name).as_deref() != Some(ABSENT))
+            .cloned()
             .collect();
-        if stale.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "deletions not reconciled (last reconcile did not see them absent): {stale:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (!stale.is_empty()).then_some(stale)
+    };
+    let failure =
+        |stale: Vec<String>| format!("deletions not reconciled (last reconcile did not see them absent): {stale:?}");
+    common::sharding::until_none(WAIT, Duration::from_millis(20), stale, failure).await;
     // Reconciled once, absent: deleted before the shard's first reconcile of it.
     let early = names
         .iter()
@@ -949,14 +766,7 @@ async fn two_processes_with_one_shard_id_never_both_reconcile() {
     }
     // The first process saw every change of its objects.
     let last = round.to_string();
-    let deadline = Instant::now() + WAIT;
-    for i in 0..n {
-        let name = format!("obj-{i}");
-        while tracker.seen(&name).as_deref() != Some(last.as_str()) {
-            assert!(Instant::now() < deadline, "{name}: last reconcile did not see {last}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    until_all_seen(&tracker, n, &last).await;
     assert_eq!(tracker.count("shard-0#2"), 0, "the second shard-0 reconciled");
     assert!(second.config.readiness.check().is_err(), "the second shard-0 ready");
     assert_eq!(holder(leases.get(&lease_name).await.unwrap()), held_by);
@@ -1282,8 +1092,7 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
     // Every object that exists, the created ones too, labelled for its live shard and last
     // reconciled by it (the deleted ones are gone from the server's list).
     until_converged(&client, &tracker, &live, names.len(), WAIT).await;
-    let deadline = Instant::now() + WAIT;
-    loop {
+    let stale = async || {
         // A live object's last reconcile saw its final value. A deleted object reconciled after
         // its deletion was last reconciled absent: a reconcile that still found it cached (its
         // shard's watch had not delivered the deletion yet) is followed by one of the deletion.
@@ -1296,7 +1105,7 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
         // down right after it, or while the object was unlabelled or draining mid-handover,
         // reaches no shard that can tell it is its own (as a deletion made while an unsharded
         // controller is down; a finalizer is how a controller is sure to see one).
-        let stale: Vec<&String> = finals
+        let stale: Vec<String> = finals
             .iter()
             .filter(|(k, v)| tracker.seen(k).as_ref() != Some(*v))
             .map(|(k, _)| k)
@@ -1310,16 +1119,12 @@ async fn chaos(seed: u64, steps: usize, n: usize) {
                     .copied()
                     .filter(|k| tracker.seen(k).as_deref() != Some(ABSENT)),
             )
+            .cloned()
             .collect();
-        if stale.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "last reconcile did not see the final state: {stale:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (!stale.is_empty()).then_some(stale)
+    };
+    let failure = |stale: Vec<String>| format!("last reconcile did not see the final state: {stale:?}");
+    common::sharding::until_none(WAIT, Duration::from_millis(50), stale, failure).await;
     // How many deletions a reconcile saw, and of the others how many were of an object
     // labelled for a shard whose Manager ran then (fenced, or that had not reconciled it since
     // it was assigned: see above).
@@ -1464,14 +1269,7 @@ async fn a_shard_restarted_while_fenced_waits_for_the_sharder() {
     );
     stop_churn.cancel();
     let last = churn.await.unwrap().to_string();
-    let deadline = Instant::now() + WAIT;
-    for i in 0..n {
-        let name = format!("obj-{i}");
-        while tracker.seen(&name).as_deref() != Some(last.as_str()) {
-            assert!(Instant::now() < deadline, "{name}: last reconcile did not see {last}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    until_all_seen(&tracker, n, &last).await;
     assert!(tracker.count(&id) > reconciled_before);
     assert_eq!(tracker.overlaps(), Vec::<String>::new());
     stop_all(shards).await;

@@ -9,31 +9,22 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::sharding::{NAMESPACE, Tracker, WAIT};
 use common::{Widget, WidgetSpec};
 use controller::predicate::{GenerationChanged, Predicate, TypedPredicate};
-use controller::sharding::{Sharder, ShardingConfig, ring};
-use controller::{Action, Context, ControllerBuilder, LeaderElectionConfig, Request, SourceOptions, reconciler_fn};
+use controller::sharding::ring;
+use controller::{Action, Context, ControllerBuilder, Request, SourceOptions, reconciler_fn};
 use factory::FactoryResource;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Api, Resource};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const RING: &str = "filtered";
-const NAMESPACE: &str = "default";
-const LEASE: Duration = Duration::from_secs(2);
-const RENEW: Duration = Duration::from_millis(1500);
-const RETRY: Duration = Duration::from_millis(300);
-const CHECK: Duration = Duration::from_millis(100);
-const WAIT: Duration = Duration::from_secs(60);
 /// Objects in each scenario: about half move when the second shard joins.
 const N: usize = 30;
 
@@ -51,51 +42,6 @@ impl Predicate for NoUpdates {
 impl<K: 'static> TypedPredicate<K> for NoUpdates {
     fn update(&self, _: &K, _: &K) -> bool {
         false
-    }
-}
-
-/// The reconciles in flight and the last reconciler of each key, shared by every shard.
-#[derive(Clone, Default)]
-struct Tracker(Arc<Mutex<TrackerInner>>);
-
-#[derive(Default)]
-struct TrackerInner {
-    in_flight: HashMap<String, String>,
-    overlaps: Vec<String>,
-    last: HashMap<String, String>,
-    /// Reconciles entered, by key and shard.
-    by_key: HashMap<(String, String), usize>,
-}
-
-impl Tracker {
-    fn enter(&self, key: &str, shard: &str) {
-        let mut t = self.0.lock().unwrap();
-        if let Some(other) = t.in_flight.insert(key.to_owned(), shard.to_owned()) {
-            let overlap = format!("{key}: {shard} entered while {other} reconciled it");
-            t.overlaps.push(overlap);
-        }
-        t.last.insert(key.to_owned(), shard.to_owned());
-        *t.by_key.entry((key.to_owned(), shard.to_owned())).or_default() += 1;
-    }
-
-    fn exit(&self, key: &str, shard: &str) {
-        let mut t = self.0.lock().unwrap();
-        if t.in_flight.get(key).is_some_and(|s| s == shard) {
-            t.in_flight.remove(key);
-        }
-    }
-
-    fn overlaps(&self) -> Vec<String> {
-        self.0.lock().unwrap().overlaps.clone()
-    }
-
-    fn last(&self, key: &str) -> Option<String> {
-        self.0.lock().unwrap().last.get(key).cloned()
-    }
-
-    fn reconciles(&self, key: &str, shard: &str) -> usize {
-        let t = self.0.lock().unwrap();
-        t.by_key.get(&(key.to_owned(), shard.to_owned())).copied().unwrap_or(0)
     }
 }
 
@@ -124,39 +70,24 @@ fn start_shard<K>(
 where
     K: FactoryResource,
 {
-    static INCARNATION: AtomicUsize = AtomicUsize::new(0);
-    let identity = format!("{id}-{}", INCARNATION.fetch_add(1, Ordering::SeqCst));
-    let election = LeaderElectionConfig::new(NAMESPACE, "sharding-filters-test", identity)
-        .lease_duration(LEASE)
-        .renew_deadline(RENEW)
-        .retry_period(RETRY);
-    let mut manager = common::elected_manager(env.client(), election);
-    let config = ShardingConfig::new(RING, id)
-        .namespace(NAMESPACE)
-        .lease_timing(LEASE, RENEW, RETRY)
-        .membership_check_interval(CHECK);
+    let mut manager = common::sharding::shard_manager(env, "sharding-filters-test", id);
+    let config = common::sharding::shard_config(RING, id);
     let (tracker, shard) = (tracker.clone(), id.to_owned());
     let controller = filter(manager.controller("filtered").sharded(config.clone()))
         .workers(2)
         .build(reconciler_fn(move |req: Request, _ctx: Context<K>| {
             let (tracker, shard) = (tracker.clone(), shard.clone());
             async move {
-                tracker.enter(&req.name, &shard);
+                let in_flight = tracker.enter(&req.name, &shard, None);
                 // Yield once, so a reconcile is in flight across a scheduling point.
                 tokio::task::yield_now().await;
-                tracker.exit(&req.name, &shard);
+                drop(in_flight);
                 Ok::<_, controller::BoxError>(Action::Done)
             }
         }))
         .unwrap();
-    let sharder = Sharder::<K>::new(manager.leader_factory(), &config)
-        .metrics(manager.metrics().clone())
-        .build()
-        .unwrap();
-    manager.add(controller);
-    manager.add(sharder);
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(manager.run(shutdown.clone()));
+    common::sharding::add_with_sharder::<K>(&mut manager, controller, &config);
+    let (shutdown, task) = common::sharding::run(manager);
     Shard { shutdown, task }
 }
 
@@ -202,17 +133,13 @@ async fn until_converged<K>(client: &kube::Client, tracker: &Tracker, shards: &[
 where
     K: FactoryResource + Resource<Scope = NamespaceResourceScope>,
 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let Some(why) = not_converged::<K>(client, tracker, shards).await else {
-            return;
-        };
-        assert!(
-            Instant::now() < deadline,
-            "not converged on {shards:?} within {WAIT:?}: {why}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    common::sharding::until_none(
+        WAIT,
+        Duration::from_millis(50),
+        async || not_converged::<K>(client, tracker, shards).await,
+        |why| format!("not converged on {shards:?} within {WAIT:?}: {why}"),
+    )
+    .await;
 }
 
 /// One shard converges on its own; a second joins and the ring converges on both (the moved
@@ -241,26 +168,11 @@ where
     (vec![first, second], moved)
 }
 
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
 /// Filters that reject every update, the controller's event filter and the primary's own
 /// predicate: the drain requests still reach the worker, and the objects move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_shard_whose_filters_reject_every_update_still_hands_over() {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
-    let api: Api<ConfigMap> = Api::namespaced(env.client(), NAMESPACE);
-    for i in 0..N {
-        let object = common::configmap(NAMESPACE, &format!("obj-{i}"), "1");
-        api.create(&PostParams::default(), &object).await.unwrap();
-    }
+    let env = common::sharding::envtest_with_objects(NAMESPACE, N).await;
     let tracker = Tracker::default();
     let (shards, _) = second_shard_joins::<ConfigMap>(&env, &tracker, |builder| {
         builder
@@ -279,7 +191,7 @@ async fn a_shard_whose_filters_reject_every_update_still_hands_over() {
 /// shard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_shard_filtering_on_generation_changes_still_hands_over() {
-    init_tracing();
+    common::sharding::init_tracing();
     let env = common::envtest_with_widgets().await;
     let api: Api<Widget> = Api::namespaced(env.client(), NAMESPACE);
     for i in 0..N {

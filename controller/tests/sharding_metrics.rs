@@ -10,9 +10,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::sharding::{LEASE, NAMESPACE, RENEW, RETRY, WAIT};
 use controller::sharding::{RING_LABEL, Sharder, ShardingConfig, ring};
 use controller::{Action, Context, LeaderElectionConfig, ManagerStatus, Request, reconciler_fn};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -25,27 +25,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 const RING: &str = "cms";
-const NAMESPACE: &str = "default";
-const LEASE: Duration = Duration::from_secs(2);
-const RENEW: Duration = Duration::from_millis(1500);
-const RETRY: Duration = Duration::from_millis(300);
-const CHECK: Duration = Duration::from_millis(100);
-const WAIT: Duration = Duration::from_secs(60);
 /// The objects `obj-0` to `obj-<N - 1>`.
 const N: usize = 120;
 
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
 fn sharding(id: &str) -> ShardingConfig {
-    ShardingConfig::new(RING, id)
-        .namespace(NAMESPACE)
-        .lease_timing(LEASE, RENEW, RETRY)
-        .membership_check_interval(CHECK)
+    common::sharding::shard_config(RING, id)
 }
 
 fn shard_label() -> String {
@@ -88,13 +72,7 @@ struct Shard {
 
 impl Shard {
     fn start(env: &envtest::Server, id: &str) -> Self {
-        static INCARNATION: AtomicUsize = AtomicUsize::new(0);
-        let identity = format!("{id}-{}", INCARNATION.fetch_add(1, Ordering::SeqCst));
-        let election = LeaderElectionConfig::new(NAMESPACE, "sharding-metrics-test", identity)
-            .lease_duration(LEASE)
-            .renew_deadline(RENEW)
-            .retry_period(RETRY);
-        let mut manager = common::elected_manager(env.client(), election);
+        let mut manager = common::sharding::shard_manager(env, "sharding-metrics-test", id);
         let config = sharding(id);
         let controller = manager
             .controller("configmaps")
@@ -105,15 +83,9 @@ impl Shard {
                 Ok::<_, controller::BoxError>(Action::Done)
             }))
             .unwrap();
-        let sharder = Sharder::<ConfigMap>::new(manager.leader_factory(), &config)
-            .metrics(manager.metrics().clone())
-            .build()
-            .unwrap();
-        manager.add(controller);
-        manager.add(sharder);
+        common::sharding::add_with_sharder::<ConfigMap>(&mut manager, controller, &config);
         let (status, registry) = (manager.status(), manager.metrics().registry().clone());
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(manager.run(shutdown.clone()));
+        let (shutdown, task) = common::sharding::run(manager);
         Shard {
             id: id.to_owned(),
             shutdown,
@@ -138,37 +110,14 @@ impl Shard {
 
 /// envtest (tracing initialised) with `n` ConfigMaps `obj-<i>` in the namespace.
 async fn setup(n: usize) -> (envtest::Server, kube::Client) {
-    init_tracing();
-    let env = envtest::Server::start(envtest::Config::default())
-        .await
-        .expect("envtest");
+    let env = common::sharding::envtest_with_objects(NAMESPACE, n).await;
     let client = env.client();
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    for i in 0..n {
-        let object = common::configmap(NAMESPACE, &format!("obj-{i}"), "1");
-        api.create(&PostParams::default(), &object).await.unwrap();
-    }
     (env, client)
 }
 
 /// Each object's `(shard label, draining)` on the server.
 async fn labels(client: &kube::Client) -> BTreeMap<String, (Option<String>, bool)> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-    let (shard, drain) = (shard_label(), drain_label());
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|cm| cm.name_any().starts_with("obj-"))
-        .map(|cm| {
-            let labels = cm.labels();
-            (
-                cm.name_any(),
-                (labels.get(&shard).cloned(), labels.contains_key(&drain)),
-            )
-        })
-        .collect()
+    common::sharding::labels(&Api::namespaced(client.clone(), NAMESPACE), RING).await
 }
 
 /// The objects labelled for `shard` on the server.
@@ -386,8 +335,7 @@ impl SharderManager {
             .unwrap();
         manager.add(sharder);
         let (status, registry) = (manager.status(), manager.metrics().registry().clone());
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(manager.run(shutdown.clone()));
+        let (shutdown, task) = common::sharding::run(manager);
         SharderManager {
             shutdown,
             task,
@@ -520,8 +468,7 @@ async fn a_drain_begun_before_a_sharder_failover_is_timed_by_the_next_sharder() 
 
 /// Polls until each of `names` is labelled `shard`, not draining, and carries no `annotation`.
 async fn until_assigned_to(api: &Api<ConfigMap>, names: &[String], shard: &str, annotation: &str) {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    let pending = async || {
         let objects = api.list(&ListParams::default()).await.unwrap().items;
         let pending: Vec<String> = objects
             .iter()
@@ -533,13 +480,8 @@ async fn until_assigned_to(api: &Api<ConfigMap>, names: &[String], shard: &str, 
             })
             .map(|cm| cm.name_any())
             .collect();
-        if pending.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "not assigned to {shard} without a drain start: {pending:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (!pending.is_empty()).then_some(pending)
+    };
+    let failure = |pending: Vec<String>| format!("not assigned to {shard} without a drain start: {pending:?}");
+    common::sharding::until_none(WAIT, Duration::from_millis(50), pending, failure).await;
 }

@@ -1,8 +1,11 @@
 //! Helpers shared by the controller integration tests: envtest with a test CRD, polling with a
 //! deadline, configmaps, a Manager with leader election, recorders of reconciles and of
 //! rate-limiter calls, a seeded writer of random ConfigMap changes, a tiny HTTP GET for scraping
-//! the manager's endpoints, and reading Prometheus samples.
+//! the manager's endpoints, and reading Prometheus samples; [`sharding`] holds the sharding
+//! tests' own.
 #![allow(dead_code)]
+
+pub mod sharding;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;

@@ -338,8 +338,12 @@ where
         let membership = ShardMembership::new(gate.client().clone(), &gate.config, &self.name)
             .map_err(|e| ControllerError::InvalidConfig(format!("controller {}: shard lease: {e}", self.name)))?;
         let Some((leadership, renewing)) = membership.join(&shutdown).await else {
-            // Shut down before joining: cleans up without starting a worker.
-            return self.run_leading(shutdown, stop_now, Leadership::unconditional()).await;
+            // Shut down before joining: the run holds no term, so it cleans up under one that
+            // has already ended (its workers reconcile nothing, not even the keys its informers
+            // queued while it waited: this shard's objects may be moving under a fence).
+            let ended = Leadership::unconditional();
+            ended.token().cancel();
+            return self.run_leading(shutdown, stop_now, ended).await;
         };
         let name = self.name.clone();
         // The run's LIST of its shard's objects, before it reports ready and before any worker

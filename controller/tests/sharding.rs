@@ -1368,3 +1368,38 @@ async fn lease_loss(delete: bool) {
     stop_all(shards).await;
     env.shutdown().await;
 }
+
+/// A shard restarted after a kill and shut down before it joined (the killed incarnation's
+/// Lease still held) reconciles nothing, not even the keys its informers queued while it
+/// waited: its objects are the sharder's to move, under a fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shard_shut_down_before_joining_reconciles_nothing() {
+    let n = 40;
+    let (env, client, tracker) = setup(n).await;
+    let ids = ["shard-0", "shard-1"];
+    let mut shards = start_shards(&env, &ids, &tracker);
+    until_converged(&client, &tracker, &ids, n, WAIT).await;
+    let own = shards[1].cache.list().len();
+    assert!(own > 0, "shard-1 holds no object");
+    shards[1].kill().await;
+    let mut restarted = start_shard_as(&env, "shard-1", "shard-1#2", &tracker, false);
+    // Its informers list shard-1's objects while the killed incarnation's Lease is still held
+    // (up to a lease duration more), so their keys are queued before it could join.
+    let deadline = Instant::now() + LEASE;
+    while restarted.cache.list().len() < own {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted shard-1 did not list its objects"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        restarted.config.readiness.check().is_err(),
+        "the restarted shard-1 joined while the killed one's Lease was held"
+    );
+    restarted.stop().await;
+    assert_eq!(tracker.count("shard-1#2"), 0, "a shard that never joined reconciled");
+    assert_eq!(tracker.overlaps(), Vec::<String>::new());
+    stop_all(shards.into_iter().take(1)).await;
+    env.shutdown().await;
+}
